@@ -1,0 +1,61 @@
+// draftd info: what a model file is — architecture, sizes, tensor types and
+// parameter count — without running it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/draftd/draftd/internal/model"
+)
+
+func init() {
+	register("info", "architecture, sizes and tensor types of a model", runInfo)
+}
+
+func runInfo(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("info", flag.ContinueOnError)
+	path := fs.String("model", "", "model: a .gguf file or an HF directory (required)")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	if *path == "" {
+		return errors.New("info: --model is required")
+	}
+	m, err := model.Load(*path, model.Options{Threads: 1})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	c := m.Config
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "path\t%s\n", m.Path())
+	fmt.Fprintf(w, "architecture\t%s\n", c.Arch)
+	fmt.Fprintf(w, "layers\t%d\n", c.Layers)
+	fmt.Fprintf(w, "hidden\t%d\n", c.Hidden)
+	fmt.Fprintf(w, "intermediate\t%d\n", c.Intermediate)
+	fmt.Fprintf(w, "heads\t%d (kv %d, head_dim %d)\n", c.Heads, c.KVHeads, c.HeadDim)
+	fmt.Fprintf(w, "vocab\t%d\n", c.Vocab)
+	fmt.Fprintf(w, "max context\t%d\n", c.MaxContext)
+	fmt.Fprintf(w, "rope theta\t%g\n", c.RopeTheta)
+	fmt.Fprintf(w, "rms eps\t%g\n", c.RMSEps)
+	fmt.Fprintf(w, "tied embeddings\t%v\n", c.TiedEmbed)
+	fmt.Fprintf(w, "q/k norm\t%v\n", c.QKNorm)
+	fmt.Fprintf(w, "q/k/v bias\t%v\n", c.QKVBias)
+	fmt.Fprintf(w, "parameters\t%d (%.3fB)\n", m.Params, float64(m.Params)/1e9)
+	fmt.Fprintf(w, "weight bytes\t%d (%.1f MiB)\n", m.WeightBytes, float64(m.WeightBytes)/(1<<20))
+	types := make([]string, 0, len(m.TypeCounts))
+	for t := range m.TypeCounts {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	for _, t := range types {
+		fmt.Fprintf(w, "tensors %s\t%d\n", t, m.TypeCounts[t])
+	}
+	return w.Flush()
+}

@@ -1,0 +1,67 @@
+// draftd testmodel: writes a deterministic random model with an exact
+// Qwen3/Qwen2/Llama architecture as GGUF and/or an HF directory, for tests
+// and benchmarks. Its output is not a language model.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/testmodel"
+)
+
+func init() {
+	register("testmodel", "write a deterministic random model (GGUF and/or HF dir)", runTestModel)
+}
+
+func runTestModel(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("testmodel", flag.ContinueOnError)
+	shape := fs.String("shape", "qwen3-0.6b", "qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2 or tiny-llama")
+	typ := fs.String("type", "q8_0", "matrix storage type: f32, f16, bf16, q8_0 or q4_0")
+	out := fs.String("gguf", "", "write the GGUF file here")
+	hf := fs.String("hf", "", "write the HF safetensors directory here")
+	seed := fs.Uint64("seed", 0, "random seed (0: the shape's default)")
+	layers := fs.Int("layers", 0, "override the number of layers (0: the shape's)")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	if *out == "" && *hf == "" {
+		return errors.New("testmodel: give --gguf FILE and/or --hf DIR")
+	}
+	t, err := dtype.Parse(*typ)
+	if err != nil {
+		return fmt.Errorf("testmodel: %w", err)
+	}
+	spec, err := testmodel.ByName(*shape, t)
+	if err != nil {
+		return fmt.Errorf("testmodel: %w", err)
+	}
+	if *seed != 0 {
+		spec.Seed = *seed
+	}
+	if *layers < 0 {
+		return fmt.Errorf("testmodel: --layers %d must be ≥ 0", *layers)
+	}
+	if *layers > 0 {
+		spec.Layers = *layers
+	}
+	start := time.Now()
+	if *out != "" {
+		if err := spec.WriteGGUF(*out); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s (%s) in %v\n", *out, spec.Name, time.Since(start).Round(time.Millisecond))
+	}
+	if *hf != "" {
+		if err := spec.WriteHF(*hf); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s (%s) in %v\n", *hf, spec.Name, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}

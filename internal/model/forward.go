@@ -1,0 +1,277 @@
+// The forward pass: a ragged batch of sequences, each with some new tokens at
+// known positions, through every layer at once; the K/V of the new tokens are
+// written into the caller's blocks, and the last token of each sequence (or
+// every new token, on request) gets logits and a greedy id.
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/kernels"
+)
+
+// Seq is one sequence's part of a forward step.
+type Seq struct {
+	Tokens []int    // (n) new token ids, at positions Pos … Pos+n-1
+	Pos    int      // number of positions already in Blocks
+	Blocks []*Block // cover positions [0, Pos+n); written at [Pos, Pos+n)
+
+	// AllLogits asks for logits of every new token, else only of the last.
+	AllLogits bool
+	// Logits, when non-nil, receives the logits: (n, vocab) with AllLogits,
+	// else (vocab).
+	Logits []float32
+	// Next is set to the greedy id (argmax, ties to the lowest id) after the
+	// last new token.
+	Next int
+	// NextAll, with AllLogits, is set to the greedy id after every new token.
+	NextAll []int
+}
+
+// ErrInput marks a Forward call with inconsistent sequences (a caller bug or
+// unchecked outside input).
+var ErrInput = errors.New("model: bad forward input")
+
+// scratch holds the activations of one step, grown as needed.
+type scratch struct {
+	x, xb    []float32 // (T, hidden)
+	q, att   []float32 // (T, heads·headDim)
+	k, v     []float32 // (T, kvHeads·headDim)
+	gate, up []float32 // (T, intermediate)
+	out      []float32 // (R, hidden) rows that need logits
+	logits   []float32 // (R, vocab)
+	tokSeq   []int     // (T) sequence of each token
+	tokPos   []int     // (T) absolute position of each token
+	row      []float32 // (hidden) embedding row
+}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func growInt(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	return s[:n]
+}
+
+// check validates seqs against the model before any work is done.
+func (m *Model) check(seqs []*Seq) (int, error) {
+	total := 0
+	for i, s := range seqs {
+		n := len(s.Tokens)
+		if n == 0 {
+			return 0, fmt.Errorf("%w: sequence %d has no new tokens", ErrInput, i)
+		}
+		if s.Pos < 0 || s.Pos+n > m.MaxContext {
+			return 0, fmt.Errorf("%w: sequence %d positions [%d, %d) exceed the context of %d", ErrInput, i, s.Pos, s.Pos+n, m.MaxContext)
+		}
+		if need := (s.Pos + n + BlockSize - 1) / BlockSize; len(s.Blocks) < need {
+			return 0, fmt.Errorf("%w: sequence %d has %d KV blocks for %d positions; need %d", ErrInput, i, len(s.Blocks), s.Pos+n, need)
+		}
+		for _, b := range s.Blocks {
+			if b == nil || (m.kvF32 && b.K32 == nil) || (!m.kvF32 && b.K == nil) {
+				return 0, fmt.Errorf("%w: sequence %d has a missing or wrong-type KV block", ErrInput, i)
+			}
+		}
+		for j, t := range s.Tokens {
+			if t < 0 || t >= m.Vocab {
+				return 0, fmt.Errorf("%w: sequence %d token %d = %d is outside the vocabulary [0, %d)", ErrInput, i, j, t, m.Vocab)
+			}
+		}
+		want := m.Vocab
+		if s.AllLogits {
+			want *= n
+		}
+		if s.Logits != nil && len(s.Logits) != want {
+			return 0, fmt.Errorf("%w: sequence %d logits buffer has %d floats; want %d", ErrInput, i, len(s.Logits), want)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Forward runs one step over seqs (see Seq).
+func (m *Model) Forward(seqs []*Seq) error {
+	T, err := m.check(seqs)
+	if err != nil || T == 0 {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := &m.Config
+	sc := &m.sc
+	hd, qd, kvd := c.HeadDim, c.QDim(), c.KVDim()
+	sc.x = grow(sc.x, T*c.Hidden)
+	sc.xb = grow(sc.xb, T*c.Hidden)
+	sc.q = grow(sc.q, T*qd)
+	sc.att = grow(sc.att, T*qd)
+	sc.k = grow(sc.k, T*kvd)
+	sc.v = grow(sc.v, T*kvd)
+	sc.gate = grow(sc.gate, T*c.Intermediate)
+	sc.up = grow(sc.up, T*c.Intermediate)
+	sc.tokSeq = growInt(sc.tokSeq, T)
+	sc.tokPos = growInt(sc.tokPos, T)
+
+	// Embeddings.
+	t := 0
+	for i, s := range seqs {
+		for j, id := range s.Tokens {
+			sc.tokSeq[t], sc.tokPos[t] = i, s.Pos+j
+			if err := dtype.Dequantize(m.Embed.Type, sc.x[t*c.Hidden:(t+1)*c.Hidden], m.Embed.Row(id)); err != nil {
+				return err
+			}
+			t++
+		}
+	}
+
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	group := c.Heads / c.KVHeads
+	for li := range m.Layer {
+		l := &m.Layer[li]
+		for t := range T {
+			kernels.RMSNorm(sc.xb[t*c.Hidden:(t+1)*c.Hidden], sc.x[t*c.Hidden:(t+1)*c.Hidden], l.AttnNorm, c.RMSEps)
+		}
+		kernels.MatMul(m.pool, sc.q, l.Q, sc.xb, T)
+		kernels.MatMul(m.pool, sc.k, l.K, sc.xb, T)
+		kernels.MatMul(m.pool, sc.v, l.V, sc.xb, T)
+		for t := range T {
+			q := sc.q[t*qd : (t+1)*qd]   // (heads, headDim)
+			k := sc.k[t*kvd : (t+1)*kvd] // (kvHeads, headDim)
+			v := sc.v[t*kvd : (t+1)*kvd] // (kvHeads, headDim)
+			if l.QBias != nil {
+				addTo(q, l.QBias)
+				addTo(k, l.KBias)
+				addTo(v, l.VBias)
+			}
+			if l.QNorm != nil {
+				for h := range c.Heads {
+					kernels.RMSNorm(q[h*hd:(h+1)*hd], q[h*hd:(h+1)*hd], l.QNorm, c.RMSEps)
+				}
+				for h := range c.KVHeads {
+					kernels.RMSNorm(k[h*hd:(h+1)*hd], k[h*hd:(h+1)*hd], l.KNorm, c.RMSEps)
+				}
+			}
+			pos := sc.tokPos[t]
+			m.rope.RoPE(q, c.Heads, pos)
+			m.rope.RoPE(k, c.KVHeads, pos)
+			m.storeKV(seqs[sc.tokSeq[t]].Blocks[pos/BlockSize], li, pos%BlockSize, k, v)
+		}
+		// Attention: one task per (token, kv head); K/V read once per group.
+		m.pool.For(T*c.KVHeads, 1, func(lo, hi int) {
+			var keys, vals [][]uint16
+			var keys32, vals32 [][]float32
+			for task := lo; task < hi; task++ {
+				t, g := task/c.KVHeads, task%c.KVHeads
+				s := seqs[sc.tokSeq[t]]
+				n := sc.tokPos[t] + 1 // causal: positions [0, pos]
+				nb := (n + BlockSize - 1) / BlockSize
+				off := (li*c.KVHeads + g) * BlockSize * hd
+				q := sc.q[t*qd+g*group*hd : t*qd+(g+1)*group*hd]     // (group, headDim)
+				out := sc.att[t*qd+g*group*hd : t*qd+(g+1)*group*hd] // (group, headDim)
+				if m.kvF32 {
+					keys32, vals32 = keys32[:0], vals32[:0]
+					for _, b := range s.Blocks[:nb] {
+						keys32 = append(keys32, b.K32[off:off+BlockSize*hd])
+						vals32 = append(vals32, b.V32[off:off+BlockSize*hd])
+					}
+					kernels.AttendF32(out, q, group, hd, keys32, vals32, BlockSize, n, scale)
+				} else {
+					keys, vals = keys[:0], vals[:0]
+					for _, b := range s.Blocks[:nb] {
+						keys = append(keys, b.K[off:off+BlockSize*hd])
+						vals = append(vals, b.V[off:off+BlockSize*hd])
+					}
+					kernels.AttendF16(out, q, group, hd, keys, vals, BlockSize, n, scale)
+				}
+			}
+		})
+		kernels.MatMul(m.pool, sc.xb, l.O, sc.att, T)
+		addTo(sc.x, sc.xb)
+		for t := range T {
+			kernels.RMSNorm(sc.xb[t*c.Hidden:(t+1)*c.Hidden], sc.x[t*c.Hidden:(t+1)*c.Hidden], l.FFNNorm, c.RMSEps)
+		}
+		kernels.MatMul(m.pool, sc.gate, l.Gate, sc.xb, T)
+		kernels.MatMul(m.pool, sc.up, l.Up, sc.xb, T)
+		kernels.SiLUMul(sc.gate, sc.gate, sc.up)
+		kernels.MatMul(m.pool, sc.xb, l.Down, sc.gate, T)
+		addTo(sc.x, sc.xb)
+	}
+
+	// Final norm and LM head, only on the rows that need logits.
+	R := 0
+	for _, s := range seqs {
+		if s.AllLogits {
+			R += len(s.Tokens)
+		} else {
+			R++
+		}
+	}
+	sc.out = grow(sc.out, R*c.Hidden)
+	sc.logits = grow(sc.logits, R*c.Vocab)
+	r, t := 0, 0
+	for _, s := range seqs {
+		first := t + len(s.Tokens) - 1
+		if s.AllLogits {
+			first = t
+		}
+		for tt := first; tt < t+len(s.Tokens); tt++ {
+			kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[tt*c.Hidden:(tt+1)*c.Hidden], m.OutNorm, c.RMSEps)
+			r++
+		}
+		t += len(s.Tokens)
+	}
+	kernels.MatMul(m.pool, sc.logits, m.Output, sc.out, R)
+	r = 0
+	for _, s := range seqs {
+		rows := 1
+		if s.AllLogits {
+			rows = len(s.Tokens)
+			s.NextAll = s.NextAll[:0]
+		}
+		lg := sc.logits[r*c.Vocab : (r+rows)*c.Vocab] // (rows, vocab)
+		if s.Logits != nil {
+			copy(s.Logits, lg)
+		}
+		for i := range rows {
+			id := kernels.Argmax(lg[i*c.Vocab : (i+1)*c.Vocab])
+			if s.AllLogits {
+				s.NextAll = append(s.NextAll, id)
+			}
+			s.Next = id
+		}
+		r += rows
+	}
+	return nil
+}
+
+// storeKV writes one position's k and v (kvHeads, headDim) into block b at
+// offset slot of layer li.
+func (m *Model) storeKV(b *Block, li, slot int, k, v []float32) {
+	hd := m.HeadDim
+	for g := range m.KVHeads {
+		off := ((li*m.KVHeads+g)*BlockSize + slot) * hd
+		if m.kvF32 {
+			copy(b.K32[off:off+hd], k[g*hd:(g+1)*hd])
+			copy(b.V32[off:off+hd], v[g*hd:(g+1)*hd])
+			continue
+		}
+		for i := range hd {
+			b.K[off+i] = dtype.F32ToF16(k[g*hd+i])
+			b.V[off+i] = dtype.F32ToF16(v[g*hd+i])
+		}
+	}
+}
+
+func addTo(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}

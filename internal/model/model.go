@@ -1,0 +1,103 @@
+// Package model is draftd's decoder: Qwen3, Qwen2 and Llama as one forward
+// pass with per-architecture flags (DESIGN §4), bound to weights from a GGUF
+// file or an HF safetensors directory. It does not schedule requests or own
+// the KV cache's lifetime (internal/engine and internal/kvcache do); it only
+// reads and writes the KV blocks a caller hands it.
+package model
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/draftd/draftd/internal/kernels"
+)
+
+// BlockSize is the number of positions in one KV block.
+const BlockSize = 16
+
+// Layer holds one decoder block's weights.
+type Layer struct {
+	AttnNorm            []float32       // (hidden)
+	Q                   *kernels.Matrix // (heads·headDim, hidden)
+	K, V                *kernels.Matrix // (kvHeads·headDim, hidden)
+	O                   *kernels.Matrix // (hidden, heads·headDim)
+	QBias, KBias, VBias []float32       // (heads·headDim), (kvHeads·headDim) ×2; nil without bias
+	QNorm, KNorm        []float32       // (headDim); nil without q/k norm
+	FFNNorm             []float32       // (hidden)
+	Gate, Up            *kernels.Matrix // (intermediate, hidden)
+	Down                *kernels.Matrix // (hidden, intermediate)
+}
+
+// Model is a loaded decoder. Forward may be called from one goroutine at a
+// time (it serialises callers).
+type Model struct {
+	Config
+	Embed   *kernels.Matrix // (vocab, hidden)
+	Layer   []Layer         // (layers)
+	OutNorm []float32       // (hidden)
+	Output  *kernels.Matrix // (vocab, hidden); == Embed when tied
+
+	Params      int64          // number of weights
+	WeightBytes int64          // bytes of stored weights
+	TypeCounts  map[string]int // tensors per storage type
+
+	src   source
+	kvF32 bool
+	pool  *kernels.Pool
+	rope  *kernels.RoPETable
+
+	mu sync.Mutex
+	sc scratch
+}
+
+func (m *Model) init(opt Options) {
+	m.pool = kernels.NewPool(opt.Threads)
+	m.rope = kernels.NewRoPETable(m.HeadDim, m.MaxContext, m.RopeTheta)
+}
+
+// Close releases the worker pool and the file mapping. The model must not be
+// used afterwards.
+func (m *Model) Close() error {
+	m.pool.Close()
+	return m.src.Close()
+}
+
+// Path is the file or directory the model was loaded from.
+func (m *Model) Path() string { return m.src.path() }
+
+// Threads is the number of kernel workers.
+func (m *Model) Threads() int { return m.pool.Threads() }
+
+// KVF32 reports whether the KV cache is kept in f32 (else f16).
+func (m *Model) KVF32() bool { return m.kvF32 }
+
+// Block holds the keys and values of BlockSize consecutive positions for
+// every layer. Exactly one of the f16 pair and the f32 pair is allocated.
+type Block struct {
+	K, V     []uint16  // f16 bits: (layers, kvHeads, BlockSize, headDim)
+	K32, V32 []float32 // f32: (layers, kvHeads, BlockSize, headDim)
+}
+
+// BlockBytes is the memory one Block takes.
+func (m *Model) BlockBytes() int {
+	n := 2 * m.Layers * m.KVHeads * BlockSize * m.HeadDim
+	if m.kvF32 {
+		return 4 * n
+	}
+	return 2 * n
+}
+
+// NewBlock allocates one zeroed KV block in the model's cache type.
+func (m *Model) NewBlock() *Block {
+	n := m.Layers * m.KVHeads * BlockSize * m.HeadDim
+	if m.kvF32 {
+		return &Block{K32: make([]float32, n), V32: make([]float32, n)}
+	}
+	return &Block{K: make([]uint16, n), V: make([]uint16, n)}
+}
+
+// String summarises the model for logs.
+func (m *Model) String() string {
+	return fmt.Sprintf("%s %d layers, hidden %d, heads %d/%d×%d, vocab %d, %.1fM params, %v",
+		m.Arch, m.Layers, m.Hidden, m.Heads, m.KVHeads, m.HeadDim, m.Vocab, float64(m.Params)/1e6, m.TypeCounts)
+}

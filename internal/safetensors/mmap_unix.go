@@ -1,0 +1,47 @@
+// mmap_unix.go maps a file read-only into memory on Unix systems. It is not a
+// general mmap wrapper: it only knows the one read-only, whole-file mapping
+// this package needs.
+
+//go:build unix
+
+package safetensors
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"syscall"
+)
+
+// mapFile maps the whole of path read-only. An empty file maps to nil.
+// unmap must be called with the returned slice when done.
+func mapFile(path string) ([]byte, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fd.Close()
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	if size == 0 {
+		return nil, nil
+	}
+	if size < 0 || uint64(size) > math.MaxInt {
+		return nil, fmt.Errorf("%s: file of %d bytes is too large to map", path, size)
+	}
+	data, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %s: %w", path, err)
+	}
+	return data, nil
+}
+
+func unmap(data []byte) error {
+	if data == nil {
+		return nil
+	}
+	return syscall.Munmap(data)
+}

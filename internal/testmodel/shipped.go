@@ -1,0 +1,23 @@
+// The tiny models shipped in testdata/models, the inputs of the numpy golden
+// files and of the engine's fidelity tests.
+package testmodel
+
+import (
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/model"
+)
+
+// Shipped lists the tiny models committed under testdata/models: qwen3 in
+// every weight type, qwen2 (q/k/v bias, untied, sharded HF files) and llama
+// (GGUF Q/K row permutation) in a float and a quantized type.
+func Shipped() []Spec {
+	var s []Spec
+	for _, t := range dtype.Types {
+		s = append(s, Tiny(model.ArchQwen3, t))
+	}
+	q2 := Tiny(model.ArchQwen2, dtype.BF16)
+	q2.Shards = 2
+	s = append(s, q2, Tiny(model.ArchQwen2, dtype.Q4_0))
+	s = append(s, Tiny(model.ArchLlama, dtype.F32), Tiny(model.ArchLlama, dtype.Q8_0))
+	return s
+}

@@ -1,0 +1,202 @@
+// Package testmodel makes deterministic random decoders with the exact
+// Qwen3/Qwen2/Llama architecture, written both as a GGUF file (llama.cpp
+// names, layouts and metadata) and as an HF safetensors directory holding the
+// identical numbers. They exist to test and benchmark the engine; they are
+// not language models and their output means nothing.
+//
+// Weights are drawn so that logits are peaked (top-2 margins well above
+// rounding noise) and continuations vary: norm weights ≠ 1, the residual
+// contributions of attention and MLP comparable to the embedding, and values
+// chosen to be exactly representable in the target storage type, so that the
+// GGUF (quantized) and the HF (f32/f16/bf16) copies encode the same model.
+package testmodel
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/model"
+)
+
+// Spec describes one random model.
+type Spec struct {
+	Name         string
+	Arch         string // model.ArchQwen3, ArchQwen2 or ArchLlama
+	Hidden       int
+	Intermediate int
+	Layers       int
+	Heads        int
+	KVHeads      int
+	HeadDim      int
+	Vocab        int
+	MaxContext   int
+	Tied         bool
+	Type         dtype.Type // storage type of the matrices in the GGUF file
+	Seed         uint64
+	Shards       int // HF safetensors shards (≤ 1: one model.safetensors)
+}
+
+// Tiny is the small model of each architecture used by fidelity tests.
+func Tiny(arch string, t dtype.Type) Spec {
+	s := Spec{Arch: arch, Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2,
+		HeadDim: 16, Vocab: 512, MaxContext: 256, Type: t, Seed: 1}
+	if arch == model.ArchQwen3 {
+		s.HeadDim, s.Tied = 32, true // head_dim independent of hidden/heads
+	}
+	s.Name = fmt.Sprintf("tiny-%s-%s", arch, lower(t.String()))
+	return s
+}
+
+// Qwen3_06B has the shapes of Qwen3-0.6B.
+func Qwen3_06B(t dtype.Type) Spec {
+	return Spec{Name: "qwen3-0.6b-random-" + lower(t.String()), Arch: model.ArchQwen3, Hidden: 1024, Intermediate: 3072,
+		Layers: 28, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, MaxContext: 40960, Tied: true, Type: t, Seed: 6}
+}
+
+// Qwen3_17B has the shapes of Qwen3-1.7B.
+func Qwen3_17B(t dtype.Type) Spec {
+	return Spec{Name: "qwen3-1.7b-random-" + lower(t.String()), Arch: model.ArchQwen3, Hidden: 2048, Intermediate: 6144,
+		Layers: 28, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, MaxContext: 40960, Tied: true, Type: t, Seed: 17}
+}
+
+// ByName returns the spec of a named shape: tiny-ARCH, qwen3-0.6b, qwen3-1.7b.
+func ByName(shape string, t dtype.Type) (Spec, error) {
+	switch shape {
+	case "qwen3-0.6b":
+		return Qwen3_06B(t), nil
+	case "qwen3-1.7b":
+		return Qwen3_17B(t), nil
+	case "tiny-qwen3":
+		return Tiny(model.ArchQwen3, t), nil
+	case "tiny-qwen2":
+		return Tiny(model.ArchQwen2, t), nil
+	case "tiny-llama":
+		return Tiny(model.ArchLlama, t), nil
+	}
+	return Spec{}, fmt.Errorf("unknown model shape %q (want qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2 or tiny-llama)", shape)
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// hfType is the safetensors dtype that holds Type's numbers exactly.
+func (s Spec) hfType() dtype.Type {
+	switch s.Type {
+	case dtype.F16, dtype.BF16:
+		return s.Type
+	}
+	return dtype.F32
+}
+
+// weight is one generated tensor: its HF name, HF shape and exact values.
+type weight struct {
+	name   string
+	shape  []int     // HF order
+	vals   []float32 // exactly representable in the storage type
+	matrix bool
+}
+
+func rng(seed uint64, name string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.New(rand.NewPCG(seed, h.Sum64()))
+}
+
+// gen builds every tensor of the spec, in file order.
+func (s Spec) gen() ([]weight, error) {
+	if s.Hidden%dtype.QK != 0 || s.Intermediate%dtype.QK != 0 || (s.Heads*s.HeadDim)%dtype.QK != 0 {
+		return nil, fmt.Errorf("testmodel %s: hidden, intermediate and heads·head_dim must be multiples of %d", s.Name, dtype.QK)
+	}
+	var ws []weight
+	// matrix draws N(0, std²) and rounds through the storage type.
+	matrix := func(name string, rows, cols int, std float64) error {
+		r := rng(s.Seed, name)
+		v := make([]float32, rows*cols)
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * std)
+		}
+		enc, err := dtype.Quantize(s.Type, nil, v)
+		if err != nil {
+			return err
+		}
+		if err := dtype.Dequantize(s.Type, v, enc); err != nil {
+			return err
+		}
+		ws = append(ws, weight{name: name, shape: []int{rows, cols}, vals: v, matrix: true})
+		return nil
+	}
+	// vector draws values on a grid of 1/64 that f16 and bf16 hold exactly.
+	vector := func(name string, n int, center, spread float64) {
+		r := rng(s.Seed, name)
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(math.Round((center+spread*(2*r.Float64()-1))*64) / 64)
+		}
+		ws = append(ws, weight{name: name, shape: []int{n}, vals: v})
+	}
+	h, q, kv, ff := s.Hidden, s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Intermediate
+	// Tied logits have std ≈ 6·(norm weight): peaked, but not one-hot.
+	embStd := 6 / math.Sqrt(float64(h))
+	if err := matrix("model.embed_tokens.weight", s.Vocab, h, embStd); err != nil {
+		return nil, err
+	}
+	for i := range s.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		vector(p+"input_layernorm.weight", h, 1, 0.5)
+		for _, m := range []struct {
+			n    string
+			r, c int
+			std  float64
+		}{
+			{"self_attn.q_proj.weight", q, h, 1 / math.Sqrt(float64(h))},
+			{"self_attn.k_proj.weight", kv, h, 1 / math.Sqrt(float64(h))},
+			{"self_attn.v_proj.weight", kv, h, 1 / math.Sqrt(float64(h))},
+			{"self_attn.o_proj.weight", h, q, 12 * embStd / math.Sqrt(float64(q))},
+		} {
+			if err := matrix(p+m.n, m.r, m.c, m.std); err != nil {
+				return nil, err
+			}
+		}
+		if s.Arch == model.ArchQwen2 {
+			vector(p+"self_attn.q_proj.bias", q, 0, 0.5)
+			vector(p+"self_attn.k_proj.bias", kv, 0, 0.5)
+			vector(p+"self_attn.v_proj.bias", kv, 0, 0.5)
+		}
+		if s.Arch == model.ArchQwen3 {
+			vector(p+"self_attn.q_norm.weight", s.HeadDim, 1, 0.5)
+			vector(p+"self_attn.k_norm.weight", s.HeadDim, 1, 0.5)
+		}
+		vector(p+"post_attention_layernorm.weight", h, 1, 0.5)
+		for _, m := range []struct {
+			n    string
+			r, c int
+			std  float64
+		}{
+			{"mlp.gate_proj.weight", ff, h, 1 / math.Sqrt(float64(h))},
+			{"mlp.up_proj.weight", ff, h, 1 / math.Sqrt(float64(h))},
+			{"mlp.down_proj.weight", h, ff, 16 * embStd / math.Sqrt(float64(ff))},
+		} {
+			if err := matrix(p+m.n, m.r, m.c, m.std); err != nil {
+				return nil, err
+			}
+		}
+	}
+	vector("model.norm.weight", h, 1, 0.5)
+	if !s.Tied {
+		// Logit std ≈ 6 after the final norm: peaked, but not one-hot.
+		if err := matrix("lm_head.weight", s.Vocab, h, 6/math.Sqrt(float64(h))); err != nil {
+			return nil, err
+		}
+	}
+	return ws, nil
+}

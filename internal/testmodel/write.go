@@ -1,0 +1,181 @@
+// Writing a Spec as GGUF and as an HF directory.
+package testmodel
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/gguf"
+	"github.com/draftd/draftd/internal/model"
+	"github.com/draftd/draftd/internal/safetensors"
+)
+
+// MetaWriter adds extra metadata (e.g. a tokenizer) to a GGUF being written.
+type MetaWriter func(w *gguf.Writer) error
+
+// WriteGGUF writes the model as one GGUF file in llama.cpp's layout: matrices
+// in s.Type, 1-D tensors in F32, llama Q/K rows permuted for interleaved RoPE.
+func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
+	ws, err := s.gen()
+	if err != nil {
+		return err
+	}
+	w := gguf.NewWriter()
+	a := s.Arch
+	ftype := map[dtype.Type]uint32{dtype.F32: 0, dtype.F16: 1, dtype.Q4_0: 2, dtype.Q8_0: 7, dtype.BF16: 32}[s.Type]
+	meta := []struct {
+		k string
+		v any
+	}{
+		{"general.architecture", a},
+		{"general.name", s.Name},
+		{"general.file_type", ftype},
+		{a + ".context_length", uint32(s.MaxContext)},
+		{a + ".embedding_length", uint32(s.Hidden)},
+		{a + ".feed_forward_length", uint32(s.Intermediate)},
+		{a + ".block_count", uint32(s.Layers)},
+		{a + ".attention.head_count", uint32(s.Heads)},
+		{a + ".attention.head_count_kv", uint32(s.KVHeads)},
+		{a + ".rope.freq_base", float32(1e6)},
+		{a + ".attention.layer_norm_rms_epsilon", float32(1e-6)},
+	}
+	if a == model.ArchQwen3 || s.HeadDim != s.Hidden/s.Heads {
+		meta = append(meta, struct {
+			k string
+			v any
+		}{a + ".attention.key_length", uint32(s.HeadDim)}, struct {
+			k string
+			v any
+		}{a + ".attention.value_length", uint32(s.HeadDim)})
+	}
+	for _, kv := range meta {
+		if err := w.Add(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	for _, e := range extra {
+		if err := e(w); err != nil {
+			return err
+		}
+	}
+	for _, t := range ws {
+		typ := dtype.F32
+		if t.matrix {
+			typ = s.Type
+		}
+		data, err := dtype.Quantize(typ, nil, t.vals)
+		if err != nil {
+			return err
+		}
+		name := ggufName(t.name)
+		if a == model.ArchLlama && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
+			heads := s.Heads
+			if strings.HasSuffix(name, "attn_k.weight") {
+				heads = s.KVHeads
+			}
+			data = model.PermuteRows(data, heads, s.HeadDim, len(data)/t.shape[0])
+		}
+		shape := make([]uint64, len(t.shape)) // ggml order: innermost first
+		for i, d := range t.shape {
+			shape[len(shape)-1-i] = uint64(d)
+		}
+		if err := w.AddTensor(name, typ, shape, data); err != nil {
+			return err
+		}
+	}
+	return w.WriteFile(path)
+}
+
+// ggufName maps HF names to llama.cpp's, as the loader expects.
+func ggufName(hf string) string {
+	return strings.NewReplacer(
+		"model.embed_tokens.weight", "token_embd.weight",
+		"model.norm.weight", "output_norm.weight",
+		"lm_head.weight", "output.weight",
+		"model.layers.", "blk.",
+		".input_layernorm.", ".attn_norm.",
+		".post_attention_layernorm.", ".ffn_norm.",
+		".self_attn.q_proj.", ".attn_q.",
+		".self_attn.k_proj.", ".attn_k.",
+		".self_attn.v_proj.", ".attn_v.",
+		".self_attn.o_proj.", ".attn_output.",
+		".self_attn.q_norm.", ".attn_q_norm.",
+		".self_attn.k_norm.", ".attn_k_norm.",
+		".mlp.gate_proj.", ".ffn_gate.",
+		".mlp.up_proj.", ".ffn_up.",
+		".mlp.down_proj.", ".ffn_down.",
+	).Replace(hf)
+}
+
+// WriteHF writes config.json and the weights as safetensors into dir, in the
+// dtype that holds the spec's numbers exactly (F32 for quantized specs).
+func (s Spec) WriteHF(dir string) error {
+	ws, err := s.gen()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ht := s.hfType()
+	stName := map[dtype.Type]string{dtype.F32: "F32", dtype.F16: "F16", dtype.BF16: "BF16"}[ht]
+	tensors := make([]safetensors.Tensor, 0, len(ws))
+	for _, t := range ws {
+		data, err := dtype.Quantize(ht, nil, t.vals)
+		if err != nil {
+			return err
+		}
+		shape := make([]int64, len(t.shape))
+		for i, d := range t.shape {
+			shape[i] = int64(d)
+		}
+		tensors = append(tensors, safetensors.Tensor{Name: t.name, DType: stName, Shape: shape, Data: data})
+	}
+	if s.Shards > 1 {
+		var total int64
+		for _, t := range tensors {
+			total += int64(len(t.Data))
+		}
+		err = safetensors.WriteSharded(dir, tensors, total/int64(s.Shards)+1)
+	} else {
+		err = safetensors.Write(filepath.Join(dir, "model.safetensors"), tensors, map[string]string{"format": "pt"})
+	}
+	if err != nil {
+		return err
+	}
+	archName := map[string]string{model.ArchQwen3: "Qwen3ForCausalLM", model.ArchQwen2: "Qwen2ForCausalLM", model.ArchLlama: "LlamaForCausalLM"}[s.Arch]
+	torchDType := map[dtype.Type]string{dtype.F32: "float32", dtype.F16: "float16", dtype.BF16: "bfloat16"}[ht]
+	cfg := map[string]any{
+		"architectures":           []string{archName},
+		"model_type":              s.Arch,
+		"hidden_size":             s.Hidden,
+		"intermediate_size":       s.Intermediate,
+		"num_hidden_layers":       s.Layers,
+		"num_attention_heads":     s.Heads,
+		"num_key_value_heads":     s.KVHeads,
+		"head_dim":                s.HeadDim,
+		"vocab_size":              s.Vocab,
+		"max_position_embeddings": s.MaxContext,
+		"rms_norm_eps":            1e-6,
+		"rope_theta":              1e6,
+		"rope_scaling":            nil,
+		"tie_word_embeddings":     s.Tied,
+		"hidden_act":              "silu",
+		"attention_bias":          s.Arch == model.ArchQwen2,
+		"torch_dtype":             torchDType,
+		// Not an HF key: tells the numpy reference that the GGUF copy holds
+		// these numbers in this type (so llama.cpp-style activation rounding applies).
+		"draftd_gguf_type": lower(s.Type.String()),
+	}
+	if s.Arch == model.ArchQwen2 {
+		cfg["use_sliding_window"] = false
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), append(data, '\n'), 0o644)
+}
