@@ -1,0 +1,101 @@
+// Attention of new query vectors over a paged KV cache. The cache is a list of
+// blocks of bs positions; one block of one KV head is (bs, headDim) contiguous.
+// This file is the API and the plain-Go reference; it does not own the cache
+// (see internal/kvcache and model.Block).
+package kernels
+
+import (
+	"math"
+
+	"github.com/draftd/draftd/internal/dtype"
+)
+
+// f16Table widens every f16 bit pattern; 256 KiB, faster than bit twiddling.
+var f16Table = func() []float32 {
+	t := make([]float32, 1<<16)
+	for i := range t {
+		t[i] = dtype.F16ToF32(uint16(i))
+	}
+	return t
+}()
+
+// AttendF16 computes, for the nq query heads q (nq, headDim) that share one
+// KV head, out (nq, headDim) = softmax(scale · q·Kᵀ) · V over positions
+// [0, n). Position p's key is keys[p/bs][(p%bs)*headDim:][:headDim] (f16
+// bits), its value likewise in vals. Softmax is taken in f32, online.
+func AttendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
+	attendF16(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+// AttendF32 is AttendF16 for an f32 cache.
+func AttendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
+	attendF32(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+func attendF16Generic(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
+	for h := range nq {
+		qh := q[h*headDim : (h+1)*headDim]   // (headDim)
+		acc := out[h*headDim : (h+1)*headDim] // (headDim) running Σ w·v
+		clear(acc)
+		m, l := float32(math.Inf(-1)), float32(0)
+		for p := range n {
+			k := keys[p/bs][(p%bs)*headDim:][:headDim]
+			v := vals[p/bs][(p%bs)*headDim:][:headDim]
+			var s float32
+			for i, kv := range k {
+				s += qh[i] * f16Table[kv]
+			}
+			s *= scale
+			if s > m {
+				c := float32(math.Exp(float64(m - s)))
+				for i := range acc {
+					acc[i] *= c
+				}
+				l *= c
+				m = s
+			}
+			w := float32(math.Exp(float64(s - m)))
+			l += w
+			for i, vv := range v {
+				acc[i] += w * f16Table[vv]
+			}
+		}
+		for i := range acc {
+			acc[i] /= l
+		}
+	}
+}
+
+func attendF32Generic(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
+	for h := range nq {
+		qh := q[h*headDim : (h+1)*headDim]   // (headDim)
+		acc := out[h*headDim : (h+1)*headDim] // (headDim)
+		clear(acc)
+		m, l := float32(math.Inf(-1)), float32(0)
+		for p := range n {
+			k := keys[p/bs][(p%bs)*headDim:][:headDim]
+			v := vals[p/bs][(p%bs)*headDim:][:headDim]
+			var s float32
+			for i, kv := range k {
+				s += qh[i] * kv
+			}
+			s *= scale
+			if s > m {
+				c := float32(math.Exp(float64(m - s)))
+				for i := range acc {
+					acc[i] *= c
+				}
+				l *= c
+				m = s
+			}
+			w := float32(math.Exp(float64(s - m)))
+			l += w
+			for i, vv := range v {
+				acc[i] += w * vv
+			}
+		}
+		for i := range acc {
+			acc[i] /= l
+		}
+	}
+}

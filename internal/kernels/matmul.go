@@ -1,0 +1,77 @@
+// Matrix multiplication of stored weights by f32 activations: the one kernel
+// that decides draftd's speed. This file holds the API and its specification;
+// matmul_generic.go is the plain-Go reference, *_amd64.go the dispatch to
+// assembly. It does not own weight layout on disk (see internal/gguf).
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/draftd/draftd/internal/dtype"
+)
+
+// Matrix is a weight matrix W of shape (Rows, Cols): row r holds the Cols
+// input weights of output r, stored as Type exactly as in a GGUF file
+// (llama.cpp's ne0 = Cols). Kernels may keep a repacked copy (packed); the
+// numbers it encodes never change.
+type Matrix struct {
+	Type       dtype.Type
+	Rows, Cols int
+	Data       []byte // (Rows, RowBytes(Cols)) as stored
+	rowBytes   int
+	packed     any // kernel-specific layout built by NewMatrix, or nil
+}
+
+// NewMatrix wraps data (not copied) as a (rows, cols) matrix of type t.
+func NewMatrix(t dtype.Type, rows, cols int, data []byte) (*Matrix, error) {
+	if rows <= 0 || cols <= 0 {
+		return nil, fmt.Errorf("matrix shape (%d, %d) must be positive", rows, cols)
+	}
+	rb, err := t.RowBytes(cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) != rows*rb {
+		return nil, fmt.Errorf("%v matrix (%d, %d) needs %d bytes; have %d", t, rows, cols, rows*rb, len(data))
+	}
+	m := &Matrix{Type: t, Rows: rows, Cols: cols, Data: data, rowBytes: rb}
+	m.packed = pack(m)
+	return m, nil
+}
+
+// Row returns the stored bytes of row r.
+func (m *Matrix) Row(r int) []byte { return m.Data[r*m.rowBytes : (r+1)*m.rowBytes] }
+
+// Bytes is the size of the stored weights, for bandwidth accounting.
+func (m *Matrix) Bytes() int { return len(m.Data) }
+
+// MatMul computes y[b*Rows+r] = Σ_c W[r][c] · x[b*Cols+c] for b < batch:
+// x is (batch, Cols) and y is (batch, Rows). Work is split by output rows over
+// the pool. For F32/F16/BF16 weights the products are taken in f32. For
+// Q8_0/Q4_0 weights each activation row is first quantized to Q8_0 blocks
+// (as llama.cpp does) and each block product is an exact integer dot scaled
+// by d_w·d_x, so every implementation agrees up to f32 summation order.
+func MatMul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
+	if len(x) < batch*w.Cols || len(y) < batch*w.Rows {
+		panic(fmt.Sprintf("kernels.MatMul: x has %d, y has %d floats for batch %d of (%d, %d)", len(x), len(y), batch, w.Rows, w.Cols))
+	}
+	x = x[:batch*w.Cols]
+	y = y[:batch*w.Rows]
+	var xq []byte
+	if w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0 {
+		xq = quantizeActivations(x, batch, w.Cols)
+	}
+	p.For(w.Rows, rowAlign, func(lo, hi int) {
+		matmulRows(y, w, x, xq, batch, lo, hi)
+	})
+}
+
+// quantizeActivations encodes each (Cols) row of x as Q8_0 blocks.
+func quantizeActivations(x []float32, batch, cols int) []byte {
+	rb := cols / dtype.QK * 34
+	xq := make([]byte, 0, batch*rb) // (batch, cols/32 blocks of 34 bytes)
+	for b := range batch {
+		xq, _ = dtype.Quantize(dtype.Q8_0, xq, x[b*cols:(b+1)*cols])
+	}
+	return xq
+}
