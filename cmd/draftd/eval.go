@@ -1,0 +1,183 @@
+// draftd eval: the replay client of DESIGN §2. It reads a dataset, replays it
+// against a running drafter (draftd's POST /draft or llama-server's
+// POST /completion), and prints/writes τ, acceptance and latency. It is not
+// the server and starts none; the measuring lives in internal/eval.
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/draftd/draftd/internal/eval"
+	"github.com/draftd/draftd/internal/tokenizer"
+)
+
+func init() {
+	register("eval", "replay a dataset against a drafter and report acceptance (τ) and latency", runEval)
+}
+
+func runEval(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	var (
+		rawURL      = fs.String("url", "", "base URL of the drafter, http://HOST:PORT (required)")
+		dataPath    = fs.String("data", "", "dataset, JSON Lines of {id,prompt,continuation} or {id,messages,continuation_text} (required)")
+		concurrency = fs.Int("concurrency", 32, "samples replayed at once")
+		n           = fs.Int("n", 16, "draft tokens asked per request")
+		timeout     = fs.Duration("timeout", 30*time.Second, "per-request timeout; a request that takes longer counts as a failure (empty draft)")
+		limit       = fs.Int("limit", 0, "replay only the first K samples (0 = all)")
+		project     = fs.Int64("project-tokens", 0, "also project the serving time to this many continuation tokens")
+		jsonPath    = fs.String("json", "", "write the report as one JSON object to this file")
+		plotPath    = fs.String("plot", "", "draw the acceptance histogram and per-position rates to this file (.png, .svg, .pdf)")
+		backend     = fs.String("backend", eval.BackendDraftd, "server kind: draftd (POST /draft) or llama-server (POST /completion)")
+		tokPath     = fs.String("tokenizer", "", "tokenizer for text-form samples: tokenizer.json, its model directory, or a GGUF file")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: draftd eval --url http://HOST:PORT --data data.jsonl [flags]\n\n"+
+			"Replays each sample as a speculative-decoding loop would (DESIGN §2) and reports\n"+
+			"τ = tokens / steps, the accepted-length histogram, acceptance by draft position\n"+
+			"(accepted at position i / drafts that had a token at i), latency and throughput.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if stop, err := parseClientFlags(fs, args); stop {
+		return err
+	}
+	switch {
+	case *rawURL == "":
+		return clientUsageError(fs, "--url is required")
+	case *dataPath == "":
+		return clientUsageError(fs, "--data is required")
+	case *concurrency < 1:
+		return clientUsageError(fs, "--concurrency must be at least 1")
+	case *n < 1:
+		return clientUsageError(fs, "--n must be at least 1")
+	case *limit < 0:
+		return clientUsageError(fs, "--limit must not be negative")
+	case *project < 0:
+		return clientUsageError(fs, "--project-tokens must not be negative")
+	}
+	base, err := eval.NormalizeURL(*rawURL)
+	if err != nil {
+		return err
+	}
+	hc := eval.NewHTTPClient(*concurrency)
+	drafter, err := eval.NewDrafter(*backend, hc, base)
+	if err != nil {
+		return err
+	}
+
+	var enc eval.TextEncoder
+	if *tokPath != "" {
+		if enc, err = loadTextEncoder(*tokPath); err != nil {
+			return err
+		}
+	}
+	samples, err := eval.LoadDataset(*dataPath, enc, *limit)
+	if err != nil {
+		return err
+	}
+
+	if err := eval.CheckHealth(ctx, hc, base); err != nil {
+		return err
+	}
+	var serverInfo json.RawMessage
+	if *backend == eval.BackendDraftd {
+		info, err := eval.FetchInfo(ctx, hc, base)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "draftd eval: warning:", err)
+		}
+		serverInfo = info.Raw
+	}
+
+	var total int
+	for _, s := range samples {
+		total += len(s.Continuation)
+	}
+	bar := eval.NewProgress(total, fmt.Sprintf("replaying %d samples", len(samples)))
+	report, err := eval.Replay(ctx, drafter, samples, eval.ReplayOptions{
+		N: *n, Concurrency: *concurrency, Timeout: *timeout, Progress: bar.Add,
+	})
+	bar.Done()
+	if report == nil {
+		return err
+	}
+	report.Backend, report.URL, report.Data, report.ServerInfo = *backend, base, *dataPath, serverInfo
+	report.Project(*project)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "draftd eval: interrupted; the report covers %d of %d samples\n", report.Samples, report.SamplesTotal)
+	}
+	if werr := report.WriteText(os.Stdout); werr != nil {
+		return werr
+	}
+	if *jsonPath != "" {
+		if werr := eval.WriteJSON(*jsonPath, report); werr != nil {
+			return werr
+		}
+	}
+	if *plotPath != "" {
+		if werr := eval.WritePlot(report, *plotPath); werr != nil {
+			return werr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("eval interrupted: %w", err)
+	}
+	return nil
+}
+
+// loadTextEncoder loads the tokenizer (tokenizer.json, its directory, or a
+// GGUF file) for text-form samples.
+func loadTextEncoder(path string) (eval.TextEncoder, error) {
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("--tokenizer: %w", err)
+	}
+	return evalTokenizer{tok}, nil
+}
+
+// evalTokenizer adapts *tokenizer.Tokenizer to eval.TextEncoder. The prompt
+// is the chat template with the generation prompt appended and
+// enable_thinking left at the template's default (true for Qwen3), as
+// apply_chat_template(add_generation_prompt=True) renders it; the
+// continuation text is encoded with special tokens recognised, so an
+// "<|im_end|>" the target wrote becomes its id.
+type evalTokenizer struct{ tok *tokenizer.Tokenizer }
+
+func (e evalTokenizer) EncodeChat(msgs []eval.Message) ([]int, error) {
+	tm := make([]tokenizer.Message, len(msgs))
+	for i, m := range msgs {
+		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	return e.tok.EncodeChat(tm, true, true)
+}
+
+func (e evalTokenizer) Encode(text string) ([]int, error) { return e.tok.Encode(text), nil }
+
+// parseClientFlags parses args into fs and says whether the command should stop
+// now, with err to return: nil after -h printed the usage, an ErrUsage for a
+// bad flag (already reported by fs) or a stray argument.
+func parseClientFlags(fs *flag.FlagSet, args []string) (stop bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return true, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return true, clientUsageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	return false, nil
+}
+
+// clientUsageError prints msg and the flags of fs, and returns an ErrUsage.
+func clientUsageError(fs *flag.FlagSet, msg string) error {
+	fmt.Fprintf(fs.Output(), "draftd %s: %s\n", fs.Name(), msg)
+	fs.Usage()
+	return fmt.Errorf("%w: %s", ErrUsage, msg)
+}

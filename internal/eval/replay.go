@@ -1,0 +1,199 @@
+// This file is the replay of DESIGN §2, the definition of τ: every sample is
+// walked through its continuation, one draft request per verification step,
+// samples concurrently and each sample's requests in order. It is not the
+// report's formatting (report.go) nor the HTTP clients (client.go).
+
+package eval
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ReplayOptions configures Replay.
+type ReplayOptions struct {
+	N           int           // draft tokens asked per request (≥ 1)
+	Concurrency int           // samples replayed at once (≥ 1)
+	Timeout     time.Duration // per request; ≤ 0 means none
+	// Progress, if set, is called (from many goroutines) with the number of
+	// continuation tokens each step covered; they sum to Σ len(continuation).
+	Progress func(tokens int)
+}
+
+// SampleResult is the replay of one sample.
+type SampleResult struct {
+	ID       string  `json:"id"`
+	Tokens   int     `json:"tokens"`
+	Steps    int     `json:"steps"`
+	Tau      float64 `json:"tau"`
+	Failures int     `json:"failures"`
+}
+
+// tally accumulates the counters of Report; one per worker, merged at the end.
+type tally struct {
+	tokens, steps int64
+	draftTokens   int64   // Σ len(draft) over successful requests (after clipping to n)
+	hist          []int64 // (n+1) steps by accepted length
+	reached       []int64 // (n) steps whose draft had a token at position i
+	accepted      []int64 // (n) steps whose draft token at position i was accepted
+	latencies     []time.Duration
+	fails         failures
+}
+
+func newTally(n int) *tally {
+	return &tally{hist: make([]int64, n+1), reached: make([]int64, n), accepted: make([]int64, n)}
+}
+
+func (t *tally) merge(u *tally) {
+	t.tokens += u.tokens
+	t.steps += u.steps
+	t.draftTokens += u.draftTokens
+	for i := range t.hist {
+		t.hist[i] += u.hist[i]
+	}
+	for i := range t.reached {
+		t.reached[i] += u.reached[i]
+		t.accepted[i] += u.accepted[i]
+	}
+	t.latencies = append(t.latencies, u.latencies...)
+	t.fails.merge(u.fails)
+}
+
+// errInterrupted marks a sample whose replay was cut short by ctx.
+var errInterrupted = errors.New("interrupted")
+
+// Replay replays samples against d as DESIGN §2 defines:
+//
+//	p = 0; steps = 0
+//	while p < len(continuation):
+//	    draft = d.Draft(prompt + continuation[:p], n)   # failed/timed out = empty draft
+//	    a = longest common prefix of draft and continuation[p:]
+//	    p += a + 1; steps += 1
+//
+// A failed request (transport error, non-200, unusable answer, or no answer
+// within Timeout) is counted in Failures and scored as an empty draft: the
+// step accepts 0 tokens and the target contributes its bonus token. A draft
+// longer than n is clipped to n.
+//
+// When ctx ends, Replay stops and returns the report over the samples that
+// were replayed to the end, together with ctx's error.
+func Replay(ctx context.Context, d Drafter, samples []Sample, opt ReplayOptions) (*Report, error) {
+	if opt.N < 1 {
+		return nil, errors.New("n must be at least 1")
+	}
+	conc := max(opt.Concurrency, 1)
+	progress := opt.Progress
+	if progress == nil {
+		progress = func(int) {}
+	}
+
+	jobs := make(chan int)
+	results := make([]*SampleResult, len(samples)) // index written by one worker
+	tallies := make([]*tally, conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range conc {
+		tallies[w] = newTally(opt.N)
+		wg.Go(func() {
+			for i := range jobs {
+				s := newTally(opt.N)
+				if err := replaySample(ctx, d, samples[i], opt, s, progress); err != nil {
+					continue // interrupted: the partial sample is dropped
+				}
+				tallies[w].merge(s)
+				results[i] = &SampleResult{
+					ID: samples[i].ID, Tokens: int(s.tokens), Steps: int(s.steps),
+					Tau: float64(s.tokens) / float64(s.steps), Failures: s.fails.n,
+				}
+			}
+		})
+	}
+feed:
+	for i := range samples {
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	wall := time.Since(start)
+
+	total := newTally(opt.N)
+	for _, t := range tallies {
+		total.merge(t)
+	}
+	r := newReport(total, wall, opt)
+	r.SamplesTotal = len(samples)
+	var tauSum float64
+	for _, sr := range results {
+		if sr != nil {
+			r.PerSample = append(r.PerSample, *sr)
+			tauSum += sr.Tau
+		}
+	}
+	r.Samples = len(r.PerSample)
+	if r.Samples > 0 {
+		r.TauMacro = tauSum / float64(r.Samples)
+	}
+	return r, ctx.Err()
+}
+
+// replaySample replays one sample into t. It returns errInterrupted when
+// ctx ends first.
+func replaySample(ctx context.Context, d Drafter, s Sample, opt ReplayOptions, t *tally, progress func(int)) error {
+	cont := s.Continuation
+	full := make([]int, 0, len(s.Prompt)+len(cont)) // (promptLen+contLen) prompt, then continuation
+	full = append(append(full, s.Prompt...), cont...)
+	for p := 0; p < len(cont); {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if opt.Timeout > 0 {
+			rctx, cancel = context.WithTimeout(ctx, opt.Timeout)
+		}
+		t0 := time.Now()
+		draft, err := d.Draft(rctx, full[:len(s.Prompt)+p], opt.N)
+		lat := time.Since(t0)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return errInterrupted
+			}
+			t.fails.add(err)
+			draft = nil
+		} else {
+			t.latencies = append(t.latencies, lat)
+			draft = draft[:min(len(draft), opt.N)]
+			t.draftTokens += int64(len(draft))
+		}
+		a := commonPrefix(draft, cont[p:])
+		t.hist[a]++
+		for i := range draft {
+			t.reached[i]++
+		}
+		for i := range a {
+			t.accepted[i]++
+		}
+		progress(min(a+1, len(cont)-p))
+		p += a + 1
+		t.steps++
+	}
+	t.tokens = int64(len(cont))
+	return nil
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []int) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}

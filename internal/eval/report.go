@@ -1,0 +1,183 @@
+// This file is the result of a replay: the Report type (its JSON form is what
+// `draftd eval --json` writes) and its text form. It does not measure
+// anything itself.
+
+package eval
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of Replay. JSON keys are a contract (issue 3):
+// tau, tau_macro, tokens, steps, requests, failures, wall_s, latency_ms,
+// accept_hist, accept_by_position.
+//
+// Acceptance by draft position: for position i (0-based: index 0 is the
+// first draft token),
+//
+//	accept_by_position[i] = position_accepted[i] / position_reached[i]
+//
+// where position_reached[i] counts the steps whose draft had a token at
+// position i (len(draft) > i) and position_accepted[i] counts the steps whose
+// accepted length exceeded i. It estimates P(token i is accepted | the drafter
+// proposed a token i); since acceptance is a prefix, position_accepted[i] is
+// also the number of steps with accepted length > i, so the rate falls with i.
+// Failed requests propose nothing and count at no position (they are in
+// accept_hist[0]). A position no draft reached has rate 0 and reached 0.
+type Report struct {
+	Backend     string  `json:"backend,omitempty"`
+	URL         string  `json:"url,omitempty"`
+	Data        string  `json:"data,omitempty"`
+	N           int     `json:"n"`
+	Concurrency int     `json:"concurrency"`
+	TimeoutS    float64 `json:"timeout_s"`
+
+	Samples      int `json:"samples"`       // replayed to the end
+	SamplesTotal int `json:"samples_total"` // in the dataset (after --limit)
+
+	Tau      float64 `json:"tau"`       // Σ tokens / Σ steps
+	TauMacro float64 `json:"tau_macro"` // mean of per-sample τ
+	Tokens   int64   `json:"tokens"`    // Σ len(continuation)
+	Steps    int64   `json:"steps"`
+	Requests int64   `json:"requests"` // one per step
+	Failures int64   `json:"failures"`
+	// FailureKinds counts failures by kind ("timeout", "HTTP 503", ...).
+	FailureKinds map[string]int `json:"failure_kinds,omitempty"`
+	FirstError   string         `json:"first_error,omitempty"`
+
+	WallS float64 `json:"wall_s"`
+	// LatencyMS is over successful requests only; failures are counted apart.
+	LatencyMS        Latency   `json:"latency_ms"`
+	DraftTokens      int64     `json:"draft_tokens"` // Σ len(draft), successful requests
+	DraftTokensPerS  float64   `json:"draft_tokens_per_s"`
+	RequestsPerS     float64   `json:"requests_per_s"`
+	AcceptedPerStep  float64   `json:"accepted_per_step"`  // τ − 1
+	AcceptHist       []int64   `json:"accept_hist"`        // (n+1) steps by accepted length 0..n
+	AcceptByPosition []float64 `json:"accept_by_position"` // (n)
+	PositionReached  []int64   `json:"position_reached"`   // (n)
+	PositionAccepted []int64   `json:"position_accepted"`  // (n)
+
+	Projection *Projection `json:"projection,omitempty"`
+
+	ServerInfo json.RawMessage `json:"server_info,omitempty"`
+	PerSample  []SampleResult  `json:"per_sample"`
+}
+
+// Projection scales the measured serving time to a larger set of tokens at
+// the same concurrency, τ and per-request cost: wall_s = measured wall_s ×
+// tokens / measured tokens, requests = tokens / τ.
+type Projection struct {
+	Tokens   int64   `json:"tokens"`
+	Requests float64 `json:"requests"`
+	WallS    float64 `json:"wall_s"`
+}
+
+func newReport(t *tally, wall time.Duration, opt ReplayOptions) *Report {
+	r := &Report{
+		N:                opt.N,
+		Concurrency:      max(opt.Concurrency, 1),
+		TimeoutS:         opt.Timeout.Seconds(),
+		Tokens:           t.tokens,
+		Steps:            t.steps,
+		Requests:         t.steps,
+		Failures:         int64(t.fails.n),
+		FailureKinds:     t.fails.kinds,
+		FirstError:       t.fails.first,
+		WallS:            wall.Seconds(),
+		LatencyMS:        summarize(t.latencies),
+		DraftTokens:      t.draftTokens,
+		AcceptHist:       t.hist,
+		PositionReached:  t.reached,
+		PositionAccepted: t.accepted,
+		AcceptByPosition: make([]float64, len(t.reached)),
+	}
+	if t.steps > 0 {
+		r.Tau = float64(t.tokens) / float64(t.steps)
+		r.AcceptedPerStep = r.Tau - 1
+	}
+	if s := wall.Seconds(); s > 0 {
+		r.DraftTokensPerS = float64(t.draftTokens) / s
+		r.RequestsPerS = float64(t.steps) / s
+	}
+	for i := range t.reached {
+		if t.reached[i] > 0 {
+			r.AcceptByPosition[i] = float64(t.accepted[i]) / float64(t.reached[i])
+		}
+	}
+	return r
+}
+
+// Project sets r.Projection for a set of tokens tokens; it does nothing when
+// tokens ≤ 0 or nothing was measured.
+func (r *Report) Project(tokens int64) {
+	if tokens <= 0 || r.Tokens == 0 || r.Tau == 0 {
+		return
+	}
+	r.Projection = &Projection{
+		Tokens:   tokens,
+		Requests: float64(tokens) / r.Tau,
+		WallS:    r.WallS * float64(tokens) / float64(r.Tokens),
+	}
+}
+
+// WriteText prints the report for people.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "replayed %d of %d samples", r.Samples, r.SamplesTotal)
+	if r.Backend != "" {
+		fmt.Fprintf(&b, " against %s (%s)", r.URL, r.Backend)
+	}
+	fmt.Fprintf(&b, ", n=%d, concurrency %d\n\n", r.N, r.Concurrency)
+	fmt.Fprintf(&b, "  τ (micro)        %.4f   (%d tokens / %d steps)\n", r.Tau, r.Tokens, r.Steps)
+	fmt.Fprintf(&b, "  τ (macro)        %.4f   (mean over samples)\n", r.TauMacro)
+	fmt.Fprintf(&b, "  requests         %d   failures %d", r.Requests, r.Failures)
+	if r.Requests > 0 && r.Failures > 0 {
+		fmt.Fprintf(&b, " (%.2f%%)", 100*float64(r.Failures)/float64(r.Requests))
+	}
+	b.WriteString("\n")
+	if r.Failures > 0 {
+		fmt.Fprintf(&b, "  failure kinds    %s\n  first error      %s\n", formatKinds(r.FailureKinds), r.FirstError)
+	}
+	fmt.Fprintf(&b, "  wall time        %.2f s   %.1f requests/s   %.1f draft tokens/s\n", r.WallS, r.RequestsPerS, r.DraftTokensPerS)
+	l := r.LatencyMS
+	fmt.Fprintf(&b, "  latency (ms)     p50 %.1f   p90 %.1f   p99 %.1f   mean %.1f   max %.1f\n", l.P50, l.P90, l.P99, l.Mean, l.Max)
+
+	b.WriteString("\n  accepted length per step (histogram):\n")
+	var most int64
+	for _, c := range r.AcceptHist {
+		most = max(most, c)
+	}
+	for a, c := range r.AcceptHist {
+		pct, bar := 0.0, 0
+		if r.Steps > 0 {
+			pct = 100 * float64(c) / float64(r.Steps)
+		}
+		if most > 0 {
+			bar = int(40 * c / most)
+		}
+		fmt.Fprintf(&b, "    %3d %9d %6.2f%%  %s\n", a, c, pct, strings.Repeat("#", bar))
+	}
+	b.WriteString("\n  acceptance by draft position (accepted / drafts with a token there):\n")
+	for i, rate := range r.AcceptByPosition {
+		fmt.Fprintf(&b, "    %3d  %.4f  (%d/%d)\n", i+1, rate, r.PositionAccepted[i], r.PositionReached[i])
+	}
+	if p := r.Projection; p != nil {
+		fmt.Fprintf(&b, "\n  projection to %d tokens: ~%.0f requests, ~%s at concurrency %d\n",
+			p.Tokens, p.Requests, fmtSeconds(p.WallS), r.Concurrency)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// fmtSeconds prints s seconds as a rounded duration ("1h2m3s"), or in
+// seconds when that would overflow a time.Duration.
+func fmtSeconds(s float64) string {
+	if s >= 1e9 {
+		return fmt.Sprintf("%.3g s", s)
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}
