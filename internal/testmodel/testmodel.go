@@ -37,6 +37,10 @@ type Spec struct {
 	Type         dtype.Type // storage type of the matrices in the GGUF file
 	Seed         uint64
 	Shards       int // HF safetensors shards (≤ 1: one model.safetensors)
+	// Decay, when in (0, 1), scales the residual contributions (o_proj and
+	// down_proj) of layer i by Decay^i, so that the model truncated to its
+	// first layers is a close approximation of the whole (a demo drafter).
+	Decay float64
 }
 
 // Tiny is the small model of each architecture used by fidelity tests.
@@ -152,6 +156,10 @@ func (s Spec) gen() ([]weight, error) {
 	}
 	for i := range s.Layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
+		gain := 1.0
+		if s.Decay > 0 && s.Decay < 1 {
+			gain = math.Pow(s.Decay, float64(i))
+		}
 		vector(p+"input_layernorm.weight", h, 1, 0.5)
 		for _, m := range []struct {
 			n    string
@@ -161,7 +169,7 @@ func (s Spec) gen() ([]weight, error) {
 			{"self_attn.q_proj.weight", q, h, 1 / math.Sqrt(float64(h))},
 			{"self_attn.k_proj.weight", kv, h, 1 / math.Sqrt(float64(h))},
 			{"self_attn.v_proj.weight", kv, h, 1 / math.Sqrt(float64(h))},
-			{"self_attn.o_proj.weight", h, q, 12 * embStd / math.Sqrt(float64(q))},
+			{"self_attn.o_proj.weight", h, q, gain * 12 * embStd / math.Sqrt(float64(q))},
 		} {
 			if err := matrix(p+m.n, m.r, m.c, m.std); err != nil {
 				return nil, err
@@ -184,7 +192,7 @@ func (s Spec) gen() ([]weight, error) {
 		}{
 			{"mlp.gate_proj.weight", ff, h, 1 / math.Sqrt(float64(h))},
 			{"mlp.up_proj.weight", ff, h, 1 / math.Sqrt(float64(h))},
-			{"mlp.down_proj.weight", h, ff, 16 * embStd / math.Sqrt(float64(ff))},
+			{"mlp.down_proj.weight", h, ff, gain * 16 * embStd / math.Sqrt(float64(ff))},
 		} {
 			if err := matrix(p+m.n, m.r, m.c, m.std); err != nil {
 				return nil, err

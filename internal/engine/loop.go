@@ -1,0 +1,279 @@
+// The engine goroutine: admission from the queue into the running batch,
+// one forward step over every active sequence (chunked ragged prefill plus
+// one decode token each), and the bookkeeping of leases in the prefix cache.
+// It is the only code that touches the model and the cache. It does not
+// validate input (Draft does) or know about HTTP.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/draftd/draftd/internal/kvcache"
+	"github.com/draftd/draftd/internal/model"
+)
+
+// seq is one admitted request in the running batch.
+type seq struct {
+	req    *request
+	lease  *kvcache.Lease
+	all    []int // (L + drafted so far) context, then the draft tokens
+	L      int   // context length
+	pos    int   // positions whose KV is written: all[:pos]
+	cached int   // positions [0, cached) came from the cache
+	ms     model.Seq
+}
+
+// loop runs until Close has drained the queue (or aborted it).
+func (e *Engine) loop() {
+	defer close(e.done)
+	var active []*seq
+	var head *request // taken from the queue, waiting for KV space
+	for {
+		if len(active) == 0 && head == nil {
+			select {
+			case head = <-e.queue:
+			case <-e.abort:
+			case <-e.closing:
+				select {
+				case head = <-e.queue:
+				default:
+					return // closed and drained
+				}
+			}
+		}
+		select {
+		case <-e.abort:
+			e.failAll(active, head, ErrClosed)
+			return
+		default:
+		}
+		active, head = e.iterate(active, head)
+		e.active.Store(int64(len(active)))
+	}
+}
+
+// iterate admits what fits, drops cancelled requests and runs one step. A
+// panic outside the forward pass (a bug in the bookkeeping) fails every
+// active request and resets the cache, whose state can no longer be trusted.
+func (e *Engine) iterate(active []*seq, head *request) (_ []*seq, _ *request) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("%w: panic in the engine loop: %v", ErrInternal, p)
+			e.log.Error("engine loop panic; failing the batch and resetting the KV cache", "panic", p, "stack", string(debug.Stack()))
+			for _, s := range active {
+				e.respond(s.req, Result{}, err)
+			}
+			e.cache.Reset()
+			active = active[:0]
+		}
+	}()
+	active, head = e.admit(active, head)
+	active = e.dropCancelled(active)
+	if len(active) > 0 {
+		active = e.step(active)
+	}
+	return active, head
+}
+
+// admit moves requests from the queue into the batch while they fit.
+func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
+	for len(active) < e.opt.MaxBatch {
+		if head == nil {
+			select {
+			case head = <-e.queue:
+			default:
+				return active, nil
+			}
+		}
+		r := head
+		if err := r.ctx.Err(); err != nil {
+			head = nil
+			e.queued.Add(-1)
+			e.respond(r, Result{}, err)
+			continue
+		}
+		L := len(r.tokens)
+		lease, err := e.cache.Acquire(r.tokens, L+r.n-1)
+		if errors.Is(err, kvcache.ErrNoSpace) {
+			if len(active) > 0 {
+				return active, head // wait for a running sequence to free blocks
+			}
+			err = fmt.Errorf("%w: %v with no active sequence", ErrInternal, err)
+		}
+		head = nil
+		e.queued.Add(-1)
+		if errors.Is(err, kvcache.ErrTooLarge) {
+			err = inputErr("context_over_kv_budget", "context of %d tokens plus %d draft tokens needs more KV cache than the server's budget of %d bytes holds",
+				L, r.n, e.opt.KVCacheBytes)
+		}
+		if err != nil {
+			e.respond(r, Result{}, err)
+			continue
+		}
+		all := make([]int, L, L+r.n)
+		copy(all, r.tokens)
+		s := &seq{req: r, lease: lease, all: all, L: L, pos: lease.Cached, cached: lease.Cached}
+		if s.cached > 0 {
+			e.hit.Add(uint64(s.cached))
+			e.observe(func(o Observer) { o.CacheHit(s.cached) })
+		}
+		active = append(active, s)
+	}
+	return active, head
+}
+
+// dropCancelled removes sequences whose caller has gone, keeping the KV
+// they computed (it is valid) in the cache.
+func (e *Engine) dropCancelled(active []*seq) []*seq {
+	out := active[:0]
+	for _, s := range active {
+		if err := s.req.ctx.Err(); err != nil {
+			e.cache.Commit(s.lease, s.all, s.pos)
+			e.respond(s.req, Result{}, err)
+			continue
+		}
+		out = append(out, s)
+	}
+	clear(active[len(out):])
+	return out
+}
+
+// step runs one forward pass over the batch and returns the sequences still
+// running. Sequences in prefill get up to PrefillChunk tokens in total (in
+// admission order); decoding sequences get their last drafted token.
+func (e *Engine) step(active []*seq) []*seq {
+	var batch []*seq
+	var seqs []*model.Seq
+	budget := e.opt.PrefillChunk
+	prefill, decode := 0, 0
+	for _, s := range active {
+		k := len(s.all) - s.pos // known tokens without KV
+		if s.pos >= s.L {
+			decode += k // == 1
+		} else {
+			if budget == 0 {
+				continue
+			}
+			k = min(k, budget)
+			budget -= k
+			prefill += k
+		}
+		s.ms.Tokens = s.all[s.pos : s.pos+k]
+		s.ms.Pos = s.pos
+		s.ms.Blocks = s.lease.Blocks
+		batch = append(batch, s)
+		seqs = append(seqs, &s.ms)
+	}
+	if err := e.forward(seqs); err != nil {
+		e.log.Error("forward step failed; failing its requests", "err", err, "batch", len(batch))
+		failed := make(map[*seq]bool, len(batch))
+		for _, s := range batch {
+			failed[s] = true
+			e.cache.Release(s.lease)
+			e.respond(s.req, Result{}, err)
+		}
+		out := active[:0]
+		for _, s := range active {
+			if !failed[s] {
+				out = append(out, s)
+			}
+		}
+		clear(active[len(out):])
+		return out
+	}
+	e.steps.Add(1)
+	e.prefill.Add(uint64(prefill))
+	e.decode.Add(uint64(decode))
+	e.observe(func(o Observer) { o.Step(len(batch), prefill, decode) })
+
+	out := active[:0]
+	for _, s := range active {
+		if s.ms.Pos == s.pos && len(s.ms.Tokens) > 0 { // ran in this step
+			s.pos += len(s.ms.Tokens)
+			if s.pos == len(s.all) {
+				s.all = append(s.all, s.ms.Next)
+			}
+		}
+		s.ms.Tokens = nil
+		if len(s.all)-s.L == s.req.n {
+			e.finish(s)
+			continue
+		}
+		out = append(out, s)
+	}
+	clear(active[len(out):])
+	return out
+}
+
+// forward runs the model, turning a panic into an error.
+func (e *Engine) forward(seqs []*model.Seq) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("panic in forward", "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: panic in forward step: %v", ErrInternal, p)
+		}
+	}()
+	if e.testHookForward != nil {
+		e.testHookForward(seqs)
+	}
+	if err := e.m.Forward(seqs); err != nil {
+		return fmt.Errorf("%w: %v", ErrInternal, err)
+	}
+	return nil
+}
+
+// finish answers a sequence that has its n tokens and keeps the KV of its
+// context and of every draft token but the last (never fed) in the cache.
+func (e *Engine) finish(s *seq) {
+	e.cache.Commit(s.lease, s.all, s.pos)
+	e.requests.Add(1)
+	res := Result{
+		Draft:         append([]int(nil), s.all[s.L:]...),
+		PrefillTokens: s.L - s.cached,
+		CachedTokens:  s.cached,
+	}
+	e.respond(s.req, res, nil)
+}
+
+// failAll answers every active and queued request with err (on abort).
+func (e *Engine) failAll(active []*seq, head *request, err error) {
+	for _, s := range active {
+		e.cache.Release(s.lease)
+		e.respond(s.req, Result{}, err)
+	}
+	e.active.Store(0)
+	if head != nil {
+		e.queued.Add(-1)
+		e.respond(head, Result{}, err)
+	}
+	for {
+		select {
+		case r := <-e.queue:
+			e.queued.Add(-1)
+			e.respond(r, Result{}, err)
+		default:
+			return
+		}
+	}
+}
+
+// respond delivers the answer; reply has room for it even when the caller
+// has already gone.
+func (e *Engine) respond(r *request, res Result, err error) {
+	r.reply <- reply{res: res, err: err}
+}
+
+// observe calls the observer, if any, without letting it break the loop.
+func (e *Engine) observe(f func(Observer)) {
+	if e.opt.Observer == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("observer panic", "panic", p)
+		}
+	}()
+	f(e.opt.Observer)
+}

@@ -1,0 +1,360 @@
+// Load and life-cycle tests on a real server (issue 3, "Bad input and
+// load"): overload answers only 200 or 503 + Retry-After, a disconnecting
+// client cancels its work, shutdown finishes in-flight requests, and a soak
+// replay at concurrency 32 has no failures and flat memory. The soak is a
+// few seconds by default; DRAFTD_SOAK=1 runs it for a minute (or for
+// DRAFTD_SOAK_DURATION).
+
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/eval"
+	"github.com/draftd/draftd/internal/model"
+)
+
+// hookDrafter runs before ahead of every Draft of the wrapped engine.
+type hookDrafter struct {
+	Drafter
+	before func(ctx context.Context, tokens []int) error
+}
+
+func (h *hookDrafter) Draft(ctx context.Context, tokens []int, n int) (engine.Result, error) {
+	if err := h.before(ctx, tokens); err != nil {
+		return engine.Result{}, err
+	}
+	return h.Drafter.Draft(ctx, tokens, n)
+}
+
+func hook(before func(ctx context.Context, tokens []int) error) func(Drafter) Drafter {
+	return func(d Drafter) Drafter { return &hookDrafter{Drafter: d, before: before} }
+}
+
+// marker starts the contexts that test hooks act on (the warm-up never does).
+const marker = 500
+
+func TestOverload(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		slow bool // hold every request 20 ms before the engine: overload is certain
+	}{{"engine", false}, {"slow", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{MaxBatch: 2, MaxQueue: 2}
+			if c.slow {
+				cfg.wrap = hook(func(ctx context.Context, tokens []int) error {
+					time.Sleep(20 * time.Millisecond)
+					return nil
+				})
+			}
+			ts := startHealthy(t, cfg)
+			const clients, each = 64, 3
+			var (
+				mu     sync.Mutex
+				counts = map[int]int{}
+				start  = make(chan struct{})
+				wg     sync.WaitGroup
+			)
+			for i := range clients {
+				wg.Go(func() {
+					<-start
+					for k := range each {
+						ctx := seq(i*each+k, 100)
+						body, _ := json.Marshal(map[string]any{"tokens": ctx, "n": 64})
+						st, h, b := ts.do("POST", "/draft", string(body))
+						switch st {
+						case http.StatusOK:
+							if d := decodeDraft(t, b); len(d) != 64 {
+								t.Errorf("200 with %d draft tokens; want 64", len(d))
+							}
+						case http.StatusServiceUnavailable:
+							checkError(t, st, h, b, st, CodeQueueFull, "queue is full")
+						default:
+							t.Errorf("status %d: %s", st, b)
+						}
+						mu.Lock()
+						counts[st]++
+						mu.Unlock()
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			t.Logf("statuses: %v", counts)
+			if counts[200] == 0 {
+				t.Errorf("no request succeeded")
+			}
+			if c.slow && counts[503] == 0 {
+				t.Errorf("no 503 with %d clients against a queue of 2", clients)
+			}
+			ts.waitHealthy()
+			ts.draft([]int{1, 2, 3}, 4)
+			if v, _ := value(scrape(t, ts), "draftd_internal_errors_total"); v != 0 {
+				t.Errorf("draftd_internal_errors_total = %v; want 0", v)
+			}
+		})
+	}
+}
+
+func TestDisconnectCancels(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	saw := make(chan error, 1)
+	ts := startHealthy(t, Config{wrap: hook(func(ctx context.Context, tokens []int) error {
+		if tokens[0] != marker {
+			return nil
+		}
+		entered <- struct{}{}
+		select {
+		case <-ctx.Done():
+			saw <- ctx.Err()
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			saw <- nil
+			return nil
+		}
+	})})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/draft", strings.NewReader(`{"tokens":[500,1,2],"n":8}`))
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := ts.hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("client: have %v; want context.Canceled", err)
+	}
+	select {
+	case err := <-saw:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("engine call context: have %v; want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the disconnect did not cancel the engine call")
+	}
+	// The request is logged and counted as 499, and nothing else changed.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, _ := value(scrape(t, ts), "draftd_http_requests_total", "route", "/draft", "code", "499")
+		if v == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests with code 499: %v; want 1", v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ts.draft([]int{1, 2, 3}, 4)
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	const inflight = 6
+	gate := make(chan struct{})
+	entered := make(chan struct{}, inflight)
+	ts := startHealthy(t, Config{wrap: hook(func(ctx context.Context, tokens []int) error {
+		if tokens[0] == marker {
+			entered <- struct{}{}
+			<-gate
+		}
+		return nil
+	})})
+	m := loadModel(t)
+
+	type answer struct {
+		st   int
+		b    []byte
+		want []int
+	}
+	answers := make(chan answer, inflight)
+	for i := range inflight {
+		ctx := append([]int{marker}, seq(i, 20+i)...)
+		go func() {
+			body, _ := json.Marshal(map[string]any{"tokens": ctx, "n": 10})
+			st, _, b := ts.do("POST", "/draft", string(body))
+			want, _ := m.Generate(ctx, 10)
+			answers <- answer{st, b, want}
+		}()
+	}
+	for range inflight {
+		<-entered
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- ts.stop() }()
+
+	// New connections are refused once the listener is closed.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := fresh.Get(ts.URL + "/health")
+		if err != nil {
+			break
+		}
+		resp.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections 5 s after shutdown began")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) before in-flight requests finished", err)
+	default:
+	}
+
+	close(gate)
+	for range inflight {
+		a := <-answers
+		if a.st != http.StatusOK {
+			t.Errorf("in-flight request: status %d: %s", a.st, a.b)
+			continue
+		}
+		if have := decodeDraft(t, a.b); !slices.Equal(have, a.want) {
+			t.Errorf("in-flight request: have %v; want %v", have, a.want)
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Run: %v; want nil after a graceful shutdown", err)
+	}
+}
+
+// soakData makes a dataset: continuations of the shipped Q4_0 twin of the
+// served Q8_0 model (same seed, other rounding), so that drafts are often
+// but not always accepted and every request length occurs.
+func soakData(t testing.TB, samples, contLen int) []eval.Sample {
+	t.Helper()
+	target, err := model.Load("../../testdata/models/tiny-qwen3-q4_0.gguf", model.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	r := rand.New(rand.NewPCG(7, 7))
+	var out []eval.Sample
+	for i := range samples {
+		prompt := make([]int, 8+r.IntN(40))
+		for j := range prompt {
+			prompt[j] = r.IntN(tinyVocab)
+		}
+		cont, err := target.Generate(prompt, contLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, eval.Sample{ID: fmt.Sprint(i), Prompt: prompt, Continuation: cont})
+	}
+	return out
+}
+
+func TestSoak(t *testing.T) {
+	dur := 3 * time.Second
+	if os.Getenv("DRAFTD_SOAK") != "" {
+		dur = time.Minute
+	}
+	if s := os.Getenv("DRAFTD_SOAK_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("DRAFTD_SOAK_DURATION: %v", err)
+		}
+		dur = d
+	}
+	if testing.Short() {
+		dur = time.Second
+	}
+	const budget = 4 << 20 // small enough that the prefix cache evicts
+	ts := startHealthy(t, Config{KVCacheBytes: budget})
+	samples := soakData(t, 48, 64)
+	hc := eval.NewHTTPClient(32)
+	defer hc.CloseIdleConnections()
+	client := &eval.DraftdClient{HTTP: hc, URL: ts.URL}
+	replay := func() *eval.Report {
+		t.Helper()
+		rep, err := eval.Replay(t.Context(), client, samples, eval.ReplayOptions{N: 16, Concurrency: 32, Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Failures != 0 {
+			t.Fatalf("replay: %d failures (%v; first: %s)", rep.Failures, rep.FailureKinds, rep.FirstError)
+		}
+		return rep
+	}
+	heap := func() (uint64, int) {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse, runtime.NumGoroutine()
+	}
+
+	first := replay() // warm: caches, pools and connections reach their size
+	heap0, g0 := heap()
+	var rounds, requests atomic.Int64
+	peak := heap0
+	for start := time.Now(); time.Since(start) < dur; {
+		rep := replay()
+		rounds.Add(1)
+		requests.Add(rep.Requests)
+		if h, _ := heap(); h > peak {
+			peak = h
+		}
+	}
+	heap1, g1 := heap()
+	t.Logf("τ %.2f; %d rounds, %d requests after warm-up; HeapInuse %d → %d KiB (peak %d KiB); goroutines %d → %d",
+		first.Tau, rounds.Load(), requests.Load(), heap0>>10, heap1>>10, peak>>10, g0, g1)
+	if first.Tau <= 1 {
+		t.Errorf("τ = %.2f; the Q8_0 drafter should predict its Q4_0 twin often", first.Tau)
+	}
+	if limit := heap0 + max(heap0/2, 16<<20); peak > limit {
+		t.Errorf("HeapInuse grew from %d to a peak of %d bytes (limit %d)", heap0, peak, limit)
+	}
+	if g1 > g0+8 {
+		t.Errorf("goroutines grew from %d to %d", g0, g1)
+	}
+	fams := scrape(t, ts)
+	if v, _ := value(fams, "draftd_kv_cache_bytes"); v > budget {
+		t.Errorf("KV bytes in use %v over the budget %d", v, budget)
+	}
+	if v, _ := value(fams, "draftd_http_requests_total", "code", "500"); v != 0 {
+		t.Errorf("%v answers were 500", v)
+	}
+}
+
+func TestPanicAndInternalErrorAre500(t *testing.T) {
+	ts := startHealthy(t, Config{wrap: hook(func(ctx context.Context, tokens []int) error {
+		switch {
+		case tokens[0] == marker && len(tokens) == 1:
+			panic("test panic")
+		case tokens[0] == marker:
+			return fmt.Errorf("%w: test failure", engine.ErrInternal)
+		}
+		return nil
+	})})
+	for _, body := range []string{`{"tokens":[500]}`, `{"tokens":[500,1]}`} {
+		st, h, b := ts.do("POST", "/draft", body)
+		checkError(t, st, h, b, http.StatusInternalServerError, CodeInternal, "internal error")
+	}
+	ts.draft([]int{1, 2, 3}, 4)
+	fams := scrape(t, ts)
+	if v, _ := value(fams, "draftd_internal_errors_total"); v != 2 {
+		t.Errorf("draftd_internal_errors_total = %v; want 2", v)
+	}
+	if v, _ := value(fams, "draftd_http_requests_total", "code", "500"); v != 2 {
+		t.Errorf("requests with code 500: %v; want 2", v)
+	}
+}

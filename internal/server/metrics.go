@@ -1,0 +1,120 @@
+// Prometheus metrics of GET /metrics (DESIGN §1), on a registry of their own
+// (so that tests and the in-process demo can run several servers). The
+// engine reports its steps through the Observer methods here; the server
+// reports requests. This file does not serve HTTP.
+
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/draftd/draftd/internal/engine"
+)
+
+// metrics holds every collector of one server.
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests      *prometheus.CounterVec   // route, code
+	latency       *prometheus.HistogramVec // route
+	draftTokens   prometheus.Counter
+	reqPrefill    prometheus.Histogram // prefill tokens per draft request
+	panics        prometheus.Counter
+	batch         prometheus.Histogram
+	prefillTokens prometheus.Counter
+	decodeTokens  prometheus.Counter
+	cacheHit      prometheus.Counter
+	startup       prometheus.Gauge
+}
+
+// newMetrics registers the collectors; stats reads the engine's state, ok
+// false while there is no engine.
+func newMetrics(stats func() (engine.Stats, bool)) *metrics {
+	const ns = "draftd"
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "http_requests_total", Help: "HTTP requests answered, by route and status code.",
+	}, []string{"route", "code"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "http_request_duration_seconds", Help: "Time from request to answer, by route.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms … 65 s
+	}, []string{"route"})
+	m.draftTokens = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "draft_tokens_served_total", Help: "Draft tokens returned in 200 answers.",
+	})
+	m.reqPrefill = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: ns, Name: "request_prefill_tokens", Help: "Context tokens prefilled per draft request (not found in the prefix cache).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 17), // 1 … 65536
+	})
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "internal_errors_total", Help: "Requests answered 500 (panics and unmapped errors): bugs.",
+	})
+	m.batch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: ns, Name: "batch_size", Help: "Sequences per engine step.",
+		Buckets: []float64{1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128},
+	})
+	m.prefillTokens = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "prefill_tokens_total", Help: "Context tokens run through the model in prefill.",
+	})
+	m.decodeTokens = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "decode_tokens_total", Help: "Tokens run through the model in decode steps.",
+	})
+	m.cacheHit = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "prefix_cache_hit_tokens_total", Help: "Context tokens whose KV was found in the prefix cache.",
+	})
+	m.startup = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Name: "startup_seconds", Help: "Time from start to healthy (model loaded and warmed up); 0 while loading.",
+	})
+	stat := func(f func(engine.Stats) float64) func() float64 {
+		return func() float64 {
+			if s, ok := stats(); ok {
+				return f(s)
+			}
+			return 0
+		}
+	}
+	m.reg.MustRegister(
+		m.requests, m.latency, m.draftTokens, m.reqPrefill, m.panics,
+		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "queue_depth", Help: "Draft requests waiting for a batch slot.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.QueueDepth) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "active_sequences", Help: "Draft requests in the running batch.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.Active) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "kv_cache_bytes", Help: "Bytes of KV cache blocks in use (held by sequences or the prefix cache).",
+		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget (--kv-cache-bytes).",
+		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget) })),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// observer adapts metrics to engine.Observer; it is called from the engine's
+// goroutine and only touches atomic collectors.
+type observer struct{ m *metrics }
+
+var _ engine.Observer = observer{}
+
+// Step implements engine.Observer.
+func (o observer) Step(batchSize, prefillTokens, decodeTokens int) {
+	o.m.batch.Observe(float64(batchSize))
+	o.m.prefillTokens.Add(float64(prefillTokens))
+	o.m.decodeTokens.Add(float64(decodeTokens))
+}
+
+// CacheHit implements engine.Observer.
+func (o observer) CacheHit(tokens int) { o.m.cacheHit.Add(float64(tokens)) }
+
+// request records one answered request.
+func (m *metrics) request(route string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, itoa(int64(status))).Inc()
+	m.latency.WithLabelValues(route).Observe(d.Seconds())
+}
