@@ -27,6 +27,7 @@ import (
 	"strings"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // Format constants.
@@ -141,7 +142,7 @@ func (f *File) Close() error {
 	for i := range f.Tensors {
 		f.Tensors[i].Data = nil
 	}
-	return unmap(m)
+	return fileio.Unmap(m)
 }
 
 // Tensor returns the tensor called name.

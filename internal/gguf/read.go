@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // maxArrayDepth bounds nesting of arrays of arrays (the format has no limit;
@@ -21,13 +22,13 @@ const maxArrayDepth = 16
 // Open maps the GGUF file at path read-only and parses it. Tensor data stays
 // in the mapping (no copy); call Close when done.
 func Open(path string) (*File, error) {
-	data, err := mapFile(path)
+	data, err := fileio.Map(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	f, err := Parse(path, data)
 	if err != nil {
-		unmap(data)
+		fileio.Unmap(data)
 		return nil, err
 	}
 	f.mapping = data

@@ -12,11 +12,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // Writer accumulates metadata and tensors and writes them as one GGUF file.
@@ -149,26 +148,12 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 // WriteFile writes the file to path atomically: to a temporary file in the
 // same directory, synced, then renamed over path.
 func (w *Writer) WriteFile(path string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	err := fileio.WriteAtomic(path, func(out io.Writer) error {
+		_, err := w.WriteTo(out)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("gguf writer: %w", err)
-	}
-	_, err = w.WriteTo(tmp)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("gguf writer: %s: %w", path, err)
 	}
 	return nil
 }

@@ -202,30 +202,29 @@ func openGGUF(path string) (*Config, source, error) {
 func (s *ggufSource) path() string { return s.f.Path }
 func (s *ggufSource) Close() error { return s.f.Close() }
 
-// ggufName maps an HF tensor name to llama.cpp's.
-func ggufName(hf string) string {
-	r := strings.NewReplacer(
-		"model.embed_tokens.weight", "token_embd.weight",
-		"model.norm.weight", "output_norm.weight",
-		"lm_head.weight", "output.weight",
-		"model.layers.", "blk.",
-		".input_layernorm.", ".attn_norm.",
-		".post_attention_layernorm.", ".ffn_norm.",
-		".self_attn.q_proj.", ".attn_q.",
-		".self_attn.k_proj.", ".attn_k.",
-		".self_attn.v_proj.", ".attn_v.",
-		".self_attn.o_proj.", ".attn_output.",
-		".self_attn.q_norm.", ".attn_q_norm.",
-		".self_attn.k_norm.", ".attn_k_norm.",
-		".mlp.gate_proj.", ".ffn_gate.",
-		".mlp.up_proj.", ".ffn_up.",
-		".mlp.down_proj.", ".ffn_down.",
-	)
-	return r.Replace(hf)
-}
+// GGUFName maps an HF tensor name to llama.cpp's.
+func GGUFName(hf string) string { return ggufNames.Replace(hf) }
+
+var ggufNames = strings.NewReplacer(
+	"model.embed_tokens.weight", "token_embd.weight",
+	"model.norm.weight", "output_norm.weight",
+	"lm_head.weight", "output.weight",
+	"model.layers.", "blk.",
+	".input_layernorm.", ".attn_norm.",
+	".post_attention_layernorm.", ".ffn_norm.",
+	".self_attn.q_proj.", ".attn_q.",
+	".self_attn.k_proj.", ".attn_k.",
+	".self_attn.v_proj.", ".attn_v.",
+	".self_attn.o_proj.", ".attn_output.",
+	".self_attn.q_norm.", ".attn_q_norm.",
+	".self_attn.k_norm.", ".attn_k_norm.",
+	".mlp.gate_proj.", ".ffn_gate.",
+	".mlp.up_proj.", ".ffn_up.",
+	".mlp.down_proj.", ".ffn_down.",
+)
 
 func (s *ggufSource) lookup(hf string) (tensor, bool, error) {
-	name := ggufName(hf)
+	name := GGUFName(hf)
 	ti, ok := s.f.Tensor(name)
 	if !ok {
 		return tensor{}, false, nil
@@ -260,30 +259,26 @@ func (s *ggufSource) lookup(hf string) (tensor, bool, error) {
 // llama.cpp's converter does for llama Q/K: within each head, HF row
 // s·headDim/2 + i becomes row 2i + s. rowBytes is the size of one row.
 func PermuteRows(data []byte, heads, headDim, rowBytes int) []byte {
-	out := make([]byte, len(data))
-	half := headDim / 2
-	for h := range heads {
-		for s := range 2 {
-			for i := range half {
-				src := (h*headDim + s*half + i) * rowBytes
-				dst := (h*headDim + 2*i + s) * rowBytes
-				copy(out[dst:dst+rowBytes], data[src:src+rowBytes])
-			}
-		}
-	}
-	return out
+	return permuteRows(data, heads, headDim, rowBytes, false)
 }
 
 // UnpermuteRows inverts PermuteRows.
 func UnpermuteRows(data []byte, heads, headDim, rowBytes int) []byte {
+	return permuteRows(data, heads, headDim, rowBytes, true)
+}
+
+func permuteRows(data []byte, heads, headDim, rowBytes int, inverse bool) []byte {
 	out := make([]byte, len(data))
 	half := headDim / 2
 	for h := range heads {
 		for s := range 2 {
 			for i := range half {
-				dst := (h*headDim + s*half + i) * rowBytes
-				src := (h*headDim + 2*i + s) * rowBytes
-				copy(out[dst:dst+rowBytes], data[src:src+rowBytes])
+				hf := (h*headDim + s*half + i) * rowBytes
+				gg := (h*headDim + 2*i + s) * rowBytes
+				if inverse {
+					hf, gg = gg, hf
+				}
+				copy(out[gg:gg+rowBytes], data[hf:hf+rowBytes])
 			}
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // MaxHeaderLen is the largest JSON header accepted, as in the reference
@@ -151,18 +153,18 @@ func (f *File) Close() error {
 	for i := range f.tensors {
 		f.tensors[i].Data = nil
 	}
-	return unmap(m)
+	return fileio.Unmap(m)
 }
 
 // Open maps the safetensors file at path read-only and parses it.
 func Open(path string) (*File, error) {
-	data, err := mapFile(path)
+	data, err := fileio.Map(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	f, err := Parse(path, data)
 	if err != nil {
-		unmap(data)
+		fileio.Unmap(data)
 		return nil, err
 	}
 	f.mapping = data

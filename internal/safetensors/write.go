@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // Write writes tensors, in the given order, and metadata (may be nil) to
@@ -26,7 +28,7 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("safetensors write %s: %w", path, err)
 	}
-	return writeAtomic(path, func(w io.Writer) error {
+	return fileio.WriteAtomic(path, func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 1<<20)
 		binary.Write(bw, binary.LittleEndian, uint64(len(hdr)))
 		bw.Write(hdr)
@@ -90,31 +92,6 @@ func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func writeAtomic(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	err = write(tmp)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
 // WriteSharded writes tensors into dir as Hugging Face does: in the given
 // order, a new shard starting whenever the next tensor would push the current
 // one past maxShardBytes (a tensor larger than that gets a shard of its own;
@@ -168,7 +145,7 @@ func WriteSharded(dir string, tensors []Tensor, maxShardBytes int64) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(indexPath, func(w io.Writer) error {
+	return fileio.WriteAtomic(indexPath, func(w io.Writer) error {
 		_, err := w.Write(append(raw, '\n'))
 		return err
 	})

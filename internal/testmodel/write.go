@@ -70,7 +70,7 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 		if err != nil {
 			return err
 		}
-		name := ggufName(t.name)
+		name := model.GGUFName(t.name)
 		if a == model.ArchLlama && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
 			heads := s.Heads
 			if strings.HasSuffix(name, "attn_k.weight") {
@@ -87,27 +87,6 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 		}
 	}
 	return w.WriteFile(path)
-}
-
-// ggufName maps HF names to llama.cpp's, as the loader expects.
-func ggufName(hf string) string {
-	return strings.NewReplacer(
-		"model.embed_tokens.weight", "token_embd.weight",
-		"model.norm.weight", "output_norm.weight",
-		"lm_head.weight", "output.weight",
-		"model.layers.", "blk.",
-		".input_layernorm.", ".attn_norm.",
-		".post_attention_layernorm.", ".ffn_norm.",
-		".self_attn.q_proj.", ".attn_q.",
-		".self_attn.k_proj.", ".attn_k.",
-		".self_attn.v_proj.", ".attn_v.",
-		".self_attn.o_proj.", ".attn_output.",
-		".self_attn.q_norm.", ".attn_q_norm.",
-		".self_attn.k_norm.", ".attn_k_norm.",
-		".mlp.gate_proj.", ".ffn_gate.",
-		".mlp.up_proj.", ".ffn_up.",
-		".mlp.down_proj.", ".ffn_down.",
-	).Replace(hf)
 }
 
 // WriteHF writes config.json and the weights as safetensors into dir, in the

@@ -3,10 +3,10 @@
 
 //go:build !unix
 
-package gguf
+package fileio
 
 import "os"
 
-func mapFile(path string) ([]byte, error) { return os.ReadFile(path) }
+func Map(path string) ([]byte, error) { return os.ReadFile(path) }
 
-func unmap([]byte) error { return nil }
+func Unmap([]byte) error { return nil }

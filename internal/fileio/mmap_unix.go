@@ -1,10 +1,10 @@
-// mmap_unix.go maps a file read-only into memory on Unix systems. It is not a
-// general mmap wrapper: it only knows the one read-only, whole-file mapping
-// this package needs.
+// Read-only whole-file memory maps on Unix systems. Not a
+// general mmap wrapper: only the one read-only, whole-file mapping that the
+// model-file readers (gguf, safetensors) need.
 
 //go:build unix
 
-package safetensors
+package fileio
 
 import (
 	"fmt"
@@ -13,9 +13,9 @@ import (
 	"syscall"
 )
 
-// mapFile maps the whole of path read-only. An empty file maps to nil.
-// unmap must be called with the returned slice when done.
-func mapFile(path string) ([]byte, error) {
+// Map maps the whole of path read-only. An empty file maps to nil.
+// Unmap must be called with the returned slice when done.
+func Map(path string) ([]byte, error) {
 	fd, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func mapFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-func unmap(data []byte) error {
+func Unmap(data []byte) error {
 	if data == nil {
 		return nil
 	}
