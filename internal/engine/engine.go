@@ -127,6 +127,10 @@ type Engine struct {
 
 	testHookForward func([]*model.Seq) // tests: runs before each Forward
 
+	// Owned by the loop goroutine, reused across steps.
+	batch []*seq       // sequences in the current step
+	seqs  []*model.Seq // their model.Seq, for Forward
+
 	queued, active                        atomic.Int64
 	requests, steps, prefill, decode, hit atomic.Uint64
 }
@@ -212,10 +216,11 @@ func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error)
 		e.mu.RUnlock()
 		return Result{}, ErrClosed
 	}
+	e.queued.Add(1) // before the send, so that the loop's decrement never goes first
 	select {
 	case e.queue <- r:
-		e.queued.Add(1)
 	default:
+		e.queued.Add(-1)
 		e.mu.RUnlock()
 		return Result{}, ErrQueueFull
 	}

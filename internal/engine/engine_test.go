@@ -10,6 +10,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,17 @@ import (
 )
 
 const tinyModel = "../../testdata/models/tiny-qwen3-q8_0.gguf"
+
+// raceEnabled (set under -race) shrinks the concurrent workloads.
+var raceEnabled bool
+
+// scale returns n, or a third of it (at least 2) under -race.
+func scale(n int) int {
+	if raceEnabled {
+		return max(2, n/3)
+	}
+	return n
+}
 
 func loadModel(t testing.TB, path string) *model.Model {
 	t.Helper()
@@ -74,9 +86,20 @@ func checkDraft(t *testing.T, m *model.Model, ctxTokens []int, n int, have []int
 }
 
 func TestDraftMatchesGenerate(t *testing.T) {
-	for _, path := range []string{tinyModel, "../../testdata/models/tiny-llama-f32.gguf"} {
-		t.Run(path[len("../../testdata/models/"):], func(t *testing.T) {
-			m := loadModel(t, path)
+	for _, tc := range []struct {
+		name string
+		opt  model.Options
+	}{
+		{"tiny-qwen3-q8_0.gguf", model.Options{Threads: 2}},
+		{"tiny-qwen3-q8_0.gguf/kv-f32", model.Options{Threads: 2, KVF32: true}},
+		{"tiny-llama-f32.gguf", model.Options{Threads: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := model.Load("../../testdata/models/"+strings.TrimSuffix(tc.name, "/kv-f32"), tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Close() }) // after the engine's Close (cleanups run last-in first-out)
 			e := newEngine(t, m, Options{})
 			r := rand.New(rand.NewPCG(1, 2))
 			for _, tc := range []struct{ L, n int }{{1, 1}, {1, 16}, {15, 1}, {16, 16}, {17, 5}, {40, 64}} {
@@ -169,7 +192,7 @@ func TestConcurrentConversationsExact(t *testing.T) {
 	system := randTokens(r, 37, m.Vocab) // shared by every conversation
 	var st convStats
 	var wg sync.WaitGroup
-	for c := range 12 {
+	for c := range scale(12) {
 		// Groups of conversations share longer prefixes and diverge inside
 		// a block, others only share the system prompt.
 		prefix := slices.Clone(system)
@@ -202,7 +225,7 @@ func TestEvictionUnderTinyBudgetExact(t *testing.T) {
 	system := randTokens(r, 20, m.Vocab)
 	var st convStats
 	var wg sync.WaitGroup
-	for c := range 6 {
+	for c := range scale(6) {
 		cr := rand.New(rand.NewPCG(uint64(c), 99))
 		prefix := append(slices.Clone(system), randTokens(cr, 1+c, m.Vocab)...)
 		wg.Go(func() { runConversation(t, e, m, cr, prefix, 16, false, &st) })

@@ -144,8 +144,12 @@ func (e *Engine) dropCancelled(active []*seq) []*seq {
 // running. Sequences in prefill get up to PrefillChunk tokens in total (in
 // admission order); decoding sequences get their last drafted token.
 func (e *Engine) step(active []*seq) []*seq {
-	var batch []*seq
-	var seqs []*model.Seq
+	batch, seqs := e.batch[:0], e.seqs[:0]
+	defer func() {
+		clear(batch)
+		clear(seqs)
+		e.batch, e.seqs = batch[:0], seqs[:0]
+	}()
 	budget := e.opt.PrefillChunk
 	prefill, decode := 0, 0
 	for _, s := range active {
@@ -168,17 +172,14 @@ func (e *Engine) step(active []*seq) []*seq {
 	}
 	if err := e.forward(seqs); err != nil {
 		e.log.Error("forward step failed; failing its requests", "err", err, "batch", len(batch))
-		failed := make(map[*seq]bool, len(batch))
-		for _, s := range batch {
-			failed[s] = true
-			e.cache.Release(s.lease)
-			e.respond(s.req, Result{}, err)
-		}
 		out := active[:0]
 		for _, s := range active {
-			if !failed[s] {
+			if len(s.ms.Tokens) == 0 { // not in this step
 				out = append(out, s)
+				continue
 			}
+			e.cache.Release(s.lease)
+			e.respond(s.req, Result{}, err)
 		}
 		clear(active[len(out):])
 		return out
@@ -190,7 +191,7 @@ func (e *Engine) step(active []*seq) []*seq {
 
 	out := active[:0]
 	for _, s := range active {
-		if s.ms.Pos == s.pos && len(s.ms.Tokens) > 0 { // ran in this step
+		if len(s.ms.Tokens) > 0 { // ran in this step
 			s.pos += len(s.ms.Tokens)
 			if s.pos == len(s.all) {
 				s.all = append(s.all, s.ms.Next)
