@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/eval"
 	"github.com/draftd/draftd/internal/model"
 )
 
@@ -53,6 +54,7 @@ func runGen(ctx context.Context, args []string) error {
 	promptsPath := fs.String("prompts", "", `prompts, JSON Lines of {"id":..., "prompt":[token ids]} (required)`)
 	maxNew := fs.Int("max-new", 256, "largest number of continuation tokens per prompt")
 	outPath := fs.String("out", "", "output dataset, JSON Lines of {id, prompt, continuation}; - for stdout (required)")
+	tokPath := fs.String("tokenizer", "", `tokenizer for text-form prompts ({"id","messages":[{role,content}]}): tokenizer.json, its directory or a GGUF (default: the model itself)`)
 	stopFlag := fs.String("stop-ids", "", "token ids that end a continuation (the stop id is kept), e.g. 151645,151643")
 	threads := fs.Int("threads", 0, "kernel worker threads (0: all cores)")
 	maxBatch := fs.Int("max-batch", engine.DefaultMaxBatch, "max sequences per forward step")
@@ -83,7 +85,24 @@ func runGen(ctx context.Context, args []string) error {
 			stop[id] = true
 		}
 	}
-	prompts, err := readGenPrompts(*promptsPath)
+	// Text-form prompts are rendered with the model's chat template; the
+	// tokenizer is loaded only when one appears.
+	var enc eval.TextEncoder
+	encode := func(msgs []eval.Message) ([]int, error) {
+		if enc == nil {
+			src := *tokPath
+			if src == "" {
+				src = *path
+			}
+			e, err := loadTextEncoder(src)
+			if err != nil {
+				return nil, err
+			}
+			enc = e
+		}
+		return enc.EncodeChat(msgs)
+	}
+	prompts, err := readGenPrompts(*promptsPath, encode)
 	if err != nil {
 		return fmt.Errorf("gen: %w", err)
 	}
@@ -203,7 +222,8 @@ func continuePrompt(ctx context.Context, eng *engine.Engine, maxContext int, pro
 }
 
 // readGenPrompts reads the prompts file: one JSON object per non-blank line.
-func readGenPrompts(path string) ([]genPrompt, error) {
+// Text-form lines ("messages") are turned into ids by encodeChat.
+func readGenPrompts(path string, encodeChat func([]eval.Message) ([]int, error)) ([]genPrompt, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -220,16 +240,23 @@ func readGenPrompts(path string) ([]genPrompt, error) {
 		var l struct {
 			ID       json.RawMessage `json:"id"`
 			Prompt   *[]int          `json:"prompt"`
-			Messages json.RawMessage `json:"messages"`
+			Messages []eval.Message  `json:"messages"`
 		}
 		if err := json.Unmarshal(data, &l); err != nil {
 			return nil, fmt.Errorf("%s line %d: %w", path, lineNo, err)
 		}
+		if l.Prompt != nil && l.Messages != nil {
+			return nil, fmt.Errorf(`%s line %d: give "prompt" (token ids) or "messages" (text), not both`, path, lineNo)
+		}
 		if l.Prompt == nil {
-			if l.Messages != nil {
-				return nil, fmt.Errorf(`%s line %d: text-form prompts ("messages") need the tokenizer and chat template, which gen does not support yet; give token ids in "prompt"`, path, lineNo)
+			if l.Messages == nil {
+				return nil, fmt.Errorf(`%s line %d: missing "prompt" (an array of token ids) or "messages" (text)`, path, lineNo)
 			}
-			return nil, fmt.Errorf(`%s line %d: missing "prompt" (an array of token ids)`, path, lineNo)
+			ids, err := encodeChat(l.Messages)
+			if err != nil {
+				return nil, fmt.Errorf("%s line %d: %w", path, lineNo, err)
+			}
+			l.Prompt = &ids
 		}
 		id := l.ID
 		if len(id) == 0 || string(id) == "null" {

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/gguf"
 	"github.com/draftd/draftd/internal/testmodel"
+	"github.com/draftd/draftd/internal/tokenizer"
 )
 
 func init() {
@@ -27,6 +29,7 @@ func runTestModel(ctx context.Context, args []string) error {
 	hf := fs.String("hf", "", "write the HF safetensors directory here")
 	seed := fs.Uint64("seed", 0, "random seed (0: the shape's default)")
 	layers := fs.Int("layers", 0, "override the number of layers (0: the shape's)")
+	tokPath := fs.String("tokenizer", "", "embed this tokenizer (tokenizer.json, HF dir or GGUF) in the GGUF, padded to the vocabulary")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -52,7 +55,18 @@ func runTestModel(ctx context.Context, args []string) error {
 	}
 	start := time.Now()
 	if *out != "" {
-		if err := spec.WriteGGUF(*out); err != nil {
+		var extra []testmodel.MetaWriter
+		if *tokPath != "" {
+			tok, err := tokenizer.Load(*tokPath)
+			if err != nil {
+				return fmt.Errorf("testmodel: %w", err)
+			}
+			if tok.VocabSize() > spec.Vocab {
+				return fmt.Errorf("testmodel: tokenizer has %d tokens, more than the %s vocabulary of %d", tok.VocabSize(), *shape, spec.Vocab)
+			}
+			extra = append(extra, func(w *gguf.Writer) error { return tok.WriteGGUFPadded(w, spec.Vocab) })
+		}
+		if err := spec.WriteGGUF(*out, extra...); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "wrote %s (%s) in %v\n", *out, spec.Name, time.Since(start).Round(time.Millisecond))
