@@ -374,10 +374,28 @@ func TestQueueFullAndClose(t *testing.T) {
 	}
 }
 
+// gateObserver stalls the engine loop inside its third step until released,
+// so a test can act at a known step boundary however fast steps are.
+type gateObserver struct {
+	steps   int
+	stepped chan struct{}
+	release chan struct{}
+}
+
+func (o *gateObserver) Step(batch, prefill, decode int) {
+	o.steps++ // only the engine goroutine calls Step
+	if o.steps == 3 {
+		close(o.stepped)
+		<-o.release
+	}
+}
+func (o *gateObserver) CacheHit(int) {}
+
 func TestCancellation(t *testing.T) {
 	m := loadModel(t, tinyModel)
 	// Small prefill chunks make a long prompt take many steps.
-	e := newEngine(t, m, Options{PrefillChunk: 4})
+	gate := &gateObserver{stepped: make(chan struct{}), release: make(chan struct{})}
+	e := newEngine(t, m, Options{PrefillChunk: 4, Observer: gate})
 	r := rand.New(rand.NewPCG(11, 12))
 	long := randTokens(r, 200, m.Vocab)
 
@@ -390,10 +408,9 @@ func TestCancellation(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := e.Draft(ctx, long, 16); errc <- err }()
-	for e.Stats().Steps < 3 {
-		time.Sleep(time.Millisecond)
-	}
+	<-gate.stepped // the engine is inside step 3 of ~50 prefill steps
 	cancel()
+	close(gate.release)
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled during prefill: have %v; want context.Canceled", err)
 	}
