@@ -34,7 +34,7 @@ func AttendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n 
 
 func attendF16Generic(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
 	for h := range nq {
-		qh := q[h*headDim : (h+1)*headDim]   // (headDim)
+		qh := q[h*headDim : (h+1)*headDim]    // (headDim)
 		acc := out[h*headDim : (h+1)*headDim] // (headDim) running Σ w·v
 		clear(acc)
 		m, l := float32(math.Inf(-1)), float32(0)
@@ -68,7 +68,7 @@ func attendF16Generic(out, q []float32, nq, headDim int, keys, vals [][]uint16, 
 
 func attendF32Generic(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
 	for h := range nq {
-		qh := q[h*headDim : (h+1)*headDim]   // (headDim)
+		qh := q[h*headDim : (h+1)*headDim]    // (headDim)
 		acc := out[h*headDim : (h+1)*headDim] // (headDim)
 		clear(acc)
 		m, l := float32(math.Inf(-1)), float32(0)

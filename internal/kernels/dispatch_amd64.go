@@ -1,24 +1,113 @@
 //go:build !purego
 
-// Dispatch on amd64: chooses assembly kernels by CPU feature at init.
-// (Assembly kernels are being added; until then this forwards to the reference.)
+// Dispatch on amd64: chooses the kernels by CPU feature at init (AVX-512 with
+// VNNI, else AVX2+FMA+F16C, else the plain-Go reference). SetImpl forces a
+// slower path for tests and benchmarks; DRAFTD_KERNELS=avx2|generic does the
+// same for a whole process.
+//
+// AMX (TDPBSSD/TDPBF16PS) is not implemented: the development machine has no
+// AMX, and untested tile code is not shipped.
 package kernels
 
-const rowAlign = 1
+import (
+	"fmt"
+	"os"
 
-func pack(m *Matrix) any { return nil }
+	"golang.org/x/sys/cpu"
+)
 
-func matmulRows(y []float32, w *Matrix, x []float32, xq []byte, batch, lo, hi int) {
-	matmulGeneric(y, w, x, xq, batch, lo, hi)
+type implID int
+
+const (
+	implGeneric implID = iota
+	implAVX2
+	implAVX512
+)
+
+var implNames = [...]string{implGeneric: "generic", implAVX2: "avx2", implAVX512: "avx512"}
+
+var (
+	// hasAVX2 gates the packed weight layout and the AVX2 kernels.
+	hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+	// hasAVX512 gates the AVX-512 kernels (VNNI for the int8 dot products).
+	hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+		cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VNNI
+
+	impl = bestImpl()
+)
+
+func bestImpl() implID {
+	switch {
+	case hasAVX512:
+		return implAVX512
+	case hasAVX2:
+		return implAVX2
+	}
+	return implGeneric
+}
+
+func init() {
+	if s := os.Getenv("DRAFTD_KERNELS"); s != "" {
+		if err := SetImpl(s); err != nil {
+			fmt.Fprintln(os.Stderr, "draftd:", err, "- using", Impl())
+		}
+	}
 }
 
 // Impl names the implementation in use, for logs and /v1/info.
-func Impl() string { return "generic" }
+func Impl() string { return implNames[impl] }
 
-func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
-	attendF16Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
+// Impls lists the implementations this build and CPU can run, fastest first.
+func Impls() []string {
+	var s []string
+	for id := bestImpl(); id >= implGeneric; id-- {
+		s = append(s, implNames[id])
+	}
+	return s
 }
 
-func attendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
-	attendF32Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
+// SetImpl forces the implementation used by every kernel (one of Impls()).
+// It is meant for tests and benchmarks and must not race with kernel calls.
+func SetImpl(name string) error {
+	for id := bestImpl(); id >= implGeneric; id-- {
+		if implNames[id] == name {
+			impl = id
+			return nil
+		}
+	}
+	return fmt.Errorf("kernels: implementation %q not available (have %v)", name, Impls())
+}
+
+func argmax(x []float32) int {
+	n := len(x) &^ 15
+	if impl != implAVX512 || n == 0 {
+		return argmaxGeneric(x)
+	}
+	best, i := argmaxAVX512(&x[0], n)
+	for j := n; j < len(x); j++ {
+		if x[j] > best {
+			best, i = x[j], j
+		}
+	}
+	return i
+}
+
+func siluMul(out, gate, up []float32) {
+	n := len(gate) &^ 15
+	if impl != implAVX512 || n == 0 {
+		siluMulGeneric(out, gate, up)
+		return
+	}
+	siluMulAVX512(&out[0], &gate[0], &up[0], n)
+	siluMulGeneric(out[n:], gate[n:], up[n:])
+}
+
+func f32ToF16(dst []uint16, src []float32) {
+	n := len(src) &^ 15
+	if impl != implAVX512 || n == 0 {
+		f32ToF16Generic(dst, src)
+		return
+	}
+	f32ToF16AVX512(&dst[0], &src[0], n)
+	f32ToF16Generic(dst[n:], src[n:])
 }

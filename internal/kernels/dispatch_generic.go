@@ -3,16 +3,38 @@
 // Dispatch for builds without assembly: everything runs the plain-Go reference.
 package kernels
 
-const rowAlign = 1
+import "fmt"
 
 func pack(m *Matrix) any { return nil }
 
-func matmulRows(y []float32, w *Matrix, x []float32, xq []byte, batch, lo, hi int) {
-	matmulGeneric(y, w, x, xq, batch, lo, hi)
+func matmul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
+	matmulRef(p, y, w, x, batch)
+}
+
+func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
+	matmulArgmaxRef(p, ids, w, x, batch)
 }
 
 // Impl names the implementation in use, for logs and /v1/info.
 func Impl() string { return "generic" }
+
+// Impls lists the implementations this build and CPU can run, fastest first.
+func Impls() []string { return []string{"generic"} }
+
+// SetImpl forces the implementation used by every kernel (one of Impls()).
+// It is meant for tests and benchmarks and must not race with kernel calls.
+func SetImpl(name string) error {
+	if name != "generic" {
+		return fmt.Errorf("kernels: implementation %q not available (have %v)", name, Impls())
+	}
+	return nil
+}
+
+func argmax(x []float32) int { return argmaxGeneric(x) }
+
+func siluMul(out, gate, up []float32) { siluMulGeneric(out, gate, up) }
+
+func f32ToF16(dst []uint16, src []float32) { f32ToF16Generic(dst, src) }
 
 func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
 	attendF16Generic(out, q, nq, headDim, keys, vals, bs, n, scale)

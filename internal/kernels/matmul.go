@@ -52,17 +52,48 @@ func (m *Matrix) Bytes() int { return len(m.Data) }
 // (as llama.cpp does) and each block product is an exact integer dot scaled
 // by d_w·d_x, so every implementation agrees up to f32 summation order.
 func MatMul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
+	if batch <= 0 {
+		return
+	}
 	if len(x) < batch*w.Cols || len(y) < batch*w.Rows {
 		panic(fmt.Sprintf("kernels.MatMul: x has %d, y has %d floats for batch %d of (%d, %d)", len(x), len(y), batch, w.Rows, w.Cols))
 	}
 	x = x[:batch*w.Cols]
 	y = y[:batch*w.Rows]
+	matmul(p, y, w, x, batch)
+}
+
+// MatMulArgmax sets ids[b] to the index of the largest element of row b of
+// the product MatMul would compute (ties go to the lowest index, NaNs are
+// never chosen, as in Argmax), for b < batch, without storing the product:
+// the LM head of a decode step that needs only the greedy token.
+func MatMulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
+	if batch <= 0 {
+		return
+	}
+	if len(x) < batch*w.Cols || len(ids) < batch {
+		panic(fmt.Sprintf("kernels.MatMulArgmax: x has %d floats, ids %d for batch %d of (%d, %d)", len(x), len(ids), batch, w.Rows, w.Cols))
+	}
+	matmulArgmax(p, ids[:batch], w, x[:batch*w.Cols], batch)
+}
+
+// matmulArgmaxRef is MatMulArgmax by way of the full product.
+func matmulArgmaxRef(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
+	y := make([]float32, batch*w.Rows)
+	matmulRef(p, y, w, x, batch)
+	for b := range batch {
+		ids[b] = argmaxGeneric(y[b*w.Rows : (b+1)*w.Rows])
+	}
+}
+
+// matmulRef is MatMul on the plain-Go reference kernel.
+func matmulRef(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 	var xq []byte
 	if w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0 {
 		xq = quantizeActivations(x, batch, w.Cols)
 	}
-	p.For(w.Rows, rowAlign, func(lo, hi int) {
-		matmulRows(y, w, x, xq, batch, lo, hi)
+	p.For(w.Rows, 1, func(lo, hi int) {
+		matmulGeneric(y, w, x, xq, batch, lo, hi)
 	})
 }
 

@@ -44,7 +44,7 @@ func matmulGeneric(y []float32, w *Matrix, x []float32, xq []byte, batch, lo, hi
 	case dtype.Q8_0, dtype.Q4_0:
 		nb := cols / dtype.QK
 		xrb := nb * 34
-		wq := make([]int8, cols) // (cols) row r as int8 quants
+		wq := make([]int8, cols)  // (cols) row r as int8 quants
 		wd := make([]float32, nb) // (nb) row r block scales
 		for r := lo; r < hi; r++ {
 			row := w.Row(r)

@@ -2,7 +2,11 @@
 // argmax. Plain Go; their cost is negligible next to matmul and attention.
 package kernels
 
-import "math"
+import (
+	"math"
+
+	"github.com/draftd/draftd/internal/dtype"
+)
 
 // RMSNorm sets out[i] = x[i] / sqrt(mean(x²) + eps) * w[i]; out may alias x.
 // The mean is accumulated in float64 so long rows do not lose precision.
@@ -57,15 +61,41 @@ func (t *RoPETable) RoPE(x []float32, nHeads, pos int) {
 }
 
 // SiLUMul sets out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
+// The assembly versions use an f32 exp accurate to about 2 ulp.
 func SiLUMul(out, gate, up []float32) {
+	if len(out) < len(gate) || len(up) < len(gate) {
+		panic("kernels.SiLUMul: out or up shorter than gate")
+	}
+	siluMul(out, gate, up)
+}
+
+func siluMulGeneric(out, gate, up []float32) {
 	for i, g := range gate {
 		out[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
 	}
 }
 
+// F32ToF16 sets dst[i] to src[i] rounded to IEEE half precision (nearest
+// even, overflow to ±Inf), exactly as dtype.F32ToF16, for i < len(src):
+// the KV cache store of a decode step.
+func F32ToF16(dst []uint16, src []float32) {
+	if len(dst) < len(src) {
+		panic("kernels.F32ToF16: dst shorter than src")
+	}
+	f32ToF16(dst, src)
+}
+
+func f32ToF16Generic(dst []uint16, src []float32) {
+	for i, v := range src {
+		dst[i] = dtype.F32ToF16(v)
+	}
+}
+
 // Argmax returns the index of the largest element; ties go to the lowest index.
 // NaNs are never chosen unless every element is NaN (then 0).
-func Argmax(x []float32) int {
+func Argmax(x []float32) int { return argmax(x) }
+
+func argmaxGeneric(x []float32) int {
 	best, bi := float32(math.Inf(-1)), 0
 	for i, v := range x {
 		if v > best {

@@ -45,6 +45,7 @@ type scratch struct {
 	logits   []float32 // (R, vocab)
 	tokSeq   []int     // (T) sequence of each token
 	tokPos   []int     // (T) absolute position of each token
+	ids      []int     // (R) greedy ids of the rows that need them
 	row      []float32 // (hidden) embedding row
 }
 
@@ -165,7 +166,8 @@ func (m *Model) Forward(seqs []*Seq) error {
 			m.storeKV(seqs[sc.tokSeq[t]].Blocks[pos/BlockSize], li, pos%BlockSize, k, v)
 		}
 		// Attention: one task per (token, kv head); K/V read once per group.
-		m.pool.For(T*c.KVHeads, 1, func(lo, hi int) {
+		// Tasks are claimed dynamically: contexts differ in length.
+		m.pool.ForEach(T*c.KVHeads, 4, func(lo, hi int) {
 			var keys, vals [][]uint16
 			var keys32, vals32 [][]float32
 			for task := lo; task < hi; task++ {
@@ -215,7 +217,6 @@ func (m *Model) Forward(seqs []*Seq) error {
 		}
 	}
 	sc.out = grow(sc.out, R*c.Hidden)
-	sc.logits = grow(sc.logits, R*c.Vocab)
 	r, t := 0, 0
 	for _, s := range seqs {
 		first := t + len(s.Tokens) - 1
@@ -228,6 +229,23 @@ func (m *Model) Forward(seqs []*Seq) error {
 		}
 		t += len(s.Tokens)
 	}
+	if !wantLogits(seqs) {
+		// Greedy ids only: the LM head never materialises the logits.
+		sc.ids = growInt(sc.ids, R)
+		kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
+		r = 0
+		for _, s := range seqs {
+			if s.AllLogits {
+				s.NextAll = append(s.NextAll[:0], sc.ids[r:r+len(s.Tokens)]...)
+				r += len(s.Tokens)
+			} else {
+				r++
+			}
+			s.Next = sc.ids[r-1]
+		}
+		return nil
+	}
+	sc.logits = grow(sc.logits, R*c.Vocab)
 	kernels.MatMul(m.pool, sc.logits, m.Output, sc.out, R)
 	r = 0
 	for _, s := range seqs {
@@ -252,6 +270,16 @@ func (m *Model) Forward(seqs []*Seq) error {
 	return nil
 }
 
+// wantLogits reports whether any sequence asked for its logits.
+func wantLogits(seqs []*Seq) bool {
+	for _, s := range seqs {
+		if s.Logits != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // storeKV writes one position's k and v (kvHeads, headDim) into block b at
 // offset slot of layer li.
 func (m *Model) storeKV(b *Block, li, slot int, k, v []float32) {
@@ -263,10 +291,8 @@ func (m *Model) storeKV(b *Block, li, slot int, k, v []float32) {
 			copy(b.V32[off:off+hd], v[g*hd:(g+1)*hd])
 			continue
 		}
-		for i := range hd {
-			b.K[off+i] = dtype.F32ToF16(k[g*hd+i])
-			b.V[off+i] = dtype.F32ToF16(v[g*hd+i])
-		}
+		kernels.F32ToF16(b.K[off:off+hd], k[g*hd:(g+1)*hd])
+		kernels.F32ToF16(b.V[off:off+hd], v[g*hd:(g+1)*hd])
 	}
 }
 

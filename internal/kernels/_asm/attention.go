@@ -1,0 +1,330 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// attnMaxNQ is the largest number of query heads per KV head handled in one
+// pass (mirrored in attention_amd64.go).
+const attnMaxNQ = 8
+
+func genAttention() {
+	initExpConsts()
+	for _, f16 := range []bool{true, false} {
+		for nq := 1; nq <= attnMaxNQ; nq++ {
+			genAttnBlock(nq, f16)
+		}
+	}
+}
+
+// expConsts are Cephes expf: exp(x) = 2^n · (1 + r·(1 + r·P(r))), r = x - n·ln2.
+var expConsts struct {
+	min, log2e, c1, c2, one, negInf Mem
+	p                               [6]Mem
+}
+
+func initExpConsts() {
+	f := func(name string, v float32) Mem { return ConstData(name, U32(math.Float32bits(v))) }
+	expConsts.min = f("exp_min", -87.33654)
+	expConsts.log2e = f("exp_log2e", 1.44269504088896341)
+	expConsts.c1 = f("exp_c1", 0.693359375)
+	expConsts.c2 = f("exp_c2", -2.12194440e-4)
+	expConsts.one = f("exp_one", 1)
+	expConsts.negInf = f("neg_inf", float32(math.Inf(-1)))
+	for i, c := range []float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1} {
+		expConsts.p[i] = f(fmt.Sprintf("exp_p%d", i), c)
+	}
+}
+
+// vexp sets x = exp(x) in every lane, using n and t as temporaries. Inputs
+// below -87.3 (including -Inf) are clamped there, giving about 1e-38.
+func vexp(x, n, t reg.VecPhysical) {
+	VMAXPS_BCST(expConsts.min, x, x)
+	VMULPS_BCST(expConsts.log2e, x, n)
+	VRNDSCALEPS(U8(0), n, n)              // n = round(x·log2e)
+	VFNMADD231PS_BCST(expConsts.c1, n, x) // r = x - n·c1
+	VFNMADD231PS_BCST(expConsts.c2, n, x) //   - n·c2
+	VBROADCASTSS(expConsts.p[0], t)
+	for _, p := range expConsts.p[1:] {
+		VFMADD213PS_BCST(p, x, t) // t = t·r + p
+	}
+	VFMADD213PS_BCST(expConsts.one, x, t) // t = t·r + 1
+	VFMADD213PS_BCST(expConsts.one, x, t) // t = t·r + 1
+	VSCALEFPS(n, t, x)                    // x = t·2^n
+}
+
+// hreduce leaves in the low lane of x the max (max=true) or sum of the 16
+// lanes of z (x is z's xmm view), using t as a temporary.
+func hreduce(z, t reg.VecPhysical, max bool) {
+	op := func(a, b, d Op) {
+		if max {
+			VMAXPS(a, b, d)
+		} else {
+			VADDPS(a, b, d)
+		}
+	}
+	y, x := z.AsY(), z.AsX()
+	VEXTRACTF32X8(U8(1), z, t.AsY())
+	op(t.AsY(), y, y)
+	VEXTRACTF32X4(U8(1), y, t.AsX())
+	op(t.AsX(), x, x)
+	VPERMILPS(U8(0x4e), x, t.AsX())
+	op(t.AsX(), x, x)
+	VPERMILPS(U8(0xb1), x, t.AsX())
+	op(t.AsX(), x, x)
+}
+
+// genAttnBlock emits the online-softmax update of nq query heads over one
+// block of cnt ≤ 16 cached positions.
+func genAttnBlock(nq int, f16 bool) {
+	t, ld, csz, csh := "F32", "f32", 64, uint8(6) // csz: bytes of 16 cached elements, csh its log2
+	if f16 {
+		t, ld, csz, csh = "F16", "f16", 32, 5
+	}
+	name := fmt.Sprintf("attend%sAVX512x%d", t, nq)
+	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s advances the online softmax of %d query heads by cnt (1…16)", name, nq),
+		fmt.Sprintf("cached positions: k and v hold cnt rows of 16·nch %s elements.", ld),
+		"q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].",
+		"ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];",
+		"s is scratch of 8·16+8 floats. For each head h:",
+		"",
+		"\tsc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')",
+		"\tl = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'",
+		"",
+		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
+	ACC := Load(Param("acc"), reg.RDI)
+	Q := Load(Param("q"), reg.RSI)
+	ML := Load(Param("ml"), reg.R8)
+	NCH := Load(Param("nch"), reg.R9)
+	K := Load(Param("k"), reg.R10)
+	V := Load(Param("v"), reg.R11)
+	CNT := Load(Param("cnt"), reg.RCX)
+	S := Load(Param("s"), reg.RDX)
+	RS := reg.R13 // row stride of k and v in bytes
+	MOVQ(NCH, RS)
+	SHLQ(U8(csh), RS)
+	sc, err := Param("scale").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	VBROADCASTSS(sc.Addr, reg.Z27)
+	Comment("K1 = lanes < cnt")
+	MOVL(U32(1), reg.EAX)
+	SHLL(reg.CL, reg.EAX)
+	DECL(reg.EAX)
+	KMOVW(reg.EAX, reg.K1)
+
+	load := func(m Mem, z reg.VecPhysical) {
+		if f16 {
+			VCVTPH2PS(m, z)
+		} else {
+			VMOVUPS(m, z)
+		}
+	}
+
+	Comment("Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.")
+	// The next block's keys are prefetched during the score loop, its values
+	// during the value loop, a few lines per iteration.
+	KN := Load(Param("kn"), reg.R14)
+	KREM := reg.R9
+	Load(Param("cnt"), KREM)
+	IMULQ(RS, KREM)
+	pfLines := 2 * csz / 16 // 4 (f16) or 8 (f32) lines per iteration
+	P := attnPositions(nq)
+	scoreGroup := func(P int, sfx string) {
+		acc := func(p, h int) reg.VecPhysical { return Z(p*nq + h) }
+		for p := range P {
+			for h := range nq {
+				VPXORD(acc(p, h), acc(p, h), acc(p, h))
+			}
+		}
+		// Row p of the group is at bases[p/3] + (p%3)·RS.
+		bases := []reg.Register{reg.RAX, reg.RBX, reg.R12}[:(P+2)/3]
+		for i, r := range bases {
+			if i == 0 {
+				MOVQ(K, r)
+			} else {
+				LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
+				ADDQ(RS, r)
+			}
+		}
+		MOVQ(Q, reg.R8)
+		MOVQ(RS, reg.R11)
+		SHRQ(U8(csh), reg.R11) // nch
+		Label("chunk" + sfx)
+		prefetch(KN, KREM, pfLines, "kpf"+sfx)
+		for p := range P {
+			kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
+			load(xRowAddr(bases, RS, p, 0), kz)
+			for h := range nq {
+				VFMADD231PS(M(reg.R8, 64*h), kz, acc(p, h))
+			}
+		}
+		for _, r := range bases {
+			ADDQ(U8(csz), r)
+		}
+		ADDQ(U32(64*nq), reg.R8)
+		DECQ(reg.R11)
+		JNZ(LabelRef("chunk" + sfx))
+		for p := range P {
+			for h := range nq {
+				hreduce(acc(p, h), reg.Z24, false)
+				VMULSS(reg.X27, acc(p, h).AsX(), acc(p, h).AsX())
+				VMOVSS(acc(p, h).AsX(), M(S, 64*h+4*p))
+			}
+		}
+		ADDQ(U8(4*P), S)
+		for range P {
+			ADDQ(RS, K)
+		}
+	}
+	if P > 1 {
+		Label("group")
+		CMPQ(CNT, U8(P))
+		JL(LabelRef("single"))
+		scoreGroup(P, "P")
+		SUBQ(U8(P), CNT)
+		JMP(LabelRef("group"))
+		Label("single")
+		TESTQ(CNT, CNT)
+		JZ(LabelRef("scored"))
+	} else {
+		Label("single")
+	}
+	scoreGroup(1, "1")
+	DECQ(CNT)
+	JNZ(LabelRef("single"))
+	Label("scored")
+
+	Comment("Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).")
+	Load(Param("s"), S)
+	Load(Param("ml"), ML)
+	for h := range nq {
+		VBROADCASTSS(expConsts.negInf, reg.Z20)
+		VMOVUPS(M(S, 64*h), reg.K1, reg.Z20) // scores, -Inf beyond cnt
+		VMOVAPS(reg.Z20, reg.Z21)
+		hreduce(reg.Z21, reg.Z24, true)
+		VBROADCASTSS(reg.X21, reg.Z21)
+		VBROADCASTSS(M(ML, 4*h), reg.Z22) // m
+		VMAXPS(reg.Z21, reg.Z22, reg.Z21) // m'
+		VSUBPS(reg.Z21, reg.Z22, reg.Z22) // m - m'
+		VSUBPS(reg.Z21, reg.Z20, reg.Z20) // sc - m'
+		vexp(reg.Z22, reg.Z24, reg.Z25)   // c
+		vexp(reg.Z20, reg.Z24, reg.Z25)   // w
+		VMOVAPS_Z(reg.Z20, reg.K1, reg.Z20)
+		VMOVUPS(reg.Z20, M(S, 64*h))
+		hreduce(reg.Z20, reg.Z24, false)
+		VMOVSS(M(ML, 32+4*h), reg.X23)
+		VFMADD213SS(reg.X20, reg.X22, reg.X23) // l = l·c + Σw
+		VMOVSS(reg.X23, M(ML, 32+4*h))
+		VMOVSS(reg.X21, M(ML, 4*h))
+		VMOVSS(reg.X22, M(S, 64*8+4*h))
+	}
+
+	Comment("acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.")
+	Load(Param("cnt"), CNT)
+	Load(Param("acc"), ACC)
+	Load(Param("v"), V)
+	G := attnChunks(nq)
+	VN := Load(Param("vn"), reg.R10)
+	VREM := reg.RSI
+	MOVQ(CNT, VREM)
+	IMULQ(RS, VREM)
+	valueGroup := func(G int, sfx string) {
+		acc := func(c, h int) reg.VecPhysical { return Z(c*nq + h) }
+		for c := range G {
+			for h := range nq {
+				VMOVUPS(M(ACC, 64*(c*nq+h)), acc(c, h))
+				VMULPS_BCST(M(S, 64*8+4*h), acc(c, h), acc(c, h))
+			}
+		}
+		MOVQ(V, reg.RBX)
+		XORL(reg.R8L, reg.R8L)
+		Label("vpos" + sfx)
+		prefetch(VN, VREM, pfLines, "vpf"+sfx)
+		for h := range nq {
+			VBROADCASTSS(Mem{Base: S, Index: reg.R8, Scale: 4, Disp: 64 * h}, Z(16+h))
+		}
+		for c := range G {
+			vz := []reg.VecPhysical{reg.Z30, reg.Z31}[c%2]
+			load(M(reg.RBX, csz*c), vz)
+			for h := range nq {
+				VFMADD231PS(Z(16+h), vz, acc(c, h))
+			}
+		}
+		ADDQ(RS, reg.RBX)
+		INCQ(reg.R8)
+		CMPQ(reg.R8, CNT)
+		JL(LabelRef("vpos" + sfx))
+		for c := range G {
+			for h := range nq {
+				VMOVUPS(acc(c, h), M(ACC, 64*(c*nq+h)))
+			}
+		}
+		ADDQ(U32(64*G*nq), ACC)
+		ADDQ(U32(csz*G), V)
+	}
+	MOVQ(RS, reg.R12)
+	SHRQ(U8(csh), reg.R12) // nch
+	if G > 1 {
+		MOVQ(reg.R12, reg.R9)
+		ANDQ(U8(G-1), reg.R9) // chunks left for the one-at-a-time loop
+		SHRQ(U8(log2(G)), reg.R12)
+		JZ(LabelRef("vtail"))
+		Label("vgroup")
+		valueGroup(G, "G")
+		DECQ(reg.R12)
+		JNZ(LabelRef("vgroup"))
+		Label("vtail")
+		MOVQ(reg.R9, reg.R12)
+		TESTQ(reg.R12, reg.R12)
+		JZ(LabelRef("done"))
+	}
+	Label("vone")
+	valueGroup(1, "1")
+	DECQ(reg.R12)
+	JNZ(LabelRef("vone"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// attnPositions is how many positions the score loop handles at once for nq
+// heads: P·nq independent accumulators (≤ 16) hide the FMA latency.
+func attnPositions(nq int) int {
+	switch {
+	case nq <= 2:
+		return 8
+	case nq <= 4:
+		return 4
+	}
+	return 2
+}
+
+// attnChunks is how many 16-element chunks of the head the value loop
+// accumulates at once: G·nq ≤ 16 accumulators.
+func attnChunks(nq int) int {
+	switch {
+	case nq <= 2:
+		return 8
+	case nq <= 4:
+		return 4
+	}
+	return 2
+}
+
+func log2(n int) uint8 {
+	var l uint8
+	for n > 1 {
+		n >>= 1
+		l++
+	}
+	return l
+}

@@ -1,0 +1,151 @@
+//go:build !purego
+
+// AVX-512 attention: the query heads of one KV head are processed together
+// so each cached key and value is read once; per 16 positions one kernel
+// call computes the scores (f32 dot products over the widened f16 or f32
+// cache), the online-softmax step (vector exp) and the weighted sum of
+// values. Queries and accumulators are kept chunk-interleaved ((headDim/16,
+// nq, 16)) so every head's data is a constant offset from one pointer.
+package kernels
+
+import (
+	"math"
+	"unsafe"
+)
+
+const attnMaxNQ = 8
+
+// attnScratch is the per-call working memory of attend, on the stack
+// (headDim ≤ 256).
+type attnScratch struct {
+	q, acc [attnMaxNQ * 256]float32
+	ml     [16]float32
+	s      [attnMaxNQ*16 + 8]float32
+}
+
+func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
+	if impl != implAVX512 || headDim%16 != 0 || headDim > 256 {
+		attendF16Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
+		return
+	}
+	attend(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+func attendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
+	if impl != implAVX512 || headDim%16 != 0 || headDim > 256 {
+		attendF32Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
+		return
+	}
+	attend(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+func attend[T uint16 | float32](out, q []float32, nq, headDim int, keys, vals [][]T, bs, n int, scale float32) {
+	checkAttend(out, q, nq, headDim, len(keys), len(vals), bs, n)
+	var sc attnScratch
+	for h0 := 0; h0 < nq; h0 += attnMaxNQ {
+		g := min(attnMaxNQ, nq-h0)
+		attnBegin(&sc, q[h0*headDim:], g, headDim)
+		for p := 0; p < n; {
+			blk, off := p/bs, p%bs
+			cnt := min(16, bs-off, n-p)
+			k := keys[blk][off*headDim : (off+cnt)*headDim]
+			v := vals[blk][off*headDim : (off+cnt)*headDim]
+			kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, headDim, &k[0], &v[0])
+			attnKernel(&sc, g, headDim/16, &k[0], &v[0], cnt, scale, kn, vn)
+			p += cnt
+		}
+		attnEnd(&sc, out[h0*headDim:], g, headDim)
+	}
+}
+
+// attnKernel calls the kernel for g heads directly (not through a func
+// value, so that escape analysis keeps sc on the stack).
+func attnKernel[T uint16 | float32](sc *attnScratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
+	acc, q, ml, s := &sc.acc[0], &sc.q[0], &sc.ml[0], &sc.s[0]
+	kb, vb := (*byte)(unsafe.Pointer(k)), (*byte)(unsafe.Pointer(v))
+	knb, vnb := (*byte)(unsafe.Pointer(kn)), (*byte)(unsafe.Pointer(vn))
+	if unsafe.Sizeof(*k) == 2 {
+		switch g {
+		case 1:
+			attendF16AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		case 2:
+			attendF16AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		case 3:
+			attendF16AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		case 4:
+			attendF16AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		case 5:
+			attendF16AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		case 6:
+			attendF16AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		case 7:
+			attendF16AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		default:
+			attendF16AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		}
+		return
+	}
+	switch g {
+	case 1:
+		attendF32AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	case 2:
+		attendF32AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	case 3:
+		attendF32AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	case 4:
+		attendF32AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	case 5:
+		attendF32AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	case 6:
+		attendF32AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	case 7:
+		attendF32AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	default:
+		attendF32AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+	}
+}
+
+// nextRows returns the start of the cnt rows after position p, for the
+// kernel to prefetch, or def if they are not all there.
+func nextRows[T uint16 | float32](keys, vals [][]T, p, n, bs, cnt, headDim int, defK, defV *T) (*T, *T) {
+	if p >= n {
+		return defK, defV
+	}
+	b, o := p/bs, p%bs
+	if end := (o + cnt) * headDim; len(keys[b]) < end || len(vals[b]) < end {
+		return defK, defV
+	}
+	return &keys[b][o*headDim], &vals[b][o*headDim]
+}
+
+func checkAttend(out, q []float32, nq, headDim, nk, nv, bs, n int) {
+	if len(out) < nq*headDim || len(q) < nq*headDim || bs <= 0 || n <= 0 || nk*bs < n || nv*bs < n {
+		panic("kernels.Attend: arguments out of range")
+	}
+}
+
+// attnBegin interleaves g heads of q into sc.q and resets the softmax state.
+func attnBegin(sc *attnScratch, q []float32, g, headDim int) {
+	for h := range g {
+		for i := range headDim / 16 {
+			copy(sc.q[(i*g+h)*16:(i*g+h)*16+16], q[h*headDim+16*i:])
+		}
+	}
+	for h := range attnMaxNQ {
+		sc.ml[h] = float32(math.Inf(-1))
+	}
+}
+
+// attnEnd writes acc / l for g heads to out.
+func attnEnd(sc *attnScratch, out []float32, g, headDim int) {
+	for h := range g {
+		l := sc.ml[8+h]
+		o := out[h*headDim : (h+1)*headDim]
+		for i := range headDim / 16 {
+			a := sc.acc[(i*g+h)*16 : (i*g+h)*16+16]
+			for j, v := range a {
+				o[16*i+j] = v / l
+			}
+		}
+	}
+}

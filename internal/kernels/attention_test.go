@@ -1,0 +1,69 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/draftd/draftd/internal/dtype"
+)
+
+// TestAttendImpls checks AttendF16/AttendF32 of every implementation against
+// the plain-Go reference: GQA group sizes around the 8-head kernel limit,
+// head sizes the assembly takes and ones it leaves to Go, partial blocks,
+// and scores large enough to need the running max.
+func TestAttendImpls(t *testing.T) {
+	type tc struct{ nq, hd, bs, n int }
+	var cases []tc
+	for _, nq := range []int{1, 2, 3, 7, 8, 9, 16} {
+		for _, hd := range []int{16, 64, 128, 256, 24} {
+			cases = append(cases, tc{nq, hd, 16, 37})
+		}
+	}
+	for _, n := range []int{1, 15, 16, 17, 100, 513} {
+		cases = append(cases, tc{2, 128, 16, n}, tc{4, 64, 5, n}, tc{2, 128, 40, n})
+	}
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(11, 12))
+		for _, c := range cases {
+			for _, qscale := range []float64{1, 30} {
+				name := fmt.Sprintf("nq=%d hd=%d bs=%d n=%d qscale=%g", c.nq, c.hd, c.bs, c.n, qscale)
+				nb := (c.n + c.bs - 1) / c.bs
+				q := randVec(r, c.nq*c.hd, qscale)
+				k16, v16 := make([][]uint16, nb), make([][]uint16, nb)
+				k32, v32 := make([][]float32, nb), make([][]float32, nb)
+				for b := range nb {
+					k32[b], v32[b] = randVec(r, c.bs*c.hd, 1), randVec(r, c.bs*c.hd, 1)
+					k16[b], v16[b] = make([]uint16, c.bs*c.hd), make([]uint16, c.bs*c.hd)
+					for i := range k32[b] {
+						k16[b][i] = dtype.F32ToF16(k32[b][i])
+						v16[b][i] = dtype.F32ToF16(v32[b][i])
+					}
+				}
+				scale := float32(1 / math.Sqrt(float64(c.hd)))
+				want := make([]float32, c.nq*c.hd)
+				attendF16Generic(want, q, c.nq, c.hd, k16, v16, c.bs, c.n, scale)
+				have, check := guarded(c.nq * c.hd)
+				AttendF16(have, q, c.nq, c.hd, k16, v16, c.bs, c.n, scale)
+				check(t)
+				compareAttn(t, "f16 "+name, have, want, qscale)
+				attendF32Generic(want, q, c.nq, c.hd, k32, v32, c.bs, c.n, scale)
+				AttendF32(have, q, c.nq, c.hd, k32, v32, c.bs, c.n, scale)
+				check(t)
+				compareAttn(t, "f32 "+name, have, want, qscale)
+			}
+		}
+	})
+}
+
+// compareAttn allows the f32 rounding of differently ordered score sums,
+// which grows with the size of the scores (qscale).
+func compareAttn(t *testing.T, what string, have, want []float32, qscale float64) {
+	t.Helper()
+	for i := range want {
+		if d := math.Abs(float64(have[i] - want[i])); !(d <= 1e-5*qscale*(1+math.Abs(float64(want[i])))) {
+			t.Fatalf("%s: out[%d] = %g; reference %g", what, i, have[i], want[i])
+		}
+	}
+}

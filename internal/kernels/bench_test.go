@@ -1,0 +1,201 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/draftd/draftd/internal/dtype"
+)
+
+// benchStreamBytes is how much distinct weight memory a benchmark rotates
+// through, well above the 32 MB L3, so weights stream from DRAM as they do
+// in a decode step.
+const benchStreamBytes = 256 << 20
+
+// benchMatrices returns enough (rows, cols) matrices of type typ to cover
+// benchStreamBytes. Contents are valid random encodings, tiled from a small
+// random pattern so that building 600 MB of weights takes little time.
+func benchMatrices(b *testing.B, typ dtype.Type, rows, cols int) []*Matrix {
+	r := rand.New(rand.NewPCG(1, 1))
+	rb, err := typ.RowBytes(cols)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A pattern of 64 random rows, encoded exactly as a file would hold them.
+	pat, err := dtype.Quantize(typ, nil, randVec(r, 64*cols, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := max(1, (benchStreamBytes+rows*rb-1)/(rows*rb))
+	ms := make([]*Matrix, n)
+	for i := range ms {
+		data := make([]byte, rows*rb)
+		for off := 0; off < len(data); off += len(pat) {
+			copy(data[off:], pat)
+		}
+		m, err := NewMatrix(typ, rows, cols, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms[i] = m
+	}
+	return ms
+}
+
+// BenchmarkMatmul times MatMul at the shapes of Qwen3-0.6B with all CPUs
+// (the pool of a model), rotating through more weight matrices than the
+// caches hold. It reports GFLOP/s (2·rows·cols·batch per call) and wGB/s
+// (stored weight bytes per call).
+func BenchmarkMatmul(b *testing.B) {
+	shapes := []struct {
+		name       string
+		rows, cols int
+	}{
+		{"lmhead", 151936, 1024},
+		{"up", 3072, 1024},
+		{"down", 1024, 3072},
+	}
+	pool := NewPool(0)
+	defer pool.Close()
+	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0, dtype.BF16, dtype.F16, dtype.F32} {
+		b.Run(strings.ToLower(typ.String()), func(b *testing.B) {
+			for _, s := range shapes {
+				b.Run(s.name, func(b *testing.B) {
+					ms := benchMatrices(b, typ, s.rows, s.cols)
+					defer runtime.GC()
+					for _, batch := range []int{1, 8, 32} {
+						b.Run(fmt.Sprintf("B=%d", batch), func(b *testing.B) {
+							r := rand.New(rand.NewPCG(2, 2))
+							x := randVec(r, batch*s.cols, 1)
+							y := make([]float32, batch*s.rows)
+							i := 0
+							for b.Loop() {
+								MatMul(pool, y, ms[i%len(ms)], x, batch)
+								i++
+							}
+							sec := b.Elapsed().Seconds() / float64(b.N)
+							b.ReportMetric(2*float64(s.rows*s.cols*batch)/sec/1e9, "GFLOP/s")
+							b.ReportMetric(float64(ms[0].Bytes())/sec/1e9, "wGB/s")
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkAttention times AttendF16/AttendF32 for one KV head of Qwen3
+// (2 query heads per KV head, head size 128, 16-position cache blocks) at
+// contexts 512 and 2048, rotating through more cache than L3 holds, as a
+// decode step over many sequences and layers does. It reports the cache
+// bytes read per second (kvGB/s) and the cost per cached position.
+func BenchmarkAttention(b *testing.B) {
+	const nq, hd, bs = 2, 128, 16
+	for _, f16 := range []bool{true, false} {
+		name := "f32"
+		if f16 {
+			name = "f16"
+		}
+		for _, ctx := range []int{512, 2048} {
+			b.Run(fmt.Sprintf("%s/ctx=%d", name, ctx), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(3, 3))
+				nb := ctx / bs
+				esz := 4
+				if f16 {
+					esz = 2
+				}
+				perHead := 2 * ctx * hd * esz
+				heads := max(1, benchStreamBytes/2/perHead)
+				pat := randVec(r, bs*hd, 1)
+				pat16 := make([]uint16, len(pat))
+				for i, v := range pat {
+					pat16[i] = dtype.F32ToF16(v)
+				}
+				k16, v16 := make([][][]uint16, heads), make([][][]uint16, heads)
+				k32, v32 := make([][][]float32, heads), make([][][]float32, heads)
+				for h := range heads {
+					for range nb {
+						if f16 {
+							k16[h] = append(k16[h], append([]uint16(nil), pat16...))
+							v16[h] = append(v16[h], append([]uint16(nil), pat16...))
+						} else {
+							k32[h] = append(k32[h], append([]float32(nil), pat...))
+							v32[h] = append(v32[h], append([]float32(nil), pat...))
+						}
+					}
+				}
+				q := randVec(r, nq*hd, 1)
+				out := make([]float32, nq*hd)
+				scale := float32(1 / math.Sqrt(hd))
+				i := 0
+				for b.Loop() {
+					if f16 {
+						AttendF16(out, q, nq, hd, k16[i%heads], v16[i%heads], bs, ctx, scale)
+					} else {
+						AttendF32(out, q, nq, hd, k32[i%heads], v32[i%heads], bs, ctx, scale)
+					}
+					i++
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(perHead)/sec/1e9, "kvGB/s")
+				b.ReportMetric(sec*1e9/float64(ctx), "ns/pos")
+			})
+		}
+	}
+}
+
+// BenchmarkAttentionLayer times the attention of one layer of a batch-32
+// Qwen3-0.6B decode step (32 sequences × 8 KV heads × 2 query heads, f16
+// cache, head size 128) split over the pool as the model does, with every
+// sequence holding ctx positions. It reports the cache bytes read per second
+// and the time of the layer.
+func BenchmarkAttentionLayer(b *testing.B) {
+	const nq, hd, bs, seqs, kvHeads = 2, 128, 16, 32, 8
+	pool := NewPool(0)
+	defer pool.Close()
+	for _, ctx := range []int{512, 2048} {
+		b.Run(fmt.Sprintf("f16/ctx=%d", ctx), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(4, 4))
+			nb := ctx / bs
+			perHead := 2 * ctx * hd * 2
+			layers := max(1, benchStreamBytes/(perHead*seqs*kvHeads))
+			pat := make([]uint16, bs*hd)
+			for i := range pat {
+				pat[i] = dtype.F32ToF16(float32(r.NormFloat64()))
+			}
+			// keys[layer][task] is one (sequence, KV head)'s list of blocks.
+			keys := make([][][][]uint16, layers)
+			vals := make([][][][]uint16, layers)
+			for l := range layers {
+				keys[l] = make([][][]uint16, seqs*kvHeads)
+				vals[l] = make([][][]uint16, seqs*kvHeads)
+				for t := range seqs * kvHeads {
+					for range nb {
+						keys[l][t] = append(keys[l][t], append([]uint16(nil), pat...))
+						vals[l][t] = append(vals[l][t], append([]uint16(nil), pat...))
+					}
+				}
+			}
+			q := randVec(r, seqs*kvHeads*nq*hd, 1)
+			out := make([]float32, len(q))
+			scale := float32(1 / math.Sqrt(hd))
+			l := 0
+			for b.Loop() {
+				ks, vs := keys[l%layers], vals[l%layers]
+				pool.ForEach(seqs*kvHeads, 4, func(lo, hi int) {
+					for t := lo; t < hi; t++ {
+						AttendF16(out[t*nq*hd:(t+1)*nq*hd], q[t*nq*hd:(t+1)*nq*hd], nq, hd, ks[t], vs[t], bs, ctx, scale)
+					}
+				})
+				l++
+			}
+			sec := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(float64(perHead*seqs*kvHeads)/sec/1e9, "kvGB/s")
+			b.ReportMetric(sec*1e3, "ms/layer")
+		})
+	}
+}

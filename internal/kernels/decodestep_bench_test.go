@@ -1,0 +1,99 @@
+package kernels_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/model"
+	"github.com/draftd/draftd/internal/testmodel"
+)
+
+// benchModel returns a random model of the given shape, written once to the
+// user cache directory (about 20 s and 0.6–2 GB per file) and reused.
+func benchModel(b *testing.B, spec testmodel.Spec) *model.Model {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "draftd-bench")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(dir, spec.Name+".gguf")
+	if _, err := os.Stat(path); err != nil {
+		b.Logf("writing %s", path)
+		if err := spec.WriteGGUF(path); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m, err := model.Load(path, model.Options{Threads: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkDecodeStep times one decode step (one new token per sequence) of
+// a batch of sequences that each already hold ctx positions of KV cache
+// (random f16 values: attention cost does not depend on them).
+func BenchmarkDecodeStep(b *testing.B) {
+	cases := []struct {
+		name string
+		spec testmodel.Spec
+		bs   []int
+	}{
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0), []int{1, 8, 32}},
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.BF16), []int{1, 32}},
+		{"qwen3-1.7b", testmodel.Qwen3_17B(dtype.Q4_0), []int{1, 32}},
+	}
+	const ctx = 512
+	for _, c := range cases {
+		b.Run(fmt.Sprintf("%s/%s", c.name, lowerType(c.spec.Type)), func(b *testing.B) {
+			m := benchModel(b, c.spec)
+			defer m.Close()
+			r := rand.New(rand.NewPCG(1, 2))
+			for _, batch := range c.bs {
+				b.Run(fmt.Sprintf("B=%d", batch), func(b *testing.B) {
+					seqs := make([]*model.Seq, batch)
+					for i := range seqs {
+						nb := (ctx + 1 + model.BlockSize - 1) / model.BlockSize
+						blocks := make([]*model.Block, nb)
+						for j := range blocks {
+							blk := m.NewBlock()
+							for k := range blk.K {
+								blk.K[k] = dtype.F32ToF16(float32(r.NormFloat64()))
+								blk.V[k] = dtype.F32ToF16(float32(r.NormFloat64()))
+							}
+							blocks[j] = blk
+						}
+						seqs[i] = &model.Seq{Tokens: []int{r.IntN(m.Vocab)}, Pos: ctx, Blocks: blocks}
+					}
+					b.ResetTimer()
+					for b.Loop() {
+						if err := m.Forward(seqs); err != nil {
+							b.Fatal(err)
+						}
+					}
+					ms := b.Elapsed().Seconds() * 1000 / float64(b.N)
+					b.ReportMetric(ms, "ms/step")
+					b.ReportMetric(float64(batch)*1000/ms, "tok/s")
+					b.ReportMetric(float64(m.WeightBytes)/1e9/(ms/1000), "wGB/s")
+				})
+			}
+		})
+	}
+}
+
+func lowerType(t dtype.Type) string {
+	s := []byte(t.String())
+	for i, c := range s {
+		if 'A' <= c && c <= 'Z' {
+			s[i] = c + 'a' - 'A'
+		}
+	}
+	return string(s)
+}

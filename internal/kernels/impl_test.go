@@ -1,0 +1,223 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/draftd/draftd/internal/dtype"
+)
+
+// forEachImpl runs f once per implementation this build and CPU support,
+// with that implementation forced.
+func forEachImpl(t *testing.T, f func(t *testing.T)) {
+	defer SetImpl(Impls()[0])
+	for _, name := range Impls() {
+		t.Run(name, func(t *testing.T) {
+			if err := SetImpl(name); err != nil {
+				t.Fatal(err)
+			}
+			f(t)
+		})
+	}
+}
+
+const guard = float32(-7.25e33)
+
+// guarded returns a slice of n floats inside a larger one whose borders hold
+// guard values, and a check that they are intact.
+func guarded(n int) ([]float32, func(t *testing.T)) {
+	buf := make([]float32, n+32)
+	for i := range buf {
+		buf[i] = guard
+	}
+	s := buf[16 : 16+n : 16+n]
+	return s, func(t *testing.T) {
+		t.Helper()
+		for i := range 16 {
+			if buf[i] != guard || buf[16+n+i] != guard {
+				t.Fatalf("guard value overwritten next to a %d-float output", n)
+			}
+		}
+	}
+}
+
+func randVec(r *rand.Rand, n int, scale float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * scale)
+	}
+	return x
+}
+
+// TestMatMulImpls checks every implementation against the plain-Go
+// reference on awkward shapes: rows not a multiple of the 32-row tile,
+// float columns not a multiple of 8, every batch-tile size.
+func TestMatMulImpls(t *testing.T) {
+	shapes := [][2]int{{1, 32}, {31, 64}, {33, 96}, {64, 256}, {95, 160}, {7, 1024}}
+	floatShapes := [][2]int{{1, 1}, {17, 3}, {40, 13}, {33, 100}, {96, 8}}
+	batches := []int{1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 25, 33, 64, 131}
+	if testing.Short() {
+		batches = []int{1, 5, 13, 33}
+	}
+	pool := NewPool(3)
+	defer pool.Close()
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, typ := range dtype.Types {
+			sh := shapes
+			if typ == dtype.F32 || typ == dtype.F16 || typ == dtype.BF16 {
+				sh = append(append([][2]int{}, shapes...), floatShapes...)
+			}
+			for _, s := range sh {
+				rows, cols := s[0], s[1]
+				m, _ := randMatrix(t, r, typ, rows, cols)
+				for _, batch := range batches {
+					x := randVec(r, batch*cols, 1)
+					if batch > 2 {
+						x[cols+1] = 0 // a zero, and a whole zero block below
+						clear(x[2*cols : 2*cols+min(cols, 32)])
+					}
+					want := make([]float32, batch*rows)
+					matmulRef(nil, want, m, x, batch)
+					y, check := guarded(batch * rows)
+					MatMul(pool, y, m, x, batch)
+					check(t)
+					compare(t, fmt.Sprintf("%v %dx%d B=%d", typ, rows, cols, batch), y, want, m, x, batch)
+				}
+			}
+		}
+	})
+}
+
+// compare allows the f32 rounding of a differently ordered or fused sum:
+// a few ulps of Σ|w·x| per output.
+func compare(t *testing.T, what string, have, want []float32, m *Matrix, x []float32, batch int) {
+	t.Helper()
+	wf := make([]float32, m.Rows*m.Cols)
+	if err := dtype.Dequantize(m.Type, wf, m.Data); err != nil {
+		t.Fatal(err)
+	}
+	for b := range batch {
+		for r := range m.Rows {
+			var mag float64
+			for c := range m.Cols {
+				mag += math.Abs(float64(wf[r*m.Cols+c]) * float64(x[b*m.Cols+c]))
+			}
+			i := b*m.Rows + r
+			tol := 4e-6 * mag * math.Sqrt(float64(m.Cols)/32+1)
+			if m.Type == dtype.Q8_0 || m.Type == dtype.Q4_0 {
+				tol = 2e-6*mag + 1e-30
+			}
+			if d := math.Abs(float64(have[i] - want[i])); !(d <= tol) {
+				t.Fatalf("%s: y[b=%d, r=%d] = %g; reference %g (diff %g > %g)", what, b, r, have[i], want[i], d, tol)
+			}
+		}
+	}
+}
+
+// TestMatMulDeterministic checks that an output does not depend on the batch
+// it is computed in or on the number of threads: bit-identical results.
+func TestMatMulDeterministic(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(3, 4))
+		p1, p3 := NewPool(1), NewPool(3)
+		defer p1.Close()
+		defer p3.Close()
+		for _, typ := range dtype.Types {
+			const rows, cols, batch = 100, 256, 29
+			m, _ := randMatrix(t, r, typ, rows, cols)
+			x := randVec(r, batch*cols, 1)
+			yb := make([]float32, batch*rows)
+			MatMul(p3, yb, m, x, batch)
+			for _, b := range []int{0, 7, 28} {
+				y1 := make([]float32, rows)
+				MatMul(p1, y1, m, x[b*cols:(b+1)*cols], 1)
+				for i := range y1 {
+					if math.Float32bits(y1[i]) != math.Float32bits(yb[b*rows+i]) {
+						t.Fatalf("%v: row %d alone gives y[%d] = %g; in a batch of %d: %g", typ, b, i, y1[i], batch, yb[b*rows+i])
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestArgmaxImpls(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(9, 9))
+		nan := float32(math.NaN())
+		inf := float32(math.Inf(1))
+		for _, n := range []int{1, 15, 16, 17, 48, 100, 151936} {
+			x := randVec(r, n, 1)
+			check := func(what string) {
+				t.Helper()
+				if have, want := Argmax(x), argmaxGeneric(x); have != want {
+					t.Fatalf("n=%d %s: have %d; want %d", n, what, have, want)
+				}
+			}
+			check("random")
+			x[n-1] = 10
+			x[n/2] = 10
+			check("tie")
+			x[0] = nan
+			check("nan")
+			for i := range x {
+				x[i] = float32(math.Inf(-1))
+			}
+			check("all -inf")
+			x[n-1] = nan
+			check("-inf and nan")
+			x[n/3] = inf
+			check("inf")
+		}
+	})
+}
+
+// TestMatMulArgmax checks MatMulArgmax against MatMul followed by Argmax on
+// every implementation, with exact ties (duplicate weight rows) both within
+// one 512-row chunk and across chunks handled by different workers.
+func TestMatMulArgmax(t *testing.T) {
+	pool := NewPool(3)
+	defer pool.Close()
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(21, 22))
+		for _, typ := range dtype.Types {
+			for _, rows := range []int{1, 33, 700, 2085} {
+				const cols = 64
+				m, wf := randMatrix(t, r, typ, rows, cols)
+				// Row rows-1 duplicates row rows/3 (and row 1 duplicates row 0);
+				// activation rows 0 and 1 point along them, so the ties are maxima.
+				copy(m.Row(rows-1), m.Row(rows/3))
+				if rows > 1 {
+					copy(m.Row(1), m.Row(0))
+				}
+				m, _ = NewMatrix(typ, rows, cols, m.Data)
+				for _, batch := range []int{1, 3, 13, 32} {
+					x := randVec(r, batch*cols, 1)
+					copy(x, wf[rows/3*cols:(rows/3+1)*cols])
+					if batch > 1 {
+						copy(x[cols:], wf[:cols])
+					}
+					y := make([]float32, batch*rows)
+					MatMul(pool, y, m, x, batch)
+					if rows > 1 && Argmax(y[:rows]) != min(rows/3, rows-1) && typ != dtype.Q4_0 {
+						t.Logf("%v rows=%d: row 0's maximum is not the tie", typ, rows)
+					}
+					ids := make([]int, batch+1)
+					ids[batch] = -7
+					MatMulArgmax(pool, ids, m, x, batch)
+					if ids[batch] != -7 {
+						t.Fatal("ids written past batch")
+					}
+					for b := range batch {
+						if want := Argmax(y[b*rows : (b+1)*rows]); ids[b] != want {
+							t.Fatalf("%v rows=%d B=%d: row %d argmax %d; MatMul+Argmax %d", typ, rows, batch, b, ids[b], want)
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,474 @@
+//go:build !purego
+
+// The amd64 matmul driver: packed weight layouts (built once by NewMatrix),
+// activation quantization, and the split of one MatMul into kernel calls.
+//
+// Packed layout. Rows are grouped into tiles of 32 (zero-padded at the end);
+// each tile is one contiguous stream that a kernel reads front to back, and
+// tiles follow each other, so a thread streams its share of the weights
+// sequentially. Within a tile the 32 rows are two groups of 16 (one zmm of
+// f32 or int32 lanes each); "lane j of group g" is row 32t+16g+j.
+//
+//	Q8_0 (1088 B per 32 columns): 32 f16 scales (row order), then for
+//	      s = 0…7 and g = 0,1: 16 lanes × 4 bytes q+128 of columns 4s…4s+3.
+//	Q4_0 (576 B per 32 columns): 32 f16 scales, then for m = 0…3 and
+//	      g = 0,1: 16 lanes × 4 bytes qs[4m…4m+3] of the ggml block, i.e.
+//	      columns 4m+t in the low nibbles and 16+4m+t in the high nibbles.
+//	BF16 (128 B per 2 columns): per column pair and group, 16 lanes × the
+//	      stored 32-bit pair (column 2p in the low half, 2p+1 in the high).
+//	F16  (64 B per column): per column and group, 16 lanes × f16.
+//	F32  (128 B per column): per column and group, 16 lanes × f32.
+//
+// Float types are padded with zero columns to a multiple of 8.
+//
+// Kernels. Q8_0/Q4_0 weights are multiplied as unsigned bytes (q+128, or
+// the raw nibble) by the signed Q8_0 activation quants with VPDPBUSD; the
+// offset is removed by starting each block sum at -offset·Σq_x, computed
+// once per activation block. Each kernel call computes one 32-row tile for
+// up to 6 (int8) or 12 (float) activation rows held in registers, looping
+// over all columns; every output element is the same sequential sum over its
+// columns whatever the batch size or thread count, so results are
+// deterministic and batch-invariant.
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/draftd/draftd/internal/dtype"
+)
+
+// Register blocking limits of the generated kernels (see _asm/main.go).
+const (
+	qMaxNB  = 6
+	fMaxNB  = 12
+	f2MaxNB = 4
+)
+
+type qKernel func(w, x, xm *byte, nblk, xstride int, y *float32, ystride int, pf *byte, pfn int)
+type fKernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int, pf *byte, pfn int)
+type f2Kernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int)
+type q2Kernel func(ws, wq, x, xm *byte, nblk, xstride int, y *float32)
+
+var (
+	q8K512   = [...]qKernel{nil, q8AVX512x1, q8AVX512x2, q8AVX512x3, q8AVX512x4, q8AVX512x5, q8AVX512x6}
+	q4K512   = [...]qKernel{nil, q4AVX512x1, q4AVX512x2, q4AVX512x3, q4AVX512x4, q4AVX512x5, q4AVX512x6}
+	bf16K512 = [...]fKernel{nil, bf16AVX512x1, bf16AVX512x2, bf16AVX512x3, bf16AVX512x4, bf16AVX512x5, bf16AVX512x6,
+		bf16AVX512x7, bf16AVX512x8, bf16AVX512x9, bf16AVX512x10, bf16AVX512x11, bf16AVX512x12}
+	f16K512 = [...]fKernel{nil, f16AVX512x1, f16AVX512x2, f16AVX512x3, f16AVX512x4, f16AVX512x5, f16AVX512x6,
+		f16AVX512x7, f16AVX512x8, f16AVX512x9, f16AVX512x10, f16AVX512x11, f16AVX512x12}
+	f32K512 = [...]fKernel{nil, f32AVX512x1, f32AVX512x2, f32AVX512x3, f32AVX512x4, f32AVX512x5, f32AVX512x6,
+		f32AVX512x7, f32AVX512x8, f32AVX512x9, f32AVX512x10, f32AVX512x11, f32AVX512x12}
+	bf16K2 = [...]f2Kernel{nil, bf16AVX2x1, bf16AVX2x2, bf16AVX2x3, bf16AVX2x4}
+	f16K2  = [...]f2Kernel{nil, f16AVX2x1, f16AVX2x2, f16AVX2x3, f16AVX2x4}
+	f32K2  = [...]f2Kernel{nil, f32AVX2x1, f32AVX2x2, f32AVX2x3, f32AVX2x4}
+)
+
+// packed is a Matrix's weights in the kernels' stream order.
+type packed struct {
+	tiles     int    // ceil(Rows/32)
+	tileBytes int    // bytes of one 32-row tile
+	nblk      int    // Q8_0/Q4_0: Cols/32
+	k8        int    // F32/F16/BF16: Cols rounded up to a multiple of 8
+	data      []byte // (tiles, tileBytes), 64-byte aligned
+}
+
+func pack(m *Matrix) any {
+	if !hasAVX2 {
+		return nil
+	}
+	pk := &packed{tiles: (m.Rows + 31) / 32}
+	switch m.Type {
+	case dtype.Q8_0:
+		pk.nblk = m.Cols / dtype.QK
+		pk.tileBytes = pk.nblk * (64 + 8*128)
+	case dtype.Q4_0:
+		pk.nblk = m.Cols / dtype.QK
+		pk.tileBytes = pk.nblk * (64 + 4*128)
+	case dtype.BF16, dtype.F16:
+		pk.k8 = (m.Cols + 7) &^ 7
+		pk.tileBytes = pk.k8 * 64
+	case dtype.F32:
+		pk.k8 = (m.Cols + 7) &^ 7
+		pk.tileBytes = pk.k8 * 128
+	default:
+		return nil
+	}
+	pk.data = weightBytes(pk, pk.tiles*pk.tileBytes)
+	// Packing the weights of a model is a large copy; spread it over the CPUs.
+	nw := min(runtime.GOMAXPROCS(0), max(1, pk.tiles/64))
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := pk.tiles * w / nw; t < pk.tiles*(w+1)/nw; t++ {
+				packTile(m, pk, t)
+			}
+		}()
+	}
+	wg.Wait()
+	return pk
+}
+
+func alignedBytes(n int) []byte {
+	b := make([]byte, n+64)
+	off := alignOff(b)
+	return b[off : off+n : off+n]
+}
+
+func packTile(m *Matrix, pk *packed, t int) {
+	le := binary.LittleEndian
+	dst := pk.data[t*pk.tileBytes : (t+1)*pk.tileBytes]
+	for r := range 32 {
+		row := 32*t + r
+		g, j := r/16, r%16
+		if row >= m.Rows {
+			if m.Type == dtype.Q8_0 || m.Type == dtype.Q4_0 {
+				// Zero weights: code 128 (Q8_0) or nibble 8 (Q4_0), scale 0.
+				fill := uint32(0x80808080)
+				if m.Type == dtype.Q4_0 {
+					fill = 0x88888888
+				}
+				bb := pk.tileBytes / pk.nblk
+				for i := range pk.nblk {
+					blk := dst[i*bb:]
+					for s := range (bb - 64) / 128 {
+						le.PutUint32(blk[64+128*s+64*g+4*j:], fill)
+					}
+				}
+			}
+			continue // float padding is already zero
+		}
+		src := m.Row(row)
+		switch m.Type {
+		case dtype.Q8_0:
+			for i := range pk.nblk {
+				blk, sb := dst[i*1088:], src[i*34:]
+				blk[2*r], blk[2*r+1] = sb[0], sb[1]
+				for s := range 8 {
+					le.PutUint32(blk[64+128*s+64*g+4*j:], le.Uint32(sb[2+4*s:])^0x80808080)
+				}
+			}
+		case dtype.Q4_0:
+			for i := range pk.nblk {
+				blk, sb := dst[i*576:], src[i*18:]
+				blk[2*r], blk[2*r+1] = sb[0], sb[1]
+				for mm := range 4 {
+					le.PutUint32(blk[64+128*mm+64*g+4*j:], le.Uint32(sb[2+4*mm:]))
+				}
+			}
+		case dtype.BF16:
+			for p := range m.Cols / 2 {
+				le.PutUint32(dst[128*p+64*g+4*j:], le.Uint32(src[4*p:]))
+			}
+			if m.Cols%2 == 1 {
+				p := m.Cols / 2
+				le.PutUint16(dst[128*p+64*g+4*j:], le.Uint16(src[4*p:]))
+			}
+		case dtype.F16:
+			for k := range m.Cols {
+				le.PutUint16(dst[64*k+32*g+2*j:], le.Uint16(src[2*k:]))
+			}
+		case dtype.F32:
+			for k := range m.Cols {
+				le.PutUint32(dst[128*k+64*g+4*j:], le.Uint32(src[4*k:]))
+			}
+		}
+	}
+}
+
+// mmJob is one MatMul call spread over a Pool; kept in the Pool's arena.
+type mmJob struct {
+	w        *Matrix
+	pk       *packed
+	y, x     []float32
+	batch    int
+	impl     implID
+	xq, xm   []byte // quantized activations: (nblk, batch, 32) quants, (nblk, batch) {d f32, corr i32}
+	off      int    // quantization offset: 128 for Q8_0, 8 for Q4_0
+	xrow     int    // float path: floats per activation row of x (Cols, or k8 if padded)
+	bt       []int  // batch tile starts, then batch
+	scratch  [][]float32
+	ids      []int   // MatMulArgmax: per-row result; y is not written
+	best     []maxAt // MatMulArgmax: (worker, batch) running maxima
+	tiles    int
+	chunk    int
+	next     atomic.Int64
+	quantize bool // quantize x inside the task (qnext/qdone), before any tile
+	qnext    atomic.Int32
+	qdone    atomic.Int32
+}
+
+// maxAt is a running argmax.
+type maxAt struct {
+	v float32
+	i int
+}
+
+func matmul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
+	if pk, _ := w.packed.(*packed); impl == implGeneric || pk == nil {
+		matmulRef(p, y, w, x, batch)
+		return
+	}
+	matmulAsm(p, y, nil, w, x, batch)
+}
+
+func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
+	if pk, _ := w.packed.(*packed); impl == implGeneric || pk == nil {
+		matmulArgmaxRef(p, ids, w, x, batch)
+		return
+	}
+	matmulAsm(p, nil, ids, w, x, batch)
+}
+
+// matmulAsm runs MatMul (ids == nil) or MatMulArgmax on the assembly kernels.
+func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int) {
+	pk := w.packed.(*packed)
+	if p == nil {
+		sp := serialPools.Get().(*Pool)
+		defer serialPools.Put(sp)
+		p = sp
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	j, _ := p.arena.job.(*mmJob)
+	if j == nil {
+		j = new(mmJob)
+		p.arena.job = j
+	}
+	j.w, j.pk, j.y, j.x, j.batch, j.impl = w, pk, y, x, batch, impl
+	j.tiles = pk.tiles
+	j.chunk = max(1, min(64, pk.tiles/(8*p.n)))
+	j.next.Store(0)
+	j.quantize = false
+	j.ids = ids
+	if ids != nil {
+		// Each worker keeps the logits of one claimed chunk (≤ 512 rows)
+		// and a running argmax per activation row.
+		j.chunk = min(j.chunk, 16)
+		if cap(j.best) < p.n*batch {
+			j.best = make([]maxAt, p.n*batch)
+		}
+		j.best = j.best[:p.n*batch]
+		for i := range j.best {
+			j.best[i] = maxAt{float32(math.Inf(-1)), 0}
+		}
+		j.scratch = p.arena.workerScratch(p.n, batch*32*j.chunk)
+	} else {
+		j.scratch = p.arena.workerScratch(p.n, batch*32) // for a partial last tile
+	}
+
+	maxNB := fMaxNB
+	switch {
+	case w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0:
+		maxNB = qMaxNB
+		j.off = 128
+		if w.Type == dtype.Q4_0 {
+			j.off = 8
+		}
+		n := pk.nblk * batch
+		buf := p.arena.alignedBytes(n*40 + 64)
+		j.xq, j.xm = buf[:n*32], buf[(n*32+63)&^63:][:n*8]
+		j.qnext.Store(0)
+		j.qdone.Store(0)
+		if batch <= 4 || p.n == 1 {
+			for b := range batch {
+				j.quantizeRow(b)
+			}
+		} else {
+			j.quantize = true
+		}
+	case w.Cols%8 == 0:
+		j.xrow = w.Cols
+	default:
+		// Pad rows to k8 columns so kernels never read past a row.
+		j.xrow = pk.k8
+		buf := p.arena.alignedBytes(batch * pk.k8 * 4)
+		xf := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), batch*pk.k8)
+		clear(xf)
+		for b := range batch {
+			copy(xf[b*pk.k8:], x[b*w.Cols:(b+1)*w.Cols])
+		}
+		j.x = xf
+	}
+	if impl == implAVX2 {
+		maxNB = f2MaxNB
+	}
+	nt := (batch + maxNB - 1) / maxNB
+	j.bt = j.bt[:0]
+	for i := range nt {
+		j.bt = append(j.bt, i*batch/nt)
+	}
+	j.bt = append(j.bt, batch)
+	p.run(j)
+	if ids != nil {
+		for b := range batch {
+			best := j.best[b]
+			for wk := 1; wk < p.n; wk++ {
+				if o := j.best[wk*batch+b]; o.v > best.v || (o.v == best.v && o.i < best.i) {
+					best = o
+				}
+			}
+			ids[b] = best.i
+		}
+	}
+	j.w, j.pk, j.y, j.x, j.ids = nil, nil, nil, nil, nil
+}
+
+func (j *mmJob) quantizeRow(b int) {
+	nblk, cols := j.pk.nblk, j.w.Cols
+	if j.impl == implAVX512 {
+		quantQ8AVX512(&j.x[b*cols], nblk, &j.xq[32*b], 32*j.batch, &j.xm[8*b], 8*j.batch, j.off)
+	} else {
+		quantQ8Blocked(j.x[b*cols:(b+1)*cols], j.xq[32*b:], 32*j.batch, j.xm[8*b:], 8*j.batch, j.off)
+	}
+}
+
+func (j *mmJob) run(worker int) {
+	if j.quantize {
+		n := 0
+		for {
+			b := int(j.qnext.Add(1) - 1)
+			if b >= j.batch {
+				break
+			}
+			j.quantizeRow(b)
+			n++
+		}
+		if j.qdone.Add(int32(n)) != int32(j.batch) {
+			for j.qdone.Load() != int32(j.batch) {
+				runtime.Gosched()
+			}
+		}
+	}
+	scratch := j.scratch[worker]
+	rows := j.w.Rows
+	for {
+		t0 := int(j.next.Add(int64(j.chunk))) - j.chunk
+		if t0 >= j.tiles {
+			return
+		}
+		end := min(t0+j.chunk, j.tiles)
+		for t := t0; t < end; t++ {
+			r0 := 32 * t
+			switch {
+			case j.ids != nil:
+				// Logits of the chunk go to scratch (batch, 32·chunk).
+				j.tile(t, &scratch[32*(t-t0)], 4*32*j.chunk, t+1 < end)
+			case r0+32 <= rows:
+				j.tile(t, &j.y[r0], 4*rows, t+1 < end)
+			default:
+				j.tile(t, &scratch[0], 4*32, false)
+				for b := range j.batch {
+					copy(j.y[b*rows+r0:(b+1)*rows], scratch[32*b:32*b+rows-r0])
+				}
+			}
+		}
+		if j.ids != nil {
+			n := min(end*32, rows) - t0*32
+			best := j.best[worker*j.batch : (worker+1)*j.batch]
+			for b := range j.batch {
+				i := argmax(scratch[b*32*j.chunk : b*32*j.chunk+n])
+				if v := scratch[b*32*j.chunk+i]; v > best[b].v || (v == best[b].v && t0*32+i < best[b].i) {
+					best[b] = maxAt{v, t0*32 + i}
+				}
+			}
+		}
+	}
+}
+
+// tile computes output rows [32t, 32t+32) for the whole batch into y0
+// (row b at byte offset b·ystride); if prefetchNext, its kernel calls also
+// prefetch tile t+1.
+func (j *mmJob) tile(t int, y0 *float32, ystride int, prefetchNext bool) {
+	batch, pk := j.batch, j.pk
+	w := &pk.data[t*pk.tileBytes]
+	// Batch tile i of nt prefetches its share of the next weight tile.
+	nt := len(j.bt) - 1
+	pfAt := func(i int) (*byte, int) {
+		if !prefetchNext {
+			return w, 0
+		}
+		lo := (pk.tileBytes * i / nt) &^ 63
+		hi := (pk.tileBytes * (i + 1) / nt) &^ 63
+		return &pk.data[(t+1)*pk.tileBytes+lo], hi - lo
+	}
+	yAt := func(b0 int) (*float32, int) {
+		return (*float32)(unsafe.Add(unsafe.Pointer(y0), b0*ystride)), ystride
+	}
+	switch j.w.Type {
+	case dtype.Q8_0, dtype.Q4_0:
+		if j.impl == implAVX512 {
+			ks := &q8K512
+			if j.w.Type == dtype.Q4_0 {
+				ks = &q4K512
+			}
+			for i := 0; i+1 < len(j.bt); i++ {
+				b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
+				yp, ys := yAt(b0)
+				pf, pfn := pfAt(i)
+				ks[nb](w, &j.xq[32*b0], &j.xm[8*b0], pk.nblk, 32*batch, yp, ys, pf, pfn)
+			}
+		} else {
+			k := q8AVX2
+			if j.w.Type == dtype.Q4_0 {
+				k = q4AVX2
+			}
+			wb := pk.data[t*pk.tileBytes:]
+			for b := range batch {
+				yp, _ := yAt(b)
+				ys := unsafe.Slice(yp, 32)
+				k(&wb[0], &wb[64], &j.xq[32*b], &j.xm[8*b], pk.nblk, 32*batch, &ys[0])
+				k(&wb[32], &wb[128], &j.xq[32*b], &j.xm[8*b], pk.nblk, 32*batch, &ys[16])
+			}
+		}
+	default:
+		var ks []fKernel
+		var ks2 []f2Kernel
+		goff := 64 // byte offset of group 1 within a column (pair)
+		switch j.w.Type {
+		case dtype.BF16:
+			ks, ks2 = bf16K512[:], bf16K2[:]
+		case dtype.F16:
+			ks, ks2, goff = f16K512[:], f16K2[:], 32
+		default:
+			ks, ks2 = f32K512[:], f32K2[:]
+		}
+		wb := pk.data[t*pk.tileBytes:]
+		for i := 0; i+1 < len(j.bt); i++ {
+			b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
+			yp, ys := yAt(b0)
+			xp := &j.x[b0*j.xrow]
+			if j.impl == implAVX512 {
+				pf, pfn := pfAt(i)
+				ks[nb](w, xp, 4*j.xrow, pk.k8/8, yp, ys, pf, pfn)
+			} else {
+				ks2[nb](&wb[0], xp, 4*j.xrow, pk.k8/8, yp, ys)
+				ks2[nb](&wb[goff], xp, 4*j.xrow, pk.k8/8, (*float32)(unsafe.Add(unsafe.Pointer(yp), 64)), ys)
+			}
+		}
+	}
+}
+
+// quantQ8Blocked is quantQ8AVX512 in Go: it quantizes the row x to Q8_0 with
+// dtype.Quantize and writes block i's quants to q[i*qstride:] and its
+// {d float32, -off·Σq int32} to m[i*mstride:].
+func quantQ8Blocked(x []float32, q []byte, qstride int, m []byte, mstride, off int) {
+	var blk [34]byte
+	for i := range len(x) / dtype.QK {
+		b, _ := dtype.Quantize(dtype.Q8_0, blk[:0], x[i*dtype.QK:(i+1)*dtype.QK])
+		copy(q[i*qstride:i*qstride+32], b[2:])
+		var sum int32
+		for _, v := range b[2:] {
+			sum += int32(int8(v))
+		}
+		d := dtype.F16ToF32(binary.LittleEndian.Uint16(b))
+		binary.LittleEndian.PutUint32(m[i*mstride:], *(*uint32)(unsafe.Pointer(&d)))
+		binary.LittleEndian.PutUint32(m[i*mstride+4:], uint32(-int32(off)*sum))
+	}
+}
