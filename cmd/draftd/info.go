@@ -27,7 +27,7 @@ func runInfo(ctx context.Context, args []string) error {
 	if *path == "" {
 		return errors.New("info: --model is required")
 	}
-	m, err := model.Load(*path, model.Options{Threads: 1})
+	m, err := model.Load(*path, model.Options{})
 	if err != nil {
 		return err
 	}

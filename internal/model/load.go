@@ -12,7 +12,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/gguf"
@@ -90,26 +93,31 @@ func LoadConfig(path string) (*Config, error) {
 func bind(c *Config, src source, opt Options) (*Model, error) {
 	m := &Model{Config: *c, src: src, kvF32: opt.KVF32}
 	var errs []error
-	mat := func(name string, rows, cols int) *kernels.Matrix {
+	// Matrices are checked here and built (repacked for the kernels) in
+	// parallel below: repacking is most of the load time.
+	var jobs []func() error
+	mat := func(dst **kernels.Matrix, name string, rows, cols int) {
 		t, ok, err := src.lookup(name)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
-			return nil
+			return
 		case !ok:
 			errs = append(errs, fmt.Errorf("%s: missing tensor %s", src.path(), name))
-			return nil
+			return
 		case len(t.shape) != 2 || t.shape[0] != rows || t.shape[1] != cols:
 			errs = append(errs, fmt.Errorf("%s: tensor %s has shape %v, want [%d %d]", src.path(), name, t.shape, rows, cols))
-			return nil
-		}
-		w, err := kernels.NewMatrix(t.typ, rows, cols, t.data)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: tensor %s: %w", src.path(), name, err))
-			return nil
+			return
 		}
 		m.countWeights(t.typ, rows*cols, len(t.data))
-		return w
+		jobs = append(jobs, func() error {
+			w, err := kernels.NewMatrix(t.typ, rows, cols, t.data)
+			if err != nil {
+				return fmt.Errorf("%s: tensor %s: %w", src.path(), name, err)
+			}
+			*dst = w
+			return nil
+		})
 	}
 	vec := func(name string, n int) []float32 {
 		t, ok, err := src.lookup(name)
@@ -133,16 +141,16 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 		return v
 	}
 	h, q, kv, ff := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
-	m.Embed = mat("model.embed_tokens.weight", c.Vocab, h)
+	mat(&m.Embed, "model.embed_tokens.weight", c.Vocab, h)
 	m.Layer = make([]Layer, c.Layers)
 	for i := range m.Layer {
 		l := &m.Layer[i]
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l.AttnNorm = vec(p+"input_layernorm.weight", h)
-		l.Q = mat(p+"self_attn.q_proj.weight", q, h)
-		l.K = mat(p+"self_attn.k_proj.weight", kv, h)
-		l.V = mat(p+"self_attn.v_proj.weight", kv, h)
-		l.O = mat(p+"self_attn.o_proj.weight", h, q)
+		mat(&l.Q, p+"self_attn.q_proj.weight", q, h)
+		mat(&l.K, p+"self_attn.k_proj.weight", kv, h)
+		mat(&l.V, p+"self_attn.v_proj.weight", kv, h)
+		mat(&l.O, p+"self_attn.o_proj.weight", h, q)
 		if c.QKVBias {
 			l.QBias = vec(p+"self_attn.q_proj.bias", q)
 			l.KBias = vec(p+"self_attn.k_proj.bias", kv)
@@ -153,21 +161,54 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 			l.KNorm = vec(p+"self_attn.k_norm.weight", c.HeadDim)
 		}
 		l.FFNNorm = vec(p+"post_attention_layernorm.weight", h)
-		l.Gate = mat(p+"mlp.gate_proj.weight", ff, h)
-		l.Up = mat(p+"mlp.up_proj.weight", ff, h)
-		l.Down = mat(p+"mlp.down_proj.weight", h, ff)
+		mat(&l.Gate, p+"mlp.gate_proj.weight", ff, h)
+		mat(&l.Up, p+"mlp.up_proj.weight", ff, h)
+		mat(&l.Down, p+"mlp.down_proj.weight", h, ff)
 	}
 	m.OutNorm = vec("model.norm.weight", h)
-	if c.TiedEmbed {
-		m.Output = m.Embed
-	} else {
-		m.Output = mat("lm_head.weight", c.Vocab, h)
+	if !c.TiedEmbed {
+		mat(&m.Output, "lm_head.weight", c.Vocab, h)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	if err := runParallel(jobs, opt.Threads); err != nil {
+		return nil, err
+	}
+	if c.TiedEmbed {
+		m.Output = m.Embed
+	}
 	m.init(opt)
 	return m, nil
+}
+
+// runParallel runs jobs on up to threads goroutines (≤ 0: all cores) and
+// returns their errors joined.
+func runParallel(jobs []func() error, threads int) error {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range min(threads, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(jobs); i = int(next.Add(1)) - 1 {
+				if err := jobs[i](); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (m *Model) countWeights(t dtype.Type, n, bytes int) {
