@@ -56,7 +56,8 @@ func (e *Engine) loop() {
 
 // iterate admits what fits, drops cancelled requests and runs one step. A
 // panic outside the forward pass (a bug in the bookkeeping) fails every
-// active request and resets the cache, whose state can no longer be trusted.
+// active request and the one waiting for KV space, and resets the cache,
+// whose state can no longer be trusted.
 func (e *Engine) iterate(active []*seq, head *request) (_ []*seq, _ *request) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -65,8 +66,12 @@ func (e *Engine) iterate(active []*seq, head *request) (_ []*seq, _ *request) {
 			for _, s := range active {
 				e.respond(s.req, Result{}, err)
 			}
+			if head != nil {
+				e.queued.Add(-1)
+				e.respond(head, Result{}, err)
+			}
 			e.cache.Reset()
-			active = active[:0]
+			// The blank results return (nil, nil): an empty batch, no head.
 		}
 	}()
 	active, head = e.admit(active, head)
@@ -261,9 +266,15 @@ func (e *Engine) failAll(active []*seq, head *request, err error) {
 }
 
 // respond delivers the answer; reply has room for it even when the caller
-// has already gone.
+// has already gone. A second answer (possible only on a panic path that
+// fails a batch some of whose requests were already answered) is dropped
+// rather than blocking the loop.
 func (e *Engine) respond(r *request, res Result, err error) {
-	r.reply <- reply{res: res, err: err}
+	select {
+	case r.reply <- reply{res: res, err: err}:
+	default:
+		e.log.Error("request answered twice; dropping the second answer", "err", err)
+	}
 }
 
 // observe calls the observer, if any, without letting it break the loop.
