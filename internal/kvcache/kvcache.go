@@ -183,7 +183,7 @@ func (c *Cache) Acquire(tokens []int, total int) (*Lease, error) {
 	}
 	c.leased += need
 	if cow != nil {
-		copyPositions(l.Blocks[len(path)], cow.block, cowLen, c.spec.HeadDim)
+		model.CopyPositions(l.Blocks[len(path)], cow.block, cowLen, c.spec.HeadDim)
 		l.Cached += cowLen
 		c.unref(cow)
 	}
@@ -453,24 +453,6 @@ func (n *node) best(chunk []int) (*node, int) {
 		}
 	}
 	return best, bl
-}
-
-// copyPositions copies the KV of positions [0, npos) of every (layer, kvHead)
-// segment from src to dst; a block is (layers, kvHeads, BlockSize, headDim).
-func copyPositions(dst, src *model.Block, npos, headDim int) {
-	seg := BlockSize * headDim
-	m := npos * headDim
-	if src.K32 != nil {
-		for off := 0; off < len(src.K32); off += seg {
-			copy(dst.K32[off:off+m], src.K32[off:off+m])
-			copy(dst.V32[off:off+m], src.V32[off:off+m])
-		}
-		return
-	}
-	for off := 0; off < len(src.K); off += seg {
-		copy(dst.K[off:off+m], src.K[off:off+m])
-		copy(dst.V[off:off+m], src.V[off:off+m])
-	}
 }
 
 func sameTokens(a []int32, b []int) bool {

@@ -96,6 +96,25 @@ func (m *Model) NewBlock() *Block {
 	return &Block{K: make([]uint16, n), V: make([]uint16, n)}
 }
 
+// CopyPositions copies the keys and values of positions [0, npos) of every
+// (layer, kvHead) segment from src to dst, blocks of the layout above with
+// headDim elements per position (the prefix cache's copy-on-write).
+func CopyPositions(dst, src *Block, npos, headDim int) {
+	seg := BlockSize * headDim // one (layer, kvHead) segment
+	n := npos * headDim
+	if src.K32 != nil {
+		for off := 0; off < len(src.K32); off += seg {
+			copy(dst.K32[off:off+n], src.K32[off:off+n])
+			copy(dst.V32[off:off+n], src.V32[off:off+n])
+		}
+		return
+	}
+	for off := 0; off < len(src.K); off += seg {
+		copy(dst.K[off:off+n], src.K[off:off+n])
+		copy(dst.V[off:off+n], src.V[off:off+n])
+	}
+}
+
 // String summarises the model for logs.
 func (m *Model) String() string {
 	return fmt.Sprintf("%s %d layers, hidden %d, heads %d/%d×%d, vocab %d, %.1fM params, %v",
