@@ -33,50 +33,33 @@ func AttendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n 
 }
 
 func attendF16Generic(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
+	attendGeneric(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+func attendF32Generic(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
+	attendGeneric(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+// attendGeneric is the reference of AttendF16/AttendF32: each cached row is
+// widened to f32, then scores, online softmax and the weighted sum are
+// taken in f32.
+func attendGeneric[T uint16 | float32](out, q []float32, nq, headDim int, keys, vals [][]T, bs, n int, scale float32) {
+	var kbuf, vbuf [256]float32
+	kf, vf := kbuf[:], vbuf[:] // (headDim) the widened key and value
+	if headDim > len(kbuf) {
+		kf, vf = make([]float32, headDim), make([]float32, headDim)
+	}
+	kf, vf = kf[:headDim], vf[:headDim]
 	for h := range nq {
 		qh := q[h*headDim : (h+1)*headDim]    // (headDim)
 		acc := out[h*headDim : (h+1)*headDim] // (headDim) running Σ w·v
 		clear(acc)
 		m, l := float32(math.Inf(-1)), float32(0)
 		for p := range n {
-			k := keys[p/bs][(p%bs)*headDim:][:headDim]
-			v := vals[p/bs][(p%bs)*headDim:][:headDim]
+			widenRow(kf, keys[p/bs][(p%bs)*headDim:][:headDim])
+			widenRow(vf, vals[p/bs][(p%bs)*headDim:][:headDim])
 			var s float32
-			for i, kv := range k {
-				s += qh[i] * f16Table[kv]
-			}
-			s *= scale
-			if s > m {
-				c := float32(math.Exp(float64(m - s)))
-				for i := range acc {
-					acc[i] *= c
-				}
-				l *= c
-				m = s
-			}
-			w := float32(math.Exp(float64(s - m)))
-			l += w
-			for i, vv := range v {
-				acc[i] += w * f16Table[vv]
-			}
-		}
-		for i := range acc {
-			acc[i] /= l
-		}
-	}
-}
-
-func attendF32Generic(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
-	for h := range nq {
-		qh := q[h*headDim : (h+1)*headDim]    // (headDim)
-		acc := out[h*headDim : (h+1)*headDim] // (headDim)
-		clear(acc)
-		m, l := float32(math.Inf(-1)), float32(0)
-		for p := range n {
-			k := keys[p/bs][(p%bs)*headDim:][:headDim]
-			v := vals[p/bs][(p%bs)*headDim:][:headDim]
-			var s float32
-			for i, kv := range k {
+			for i, kv := range kf {
 				s += qh[i] * kv
 			}
 			s *= scale
@@ -90,12 +73,24 @@ func attendF32Generic(out, q []float32, nq, headDim int, keys, vals [][]float32,
 			}
 			w := float32(math.Exp(float64(s - m)))
 			l += w
-			for i, vv := range v {
+			for i, vv := range vf {
 				acc[i] += w * vv
 			}
 		}
 		for i := range acc {
 			acc[i] /= l
 		}
+	}
+}
+
+// widenRow sets dst to src as f32 (f16 bits through f16Table).
+func widenRow[T uint16 | float32](dst []float32, src []T) {
+	switch src := any(src).(type) {
+	case []uint16:
+		for i, v := range src {
+			dst[i] = f16Table[v]
+		}
+	case []float32:
+		copy(dst, src)
 	}
 }
