@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/eval"
+	"github.com/draftd/draftd/internal/fileio"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/server"
 	"github.com/draftd/draftd/internal/testmodel"
@@ -86,7 +88,7 @@ func runDemo(ctx context.Context, args []string) error {
 		spec testmodel.Spec
 		path string
 	}{{tspec, targetPath}, {dspec, draftPath}} {
-		built, err := buildIfMissing(m.path, func(tmp string) error { return m.spec.WriteGGUF(tmp) })
+		built, err := buildIfMissing(m.path, func(p string) error { return m.spec.WriteGGUF(p) })
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
@@ -95,8 +97,8 @@ func runDemo(ctx context.Context, args []string) error {
 
 	// 2. Dataset: the target's greedy continuations of random prompts.
 	dataPath := filepath.Join(*dir, fmt.Sprintf("data-%s-%dx%d.jsonl", tspec.Name, *samples, *tokens))
-	built, err := buildIfMissing(dataPath, func(tmp string) error {
-		return writeDemoData(tmp, targetPath, *threads, *samples, *tokens)
+	built, err := buildIfMissing(dataPath, func(p string) error {
+		return writeDemoData(p, targetPath, *threads, *samples, *tokens)
 	})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -174,20 +176,16 @@ func runDemo(ctx context.Context, args []string) error {
 	return nil
 }
 
-// buildIfMissing runs build on a temporary name next to path and renames it
-// into place, unless path exists. It reports whether it built.
-func buildIfMissing(path string, build func(tmp string) error) (bool, error) {
+// buildIfMissing runs build(path) unless path exists, and reports whether it
+// built. The builders write atomically (temporary file, then rename), so an
+// interrupted demo never leaves a partial file to be reused.
+func buildIfMissing(path string, build func(path string) error) (bool, error) {
 	if _, err := os.Stat(path); err == nil {
 		return false, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return false, err
 	}
-	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
-	if err := build(tmp); err != nil {
-		os.Remove(tmp)
-		return false, err
-	}
-	return true, os.Rename(tmp, path)
+	return true, build(path)
 }
 
 // writeDemoData writes samples lines of {"id","prompt","continuation"}: the
@@ -198,38 +196,30 @@ func writeDemoData(path, targetPath string, threads, samples, tokens int) error 
 		return err
 	}
 	defer m.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	r := rand.New(rand.NewPCG(42, 42))
-	enc := json.NewEncoder(w)
-	for i := range samples {
-		prompt := make([]int, 8+r.IntN(40))
-		for j := range prompt {
-			prompt[j] = r.IntN(m.Vocab)
+	return fileio.WriteAtomic(path, func(out io.Writer) error {
+		w := bufio.NewWriter(out)
+		r := rand.New(rand.NewPCG(42, 42))
+		enc := json.NewEncoder(w)
+		for i := range samples {
+			prompt := make([]int, 8+r.IntN(40))
+			for j := range prompt {
+				prompt[j] = r.IntN(m.Vocab)
+			}
+			cont, err := m.Generate(prompt, tokens)
+			if err != nil {
+				return err
+			}
+			line := struct {
+				ID           string `json:"id"`
+				Prompt       []int  `json:"prompt"`
+				Continuation []int  `json:"continuation"`
+			}{fmt.Sprintf("demo-%02d", i), prompt, cont}
+			if err := enc.Encode(line); err != nil {
+				return err
+			}
 		}
-		cont, err := m.Generate(prompt, tokens)
-		if err != nil {
-			f.Close()
-			return err
-		}
-		line := struct {
-			ID           string `json:"id"`
-			Prompt       []int  `json:"prompt"`
-			Continuation []int  `json:"continuation"`
-		}{fmt.Sprintf("demo-%02d", i), prompt, cont}
-		if err := enc.Encode(line); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+		return w.Flush()
+	})
 }
 
 // waitHealthy polls GET /health until it answers 200, the server stops, or
