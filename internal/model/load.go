@@ -359,13 +359,11 @@ func (s *hfSource) lookup(name string) (tensor, bool, error) {
 		shape[i] = int(d)
 	}
 	out := tensor{shape: shape, data: t.Data}
+	if typ, ok := floatDType(t.DType); ok {
+		out.typ = typ
+		return out, true, nil
+	}
 	switch t.DType {
-	case "F32":
-		out.typ = dtype.F32
-	case "F16":
-		out.typ = dtype.F16
-	case "BF16":
-		out.typ = dtype.BF16
 	case "F8_E4M3":
 		data, err := s.dequantFP8(name, t)
 		if err != nil {
@@ -376,6 +374,19 @@ func (s *hfSource) lookup(name string) (tensor, bool, error) {
 		return tensor{}, false, fmt.Errorf("%s: tensor %s has dtype %s; draftd reads F32, F16, BF16 and F8_E4M3", t.File, name, t.DType)
 	}
 	return out, true, nil
+}
+
+// floatDType maps the safetensors float dtypes draftd computes with as stored.
+func floatDType(s string) (dtype.Type, bool) {
+	switch s {
+	case "F32":
+		return dtype.F32, true
+	case "F16":
+		return dtype.F16, true
+	case "BF16":
+		return dtype.BF16, true
+	}
+	return 0, false
 }
 
 // dequantFP8 widens an FP8 E4M3 weight with its block scales
@@ -399,16 +410,9 @@ func (s *hfSource) dequantFP8(name string, t *safetensors.Tensor) ([]byte, error
 		return nil, fmt.Errorf("%s: scale %s shape %v does not tile %s %v", sc.File, sname, sc.Shape, name, t.Shape)
 	}
 	scales := make([]float32, sr*scc) // (sr, scc)
-	var st dtype.Type
-	switch sc.DType {
-	case "F32":
-		st = dtype.F32
-	case "BF16":
-		st = dtype.BF16
-	case "F16":
-		st = dtype.F16
-	default:
-		return nil, fmt.Errorf("%s: scale %s has dtype %s", sc.File, sname, sc.DType)
+	st, ok := floatDType(sc.DType)
+	if !ok {
+		return nil, fmt.Errorf("%s: scale %s has dtype %s; want F32, F16 or BF16", sc.File, sname, sc.DType)
 	}
 	if err := dtype.Dequantize(st, scales, sc.Data); err != nil {
 		return nil, fmt.Errorf("%s: scale %s: %w", sc.File, sname, err)
