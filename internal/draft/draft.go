@@ -152,6 +152,6 @@ func (Model) Start(ctx []int, n int) Drafter { return &modelDrafter{} }
 
 type modelDrafter struct{ st Stats }
 
-func (d *modelDrafter) Propose(int) []int      { return nil }
+func (d *modelDrafter) Propose(int) []int       { return nil }
 func (d *modelDrafter) Accept(greedy []int) int { d.st.FromModel++; return 0 }
-func (d *modelDrafter) Stats() Stats           { return d.st }
+func (d *modelDrafter) Stats() Stats            { return d.st }
