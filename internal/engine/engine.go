@@ -6,8 +6,9 @@
 //
 // This file is the API: options, Draft, Close, Stats and the errors the
 // server maps to HTTP statuses. loop.go is the goroutine. The engine does not
-// speak HTTP, choose drafting strategies (internal/draft) or own the model's
-// lifetime (the caller closes the model after Close).
+// speak HTTP, decide which tokens become a draft (a strategy of
+// internal/draft does, driven from strategy.go) or own the model's lifetime
+// (the caller closes the model after Close).
 package engine
 
 import (
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/kvcache"
 	"github.com/draftd/draftd/internal/model"
 )
@@ -45,6 +47,8 @@ type Options struct {
 	PrefillChunk int
 	Logger       *slog.Logger // nil: discard
 	Observer     Observer     // may be nil
+	// Strategy drafts the requests that name none (nil: draft.Model).
+	Strategy draft.Strategy
 }
 
 // Observer receives the engine's events, for metrics. It is called from the
@@ -63,6 +67,8 @@ type Result struct {
 	Draft         []int // (≤ n) greedy continuation; shorter only at the model's maximum context
 	PrefillTokens int   // context tokens run through prefill (= len(tokens) − CachedTokens)
 	CachedTokens  int   // context tokens whose KV came from the prefix cache
+	Strategy      string      // the strategy that drafted it
+	Sources       draft.Stats // where the draft tokens came from
 }
 
 // Stats is a snapshot of the engine's gauges and counters.
@@ -140,6 +146,7 @@ type request struct {
 	ctx    context.Context
 	tokens []int // (L) the context, a private copy
 	n      int   // draft tokens to produce, already shortened to fit MaxContext
+	strat  draft.Guided
 	reply  chan reply
 }
 
@@ -168,6 +175,12 @@ func New(m *model.Model, opt Options) (*Engine, error) {
 	if opt.KVCacheBytes <= 0 {
 		opt.KVCacheBytes = DefaultKVCacheBytes()
 	}
+	if opt.Strategy == nil {
+		opt.Strategy = draft.Model{}
+	}
+	if err := checkStrategy(opt.Strategy); err != nil {
+		return nil, err
+	}
 	log := opt.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -185,7 +198,8 @@ func New(m *model.Model, opt Options) (*Engine, error) {
 	}
 	log.Info("engine started", "max_batch", opt.MaxBatch, "max_queue", opt.MaxQueue,
 		"kv_budget_bytes", opt.KVCacheBytes, "kv_block_bytes", m.BlockBytes(),
-		"kv_blocks", cache.MaxBlocks(), "max_draft_len", opt.MaxDraftLen, "prefill_chunk", opt.PrefillChunk)
+		"kv_blocks", cache.MaxBlocks(), "max_draft_len", opt.MaxDraftLen, "prefill_chunk", opt.PrefillChunk,
+		"strategy", opt.Strategy.Name())
 	go e.loop()
 	return e, nil
 }
@@ -193,22 +207,33 @@ func New(m *model.Model, opt Options) (*Engine, error) {
 // Options returns the options in effect (defaults filled in).
 func (e *Engine) Options() Options { return e.opt }
 
-// Draft returns the greedy continuation of tokens, n tokens long (shorter
-// when the model's maximum context comes first). It fails at once with an
-// *InputError for bad input, ErrQueueFull when MaxQueue requests wait, and
-// ErrClosed after Close; it returns ctx.Err() when ctx ends first (the
-// request then leaves the batch at the next step boundary).
+// Draft is DraftWith the engine's strategy (Options.Strategy).
 func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error) {
+	return e.DraftWith(ctx, tokens, n, nil)
+}
+
+// DraftWith returns the draft of strategy s (nil: Options.Strategy) after
+// tokens, n tokens long (shorter when the model's maximum context comes
+// first, or when a model-free strategy has nothing to propose). It fails at
+// once with an *InputError for bad input, ErrQueueFull when MaxQueue
+// requests wait, and ErrClosed after Close; it returns ctx.Err() when ctx
+// ends first (the request then leaves the batch at the next step boundary).
+func (e *Engine) DraftWith(ctx context.Context, tokens []int, n int, s draft.Strategy) (Result, error) {
 	if err := e.validate(tokens, n); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	g, res, err := e.route(tokens, n, s)
+	if g == nil {
+		return res, err
+	}
 	r := &request{
 		ctx:    ctx,
 		tokens: append([]int(nil), tokens...), // the loop may still read it after we return
 		n:      min(n, e.m.MaxContext-len(tokens)),
+		strat:  g,
 		reply:  make(chan reply, 1),
 	}
 	e.mu.RLock()
