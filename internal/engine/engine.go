@@ -64,9 +64,9 @@ type Observer interface {
 
 // Result is the answer to one Draft call.
 type Result struct {
-	Draft         []int // (≤ n) greedy continuation; shorter only at the model's maximum context
-	PrefillTokens int   // context tokens run through prefill (= len(tokens) − CachedTokens)
-	CachedTokens  int   // context tokens whose KV came from the prefix cache
+	Draft         []int       // (≤ n) greedy continuation; shorter only at the model's maximum context
+	PrefillTokens int         // context tokens run through prefill (= len(tokens) − CachedTokens)
+	CachedTokens  int         // context tokens whose KV came from the prefix cache
 	Strategy      string      // the strategy that drafted it
 	Sources       draft.Stats // where the draft tokens came from
 }
