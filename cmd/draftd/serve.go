@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/server"
 )
 
@@ -37,6 +39,8 @@ func runServe(ctx context.Context, args []string) error {
 		kvF32      = fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
 		logFormat  = fs.String("log-format", "text", "log format: text or json")
 		logLevel   = fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
+		strategy   = fs.String("strategy", draft.Default, "drafting strategy: "+strings.Join(draft.Names, ", ")+" (a request may name its own)")
+		trustMatch = fs.Int("trust-match", draft.DefaultTrust, "hybrid keeps lookup tokens the model disagrees with when their match is at least this long (0: never)")
 		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
 	)
 	fs.Usage = func() {
@@ -70,6 +74,7 @@ func runServe(ctx context.Context, args []string) error {
 		ModelPath: *path, Threads: *threads, KVF32: *kvF32,
 		DraftLen: *draftLen, MaxDraftLen: *maxDraft, MaxBatch: *maxBatch, MaxQueue: *maxQueue,
 		KVCacheBytes: *kvBytes, MaxBodyBytes: *maxBody, ShutdownTimeout: *shutdownTO, Logger: logger,
+		Strategy: *strategy, Lookup: draft.Options{Trust: *trustMatch, MinMatch: draft.DefaultMinMatch, Choice: draft.DefaultChoice},
 	}
 	for _, c := range []struct {
 		bad bool
@@ -82,6 +87,8 @@ func runServe(ctx context.Context, args []string) error {
 		{*kvBytes < 0, "--kv-cache-bytes must not be negative"},
 		{*maxBody < 64, "--max-body-bytes must be at least 64"},
 		{*shutdownTO <= 0, "--shutdown-timeout must be positive"},
+		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
+		{*trustMatch < 0, "--trust-match must not be negative"},
 	} {
 		if c.bad {
 			return clientUsageError(fs, c.msg)

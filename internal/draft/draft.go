@@ -32,6 +32,10 @@ const (
 	NamePLD    = "pld"
 )
 
+// Default is the strategy a server uses unless told otherwise (see the
+// README's measurements).
+const Default = NameHybrid
+
 // Names lists the strategies New accepts.
 var Names = []string{NameModel, NameLookup, NameHybrid, NamePLD}
 

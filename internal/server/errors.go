@@ -23,6 +23,7 @@ const (
 	CodeTokenOutOfRange  = "token_out_of_range" // a token id < 0 or ≥ vocab
 	CodeInvalidN         = "invalid_n"          // n not an integer, or outside [1, max-draft-len]
 	CodeContextTooLong   = "context_too_long"   // the context fills the model's maximum
+	CodeInvalidStrategy  = "invalid_strategy"   // "strategy" is not a string naming a drafting strategy
 	CodeInvalidInput     = "invalid_input"      // input the engine refused (it may give a code of its own)
 	CodeBodyTooLarge     = "body_too_large"     // body over --max-body-bytes
 	CodeNotFound         = "not_found"          // unknown route
@@ -75,6 +76,7 @@ var codeStatus = map[string]int{
 	CodeTokenOutOfRange:  http.StatusBadRequest,
 	CodeInvalidN:         http.StatusBadRequest,
 	CodeContextTooLong:   http.StatusBadRequest,
+	CodeInvalidStrategy:  http.StatusBadRequest,
 	CodeInvalidInput:     http.StatusBadRequest,
 	CodeBodyTooLarge:     http.StatusRequestEntityTooLarge,
 	CodeNotFound:         http.StatusNotFound,

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 )
 
@@ -93,10 +94,18 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 	}
 	x.add(slog.Int("context", len(req.Tokens)), slog.Int("n", req.N))
 
-	res, err := b.d.Draft(r.Context(), req.Tokens, req.Fit)
+	var res engine.Result
+	if req.Strategy == "" {
+		res, err = b.d.Draft(r.Context(), req.Tokens, req.Fit)
+	} else if st, ok := b.strs[req.Strategy]; ok {
+		res, err = b.d.DraftWith(r.Context(), req.Tokens, req.Fit, st)
+	} else {
+		err = reqErr(CodeInvalidStrategy, (&draft.UnknownError{Name: req.Strategy}).Error())
+	}
 	if err != nil {
 		return err
 	}
+	s.met.sources(res)
 	x.add(slog.Int("draft", len(res.Draft)), slog.Int("prefill", res.PrefillTokens), slog.Int("cached", res.CachedTokens))
 	s.met.draftTokens.Add(float64(len(res.Draft)))
 	s.met.reqPrefill.Observe(float64(res.PrefillTokens))

@@ -42,6 +42,9 @@ type draftRequest struct {
 	Tokens []int // (contextLen) ids in [0, vocab), 0 < contextLen < MaxContext
 	N      int   // asked draft length, 1 ≤ N ≤ MaxDraftLen
 	Fit    int   // draft length that fits before the maximum context: min(N, MaxContext−contextLen)
+	// Strategy names the drafting strategy ("": the server's); the handler
+	// checks the name.
+	Strategy string
 }
 
 // parseDraftRequest decodes and validates body. Errors are *RequestError.
@@ -112,6 +115,11 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 		}
 	}
 	req.Fit = min(req.N, lim.MaxContext-len(req.Tokens))
+	if raw, ok := fields["strategy"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &req.Strategy); err != nil {
+			return req, reqErr(CodeInvalidStrategy, `"strategy" must be a string naming a drafting strategy, got `+kindOf(bytes.TrimSpace(raw)))
+		}
+	}
 	return req, nil
 }
 

@@ -18,13 +18,11 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/kernels"
 	"github.com/draftd/draftd/internal/model"
 )
-
-// Strategy names how drafts are made.
-const Strategy = "model-greedy"
 
 // Run serves on ln until ctx is cancelled, then shuts down gracefully and
 // returns nil. It returns an error if the model cannot be loaded or warmed
@@ -110,9 +108,14 @@ func (s *Server) Load(ctx context.Context) error {
 		m.Close()
 		return err
 	}
+	strs := map[string]draft.Strategy{}
+	for _, name := range draft.Names {
+		strs[name], _ = draft.New(name, s.cfg.Lookup) // the options were checked by fill
+	}
 	e, err := engine.New(m, engine.Options{
 		MaxBatch: s.cfg.MaxBatch, MaxQueue: s.cfg.MaxQueue, KVCacheBytes: s.cfg.KVCacheBytes,
 		MaxDraftLen: s.cfg.MaxDraftLen, Logger: s.log, Observer: observer{s.met},
+		Strategy: strs[s.cfg.Strategy],
 	})
 	if err != nil {
 		m.Close()
@@ -122,7 +125,7 @@ func (s *Server) Load(ctx context.Context) error {
 	if s.cfg.wrap != nil {
 		d = s.cfg.wrap(d)
 	}
-	b := &backend{d: d, m: m, lim: limits{
+	b := &backend{d: d, m: m, strs: strs, lim: limits{
 		Vocab: m.Vocab, MaxContext: m.MaxContext, DraftLen: s.cfg.DraftLen, MaxDraftLen: s.cfg.MaxDraftLen,
 	}}
 	s.mu.Lock()
@@ -199,6 +202,10 @@ type info struct {
 	DraftLen     int            `json:"draft_len"`
 	MaxDraftLen  int            `json:"max_draft_len"`
 	Strategy     string         `json:"strategy"`
+	Strategies   []string       `json:"strategies"`
+	TrustMatch   int            `json:"trust_match"`
+	MinMatch     int            `json:"min_match"`
+	LookupChoice string         `json:"lookup_choice"`
 	Kernels      string         `json:"kernels"`
 	Threads      int            `json:"threads"`
 	KVCacheType  string         `json:"kv_cache_type"`
@@ -227,7 +234,8 @@ func (s *Server) info(m *model.Model) info {
 		Architecture: m.Arch, Parameters: m.Params, WeightBytes: m.WeightBytes, WeightTypes: m.TypeCounts,
 		VocabSize: m.Vocab, MaxContext: m.MaxContext, Hidden: m.Hidden, Layers: m.Layers,
 		Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Model: filepath.Base(m.Path()),
-		DraftLen: s.cfg.DraftLen, MaxDraftLen: s.cfg.MaxDraftLen, Strategy: Strategy,
+		DraftLen: s.cfg.DraftLen, MaxDraftLen: s.cfg.MaxDraftLen, Strategy: s.cfg.Strategy,
+		Strategies: draft.Names, TrustMatch: s.cfg.Lookup.Trust, MinMatch: s.cfg.Lookup.MinMatch, LookupChoice: s.cfg.Lookup.Choice.String(),
 		Kernels: kernels.Impl(), Threads: m.Threads(), KVCacheType: kv,
 		MaxBatch: s.cfg.MaxBatch, MaxQueue: s.cfg.MaxQueue,
 		Version: bi.version(), Build: bi,

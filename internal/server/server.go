@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/model"
 )
@@ -29,6 +30,7 @@ import (
 // Drafter is the engine as the server sees it; *engine.Engine implements it.
 type Drafter interface {
 	Draft(ctx context.Context, tokens []int, n int) (engine.Result, error)
+	DraftWith(ctx context.Context, tokens []int, n int, s draft.Strategy) (engine.Result, error)
 	Stats() engine.Stats
 	Close(ctx context.Context) error
 }
@@ -41,12 +43,14 @@ type Config struct {
 	Threads   int    // kernel workers; ≤ 0: all cores
 	KVF32     bool   // keep the KV cache in f32
 
-	DraftLen     int   // n when a request gives none
-	MaxDraftLen  int   // largest n a request may ask
-	MaxBatch     int   // sequences per engine step
-	MaxQueue     int   // requests waiting for a batch slot before 503
-	KVCacheBytes int64 // KV cache budget; 0: the engine's default
-	MaxBodyBytes int64 // POST /draft body limit (413 above)
+	DraftLen     int           // n when a request gives none
+	MaxDraftLen  int           // largest n a request may ask
+	MaxBatch     int           // sequences per engine step
+	MaxQueue     int           // requests waiting for a batch slot before 503
+	KVCacheBytes int64         // KV cache budget; 0: the engine's default
+	MaxBodyBytes int64         // POST /draft body limit (413 above)
+	Strategy     string        // drafting strategy of requests that name none ("": draft.Default)
+	Lookup       draft.Options // lookup/hybrid options (zero: draft.DefaultOptions)
 
 	ShutdownTimeout time.Duration // how long in-flight requests may take to finish
 	Logger          *slog.Logger
@@ -87,6 +91,15 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Strategy == "" {
+		c.Strategy = draft.Default
+	}
+	if c.Lookup == (draft.Options{}) {
+		c.Lookup = draft.DefaultOptions()
+	}
+	if _, err := draft.New(c.Strategy, c.Lookup); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	switch {
 	case c.ModelPath == "":
@@ -130,7 +143,8 @@ type backend struct {
 	d    Drafter
 	m    *model.Model
 	lim  limits
-	info []byte // GET /v1/info answer
+	info []byte                    // GET /v1/info answer
+	strs map[string]draft.Strategy // by name, for requests that name one
 }
 
 // New returns a server in the loading state.

@@ -58,6 +58,9 @@ func startServer(t testing.TB, cfg Config) *testServer {
 	if cfg.Threads == 0 {
 		cfg.Threads = 2
 	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = "model" // the tests compare drafts with model.Generate
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
 	}
@@ -421,7 +424,7 @@ func TestInfo(t *testing.T) {
 	}
 	for k, want := range map[string]any{
 		"architecture": "qwen3", "vocab_size": 512.0, "max_context": 256.0, "draft_len": 12.0,
-		"max_draft_len": 40.0, "strategy": "model-greedy",
+		"max_draft_len": 40.0, "strategy": "model",
 	} {
 		if in[k] != want {
 			t.Errorf("%s: have %v; want %v", k, in[k], want)
