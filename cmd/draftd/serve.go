@@ -41,6 +41,7 @@ func runServe(ctx context.Context, args []string) error {
 		logLevel   = fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
 		strategy   = fs.String("strategy", draft.Default, "drafting strategy: "+strings.Join(draft.Names, ", ")+" (a request may name its own)")
 		trustMatch = fs.Int("trust-match", draft.DefaultTrust, "hybrid keeps lookup tokens the model disagrees with when their match is at least this long (0: never)")
+		choice     = fs.String("lookup-choice", draft.DefaultChoice.String(), "which earlier occurrence of the longest match lookup follows: recent or frequent (most frequent continuation)")
 		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
 	)
 	fs.Usage = func() {
@@ -74,7 +75,7 @@ func runServe(ctx context.Context, args []string) error {
 		ModelPath: *path, Threads: *threads, KVF32: *kvF32,
 		DraftLen: *draftLen, MaxDraftLen: *maxDraft, MaxBatch: *maxBatch, MaxQueue: *maxQueue,
 		KVCacheBytes: *kvBytes, MaxBodyBytes: *maxBody, ShutdownTimeout: *shutdownTO, Logger: logger,
-		Strategy: *strategy, Lookup: draft.Options{Trust: *trustMatch, MinMatch: draft.DefaultMinMatch, Choice: draft.DefaultChoice},
+		Strategy: *strategy, Lookup: draft.Options{Trust: *trustMatch, MinMatch: draft.DefaultMinMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]},
 	}
 	for _, c := range []struct {
 		bad bool
@@ -89,6 +90,7 @@ func runServe(ctx context.Context, args []string) error {
 		{*shutdownTO <= 0, "--shutdown-timeout must be positive"},
 		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
 		{*trustMatch < 0, "--trust-match must not be negative"},
+		{*choice != "recent" && *choice != "frequent", "--lookup-choice must be recent or frequent"},
 	} {
 		if c.bad {
 			return clientUsageError(fs, c.msg)

@@ -134,7 +134,7 @@ func (s *Server) Load(ctx context.Context) error {
 
 	t1 := time.Now()
 	warm := warmupContext(&m.Config)
-	res, err := d.Draft(ctx, warm, 1)
+	res, err := d.DraftWith(ctx, warm, 1, strs[draft.NameModel]) // the model, whatever the default
 	if err == nil && len(res.Draft) != 1 {
 		err = fmt.Errorf("got %d tokens, want 1", len(res.Draft))
 	}
