@@ -42,6 +42,7 @@ func runServe(ctx context.Context, args []string) error {
 		strategy   = fs.String("strategy", draft.Default, "drafting strategy: "+strings.Join(draft.Names, ", ")+" (a request may name its own)")
 		trustMatch = fs.Int("trust-match", draft.DefaultTrust, "hybrid keeps lookup tokens the model disagrees with when their match is at least this long (0: never)")
 		choice     = fs.String("lookup-choice", draft.DefaultChoice.String(), "which earlier occurrence of the longest match lookup follows: recent or frequent (most frequent continuation)")
+		minMatch   = fs.Int("min-match", draft.DefaultMinMatch, "hybrid proposes lookup tokens only after a match of at least this many tokens")
 		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
 	)
 	fs.Usage = func() {
@@ -75,7 +76,7 @@ func runServe(ctx context.Context, args []string) error {
 		ModelPath: *path, Threads: *threads, KVF32: *kvF32,
 		DraftLen: *draftLen, MaxDraftLen: *maxDraft, MaxBatch: *maxBatch, MaxQueue: *maxQueue,
 		KVCacheBytes: *kvBytes, MaxBodyBytes: *maxBody, ShutdownTimeout: *shutdownTO, Logger: logger,
-		Strategy: *strategy, Lookup: draft.Options{Trust: *trustMatch, MinMatch: draft.DefaultMinMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]},
+		Strategy: *strategy, Lookup: draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]},
 	}
 	for _, c := range []struct {
 		bad bool
@@ -90,6 +91,7 @@ func runServe(ctx context.Context, args []string) error {
 		{*shutdownTO <= 0, "--shutdown-timeout must be positive"},
 		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
 		{*trustMatch < 0, "--trust-match must not be negative"},
+		{*minMatch < 1, "--min-match must be at least 1"},
 		{*choice != "recent" && *choice != "frequent", "--lookup-choice must be recent or frequent"},
 	} {
 		if c.bad {

@@ -42,9 +42,9 @@ var Names = []string{NameModel, NameLookup, NameHybrid, NamePLD}
 // Defaults of Options, chosen from the measurements in the README
 // ("Drafting strategies").
 const (
-	DefaultTrust    = 0 // hybrid keeps only proposal tokens the model agrees with
-	DefaultMinMatch = 1 // hybrid proposes after a match of one token or more
-	DefaultChoice   = Recent
+	DefaultTrust    = 16 // hybrid keeps lookup tokens from a match of 16+ tokens even when the model disagrees
+	DefaultMinMatch = 4  // hybrid proposes after a match of four tokens or more
+	DefaultChoice   = Frequent
 )
 
 // Options tune lookup and hybrid.

@@ -3,8 +3,11 @@
 package draft
 
 // Hybrid proposes, each step, the lookup continuation of the text so far
-// (context plus draft) — re-looked-up after every proposed token, up to the
-// room left — and the engine runs it through the model in one forward step.
+// (context plus draft) — re-looked-up after every proposed token, as many
+// tokens as the first one's match is long (a short match rarely continues
+// far; every proposed token costs a row of the forward step) and at most
+// the room left — and the engine runs it through the model in one forward
+// step.
 // Proposal tokens are kept while the model's greedy token agrees with them,
 // or while their match is at least Opt.Trust tokens long; the first rejected
 // one is replaced by the model's token (which joins the draft in any case,
@@ -32,7 +35,7 @@ func (d *hybridDrafter) Propose(max int) []int {
 	m := d.x.Len()
 	for len(d.prop) < max {
 		q, ok := d.x.Query()
-		if !ok || q.Length < d.opt.MinMatch {
+		if !ok || q.Length < d.opt.MinMatch || (len(d.lens) > 0 && len(d.prop) >= d.lens[0]) {
 			break
 		}
 		d.prop = append(d.prop, q.Next)

@@ -64,8 +64,8 @@ func refHybrid(t *testing.T, m *model.Model, ctx []int, n int, opt draft.Options
 		tent := slices.Clone(text)
 		for len(prop) < n-len(out)-1 {
 			next, l, ok := refLookup(tent)
-			if !ok || l < opt.MinMatch {
-				break
+			if !ok || l < opt.MinMatch || (len(lens) > 0 && len(prop) >= lens[0]) {
+				break // no match, too short a match, or as long as the first match
 			}
 			prop, lens = append(prop, next), append(lens, l)
 			tent = append(tent, next)
