@@ -1,7 +1,8 @@
 // The n-gram index that lookup, hybrid and their tests share: a request's own
-// tokens (context, then the tokens drafted so far) with hash chains of earlier
-// positions by the last token and by the last four tokens, built in O(len),
-// grown and shrunk one token at a time in O(1). It answers "the longest
+// tokens (context, then the tokens drafted so far) with a hash chain of
+// earlier positions by their last four tokens, built in O(len), grown and
+// shrunk one token at a time in O(1); matches shorter than four tokens are
+// found by a bounded backward scan. It answers "the longest
 // suffix of the text that occurred earlier, and what followed it". It holds
 // nothing across requests and is not safe for concurrent use.
 package draft
@@ -10,11 +11,13 @@ package draft
 // one repeated token included) and make no difference on real text, where the
 // first candidates of the 4-gram chain already hold the longest match.
 const (
-	// MaxMatch caps the length a match is measured to (longer ties).
-	MaxMatch = 256
-	gram     = 4   // tokens of the long chain's key
-	maxLong  = 64  // candidates visited on the 4-gram chain
-	maxShort = 256 // candidates visited on the 1-token chain
+	// MaxMatch caps the length a match is measured to (longer ties). On
+	// the real-text sets of the README, caps from 16 up give the same τ.
+	MaxMatch = 32
+	gram     = 4    // tokens of the long chain's key
+	maxLong  = 64   // candidates visited on the 4-gram chain
+	maxShort = 256  // candidates of the backward scan for shorter matches
+	window   = 8192 // positions the backward scan reads at most
 )
 
 // Choice picks among earlier occurrences of the longest matching suffix.
@@ -38,11 +41,11 @@ func (c Choice) String() string {
 // Index is a growing token text with its hash chains. Positions are stored
 // +1 so that zero means "none".
 type Index struct {
-	text         []int32 // (m) the tokens
-	mask         uint32  // buckets − 1
-	head1, head4 []int32 // (buckets) last position +1 whose key hashes here
-	prev1, prev4 []int32 // (m) previous position +1 in the same bucket
-	choice       Choice
+	text   []int32 // (m) the tokens
+	mask   uint32  // buckets − 1
+	head4  []int32 // (buckets) last position +1 whose 4-gram hashes here
+	prev4  []int32 // (m) previous position +1 in the same bucket
+	choice Choice
 
 	cand []int32 // scratch: candidates with the best length (Frequent)
 }
@@ -57,23 +60,18 @@ func NewIndex(ctx []int, extra int, choice Choice) *Index {
 	x := &Index{
 		text:   make([]int32, 0, len(ctx)+extra),
 		mask:   size - 1,
-		head1:  make([]int32, size),
 		head4:  make([]int32, size),
-		prev1:  make([]int32, 0, len(ctx)+extra),
 		prev4:  make([]int32, 0, len(ctx)+extra),
 		choice: choice,
 	}
 	// Append, unrolled for the context.
-	x.text, x.prev1, x.prev4 = x.text[:len(ctx)], x.prev1[:len(ctx)], x.prev4[:len(ctx)]
+	x.text, x.prev4 = x.text[:len(ctx)], x.prev4[:len(ctx)]
 	for p, tok := range ctx {
-		t := int32(tok)
-		x.text[p] = t
-		b := hash1(t) & x.mask
-		x.prev1[p], x.head1[b] = x.head1[b], int32(p+1)
-		if p >= gram-1 {
-			b = x.hash4(p) & x.mask
-			x.prev4[p], x.head4[b] = x.head4[b], int32(p+1)
-		}
+		x.text[p] = int32(tok)
+	}
+	for p := gram - 1; p < len(ctx); p++ {
+		b := x.hash4(p) & x.mask
+		x.prev4[p], x.head4[b] = x.head4[b], int32(p+1)
 	}
 	return x
 }
@@ -90,8 +88,6 @@ func (x *Index) Text() []int {
 	return out
 }
 
-func hash1(t int32) uint32 { return uint32(uint64(uint32(t)) * 0x9E3779B97F4A7C15 >> 32) }
-
 func (x *Index) hash4(p int) uint32 { // key of the 4-gram ending at p (p ≥ 3)
 	g := x.text[p-3 : p+1 : p+1]
 	h := uint64(uint32(g[0]))<<32 | uint64(uint32(g[1]))
@@ -101,14 +97,11 @@ func (x *Index) hash4(p int) uint32 { // key of the 4-gram ending at p (p ≥ 3)
 
 // Append adds one token at the end.
 func (x *Index) Append(tok int) {
-	p, t := len(x.text), int32(tok)
-	x.text = append(x.text, t)
-	b := hash1(t) & x.mask
-	x.prev1 = append(x.prev1, x.head1[b])
-	x.head1[b] = int32(p + 1)
+	p := len(x.text)
+	x.text = append(x.text, int32(tok))
 	var prev int32
 	if p >= gram-1 {
-		b = x.hash4(p) & x.mask
+		b := x.hash4(p) & x.mask
 		prev = x.head4[b]
 		x.head4[b] = int32(p + 1)
 	}
@@ -118,12 +111,11 @@ func (x *Index) Append(tok int) {
 // Truncate removes the tokens after the first m (m ≤ Len), undoing Appends.
 func (x *Index) Truncate(m int) {
 	for p := len(x.text) - 1; p >= m; p-- {
-		x.head1[hash1(x.text[p])&x.mask] = x.prev1[p]
 		if p >= gram-1 {
 			x.head4[x.hash4(p)&x.mask] = x.prev4[p]
 		}
 	}
-	x.text, x.prev1, x.prev4 = x.text[:m], x.prev1[:m], x.prev4[:m]
+	x.text, x.prev4 = x.text[:m], x.prev4[:m]
 }
 
 // Match is the answer of Query: the text's longest suffix (Length tokens,
@@ -142,22 +134,44 @@ func (x *Index) Query() (m Match, ok bool) {
 		return Match{}, false
 	}
 	if end >= gram-1 {
-		if m, ok = x.walk(x.prev4[end], x.prev4, maxLong, gram); ok {
+		if m, ok = x.search(true); ok {
 			return m, true
 		}
 	}
-	return x.walk(x.prev1[end], x.prev1, maxShort, 1)
+	return x.search(false)
 }
 
-// walk visits at most limit candidates of one chain, most recent first, and
-// keeps those whose match is at least min tokens long.
-func (x *Index) walk(first int32, prev []int32, limit, min int) (Match, bool) {
+// search visits candidate end positions, most recent first — those on the
+// 4-gram chain (long), or those of the backward scan that end with the
+// last token — and keeps the longest matches (at least four tokens long on
+// the chain: the others are hash collisions).
+func (x *Index) search(long bool) (Match, bool) {
 	t := x.text
 	end := len(t) - 1
 	best, at := 0, -1
 	x.cand = x.cand[:0]
-	for c, v := first, 0; c != 0 && v < limit; c, v = prev[c-1], v+1 {
-		i := int(c - 1)
+	min, limit := 1, maxShort
+	if long {
+		min, limit = gram, maxLong
+	}
+	lo := max(0, end-window)
+	i := end
+	for v := 0; v < limit; v++ {
+		if long { // next on the chain
+			c := x.prev4[i]
+			if c == 0 {
+				break
+			}
+			i = int(c - 1)
+		} else { // next earlier occurrence of the last token
+			i--
+			for i >= lo && t[i] != t[end] {
+				i--
+			}
+			if i < lo {
+				break
+			}
+		}
 		l := 0
 		for l < MaxMatch && l <= i && t[i-l] == t[end-l] {
 			l++
@@ -171,6 +185,8 @@ func (x *Index) walk(first int32, prev []int32, limit, min int) (Match, bool) {
 		}
 		if x.choice == Frequent {
 			x.cand = append(x.cand, int32(i))
+		} else if l == MaxMatch {
+			break // nothing older can be longer, and ties go to the recent
 		}
 	}
 	if at < 0 {
