@@ -134,7 +134,6 @@ func strategies() []stratCase {
 		}},
 		hyb(draft.Options{MinMatch: 1}),
 		hyb(draft.Options{MinMatch: 1, Trust: 3}),
-		hyb(draft.Options{MinMatch: 2}),
 		{"lookup", draft.Lookup{}, func(t *testing.T, m *model.Model, ctx []int, n int) []int {
 			return refLookupDraft(ctx, min(n, m.MaxContext-len(ctx)))
 		}},
