@@ -42,17 +42,18 @@ import (
 	"github.com/draftd/draftd/internal/dtype"
 )
 
-// Register blocking limits of the generated kernels (see _asm/main.go).
+// Register blocking limits of the generated kernels (see _asm/matmul_*.go).
 const (
 	qMaxNB  = 6
 	fMaxNB  = 12
+	q2MaxNB = 2
 	f2MaxNB = 4
 )
 
 type qKernel func(w, x, xm *byte, nblk, xstride int, y *float32, ystride int, pf *byte, pfn int)
 type fKernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int, pf *byte, pfn int)
 type f2Kernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int)
-type q2Kernel func(ws, wq, x, xm *byte, nblk, xstride int, y *float32)
+type q2Kernel func(ws, wq, x, xm *byte, nblk, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 var (
 	q8K512   = [...]qKernel{nil, q8AVX512x1, q8AVX512x2, q8AVX512x3, q8AVX512x4, q8AVX512x5, q8AVX512x6}
@@ -63,6 +64,8 @@ var (
 		f16AVX512x7, f16AVX512x8, f16AVX512x9, f16AVX512x10, f16AVX512x11, f16AVX512x12}
 	f32K512 = [...]fKernel{nil, f32AVX512x1, f32AVX512x2, f32AVX512x3, f32AVX512x4, f32AVX512x5, f32AVX512x6,
 		f32AVX512x7, f32AVX512x8, f32AVX512x9, f32AVX512x10, f32AVX512x11, f32AVX512x12}
+	q8K2   = [...]q2Kernel{nil, q8AVX2x1, q8AVX2x2}
+	q4K2   = [...]q2Kernel{nil, q4AVX2x1, q4AVX2x2}
 	bf16K2 = [...]f2Kernel{nil, bf16AVX2x1, bf16AVX2x2, bf16AVX2x3, bf16AVX2x4}
 	f16K2  = [...]f2Kernel{nil, f16AVX2x1, f16AVX2x2, f16AVX2x3, f16AVX2x4}
 	f32K2  = [...]f2Kernel{nil, f32AVX2x1, f32AVX2x2, f32AVX2x3, f32AVX2x4}
@@ -193,6 +196,7 @@ type mmJob struct {
 	off      int    // quantization offset: 128 for Q8_0, 8 for Q4_0
 	xrow     int    // float path: floats per activation row of x (Cols, or k8 if padded)
 	bt       []int  // batch tile starts, then batch
+	bblk     int    // batch tiles per cache block (see run)
 	scratch  [][]float32
 	ids      []int   // MatMulArgmax: per-row result; y is not written
 	best     []maxAt // MatMulArgmax: (worker, batch) running maxima
@@ -226,6 +230,15 @@ func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
 	matmulAsm(p, nil, ids, w, x, batch)
 }
 
+// Cache blocking for large batches (prefill): a worker's chunk of weight
+// tiles is kept to about blockWeightBytes (in L2 next to the activations)
+// and swept once per block of about blockRows activation rows, so each
+// weight tile is reused across many tokens without being streamed again.
+const (
+	blockWeightBytes = 192 << 10
+	blockRows        = 64
+)
+
 // matmulAsm runs MatMul (ids == nil) or MatMulArgmax on the assembly kernels.
 func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int) {
 	pk := w.packed.(*packed)
@@ -244,6 +257,10 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	j.w, j.pk, j.y, j.x, j.batch, j.impl = w, pk, y, x, batch, impl
 	j.tiles = pk.tiles
 	j.chunk = max(1, min(64, pk.tiles/(8*p.n)))
+	blocked := batch > blockRows && impl == implAVX2 // not yet measured on AVX-512
+	if blocked {
+		j.chunk = max(1, min(j.chunk, blockWeightBytes/pk.tileBytes))
+	}
 	j.next.Store(0)
 	j.quantize = false
 	j.ids = ids
@@ -263,10 +280,18 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 		j.scratch = p.arena.workerScratch(p.n, batch*32) // for a partial last tile
 	}
 
+	quant := w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0
 	maxNB := fMaxNB
 	switch {
-	case w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0:
+	case quant && impl == implAVX2:
+		maxNB = q2MaxNB
+	case quant:
 		maxNB = qMaxNB
+	case impl == implAVX2:
+		maxNB = f2MaxNB
+	}
+	switch {
+	case quant:
 		j.off = 128
 		if w.Type == dtype.Q4_0 {
 			j.off = 8
@@ -296,15 +321,16 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 		}
 		j.x = xf
 	}
-	if impl == implAVX2 {
-		maxNB = f2MaxNB
-	}
 	nt := (batch + maxNB - 1) / maxNB
 	j.bt = j.bt[:0]
 	for i := range nt {
 		j.bt = append(j.bt, i*batch/nt)
 	}
 	j.bt = append(j.bt, batch)
+	j.bblk = nt
+	if blocked {
+		j.bblk = max(1, blockRows/maxNB)
+	}
 	p.run(j)
 	if ids != nil {
 		for b := range batch {
@@ -322,13 +348,19 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 
 func (j *mmJob) quantizeRow(b int) {
 	nblk, cols := j.pk.nblk, j.w.Cols
-	if j.impl == implAVX512 {
+	switch j.impl {
+	case implAVX512:
 		quantQ8AVX512(&j.x[b*cols], nblk, &j.xq[32*b], 32*j.batch, &j.xm[8*b], 8*j.batch, j.off)
-	} else {
+	case implAVX2:
+		quantQ8AVX2(&j.x[b*cols], nblk, &j.xq[32*b], 32*j.batch, &j.xm[8*b], 8*j.batch, j.off)
+	default:
 		quantQ8Blocked(j.x[b*cols:(b+1)*cols], j.xq[32*b:], 32*j.batch, j.xm[8*b:], 8*j.batch, j.off)
 	}
 }
 
+// run computes the tiles a worker claims, chunk by chunk. Within a chunk the
+// batch is swept in blocks of bblk batch tiles (all of it for small
+// batches), each block over every tile of the chunk.
 func (j *mmJob) run(worker int) {
 	if j.quantize {
 		n := 0
@@ -348,24 +380,31 @@ func (j *mmJob) run(worker int) {
 	}
 	scratch := j.scratch[worker]
 	rows := j.w.Rows
+	nt := len(j.bt) - 1
 	for {
 		t0 := int(j.next.Add(int64(j.chunk))) - j.chunk
 		if t0 >= j.tiles {
 			return
 		}
 		end := min(t0+j.chunk, j.tiles)
-		for t := t0; t < end; t++ {
-			r0 := 32 * t
-			switch {
-			case j.ids != nil:
-				// Logits of the chunk go to scratch (batch, 32·chunk).
-				j.tile(t, &scratch[32*(t-t0)], 4*32*j.chunk, t+1 < end)
-			case r0+32 <= rows:
-				j.tile(t, &j.y[r0], 4*rows, t+1 < end)
-			default:
-				j.tile(t, &scratch[0], 4*32, false)
-				for b := range j.batch {
-					copy(j.y[b*rows+r0:(b+1)*rows], scratch[32*b:32*b+rows-r0])
+		for i0 := 0; i0 < nt; i0 += j.bblk {
+			i1 := min(i0+j.bblk, nt)
+			// Prefetching the next tile pays when weights stream from memory
+			// once; a blocked sweep reads them from cache.
+			pf := j.bblk == nt
+			for t := t0; t < end; t++ {
+				r0 := 32 * t
+				switch {
+				case j.ids != nil:
+					// Logits of the chunk go to scratch (batch, 32·chunk).
+					j.tile(t, i0, i1, &scratch[32*(t-t0)], 4*32*j.chunk, pf && t+1 < end)
+				case r0+32 <= rows:
+					j.tile(t, i0, i1, &j.y[r0], 4*rows, pf && t+1 < end)
+				default:
+					j.tile(t, i0, i1, &scratch[0], 4*32, false)
+					for b := j.bt[i0]; b < j.bt[i1]; b++ {
+						copy(j.y[b*rows+r0:(b+1)*rows], scratch[32*b:32*b+rows-r0])
+					}
 				}
 			}
 		}
@@ -382,24 +421,23 @@ func (j *mmJob) run(worker int) {
 	}
 }
 
-// tile computes output rows [32t, 32t+32) for the whole batch into y0
-// (row b at byte offset b·ystride); if prefetchNext, its kernel calls also
-// prefetch tile t+1.
-func (j *mmJob) tile(t int, y0 *float32, ystride int, prefetchNext bool) {
+// tile computes output rows [32t, 32t+32) for the activation rows of batch
+// tiles [i0, i1) into y0 (row b at byte offset b·ystride); if prefetchNext,
+// its kernel calls also prefetch tile t+1.
+func (j *mmJob) tile(t, i0, i1 int, y0 *float32, ystride int, prefetchNext bool) {
 	batch, pk := j.batch, j.pk
-	w := &pk.data[t*pk.tileBytes]
-	// Batch tile i of nt prefetches its share of the next weight tile.
-	nt := len(j.bt) - 1
-	pfAt := func(i int) (*byte, int) {
+	wb := pk.data[t*pk.tileBytes:]
+	// Kernel call i of n prefetches its share of the next weight tile.
+	pfAt := func(i, n int) (*byte, int) {
 		if !prefetchNext {
-			return w, 0
+			return &wb[0], 0
 		}
-		lo := (pk.tileBytes * i / nt) &^ 63
-		hi := (pk.tileBytes * (i + 1) / nt) &^ 63
+		lo := (pk.tileBytes * i / n) &^ 63
+		hi := (pk.tileBytes * (i + 1) / n) &^ 63
 		return &pk.data[(t+1)*pk.tileBytes+lo], hi - lo
 	}
-	yAt := func(b0 int) (*float32, int) {
-		return (*float32)(unsafe.Add(unsafe.Pointer(y0), b0*ystride)), ystride
+	yAt := func(b0 int) *float32 {
+		return (*float32)(unsafe.Add(unsafe.Pointer(y0), b0*ystride))
 	}
 	switch j.w.Type {
 	case dtype.Q8_0, dtype.Q4_0:
@@ -408,23 +446,26 @@ func (j *mmJob) tile(t int, y0 *float32, ystride int, prefetchNext bool) {
 			if j.w.Type == dtype.Q4_0 {
 				ks = &q4K512
 			}
-			for i := 0; i+1 < len(j.bt); i++ {
+			for i := i0; i < i1; i++ {
 				b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
-				yp, ys := yAt(b0)
-				pf, pfn := pfAt(i)
-				ks[nb](w, &j.xq[32*b0], &j.xm[8*b0], pk.nblk, 32*batch, yp, ys, pf, pfn)
+				pf, pfn := pfAt(i-i0, i1-i0)
+				ks[nb](&wb[0], &j.xq[32*b0], &j.xm[8*b0], pk.nblk, 32*batch, yAt(b0), ystride, pf, pfn)
 			}
 		} else {
-			k := q8AVX2
+			// One 16-row group at a time, so its stream of the tile stays
+			// in L1 across the batch tiles.
+			ks := &q8K2
 			if j.w.Type == dtype.Q4_0 {
-				k = q4AVX2
+				ks = &q4K2
 			}
-			wb := pk.data[t*pk.tileBytes:]
-			for b := range batch {
-				yp, _ := yAt(b)
-				ys := unsafe.Slice(yp, 32)
-				k(&wb[0], &wb[64], &j.xq[32*b], &j.xm[8*b], pk.nblk, 32*batch, &ys[0])
-				k(&wb[32], &wb[128], &j.xq[32*b], &j.xm[8*b], pk.nblk, 32*batch, &ys[16])
+			n := 2 * (i1 - i0)
+			for g := range 2 {
+				for i := i0; i < i1; i++ {
+					b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
+					pf, pfn := pfAt(g*(i1-i0)+i-i0, n)
+					yp := (*float32)(unsafe.Add(unsafe.Pointer(yAt(b0)), 64*g))
+					ks[nb](&wb[32*g], &wb[64+64*g], &j.xq[32*b0], &j.xm[8*b0], pk.nblk, 32*batch, yp, ystride, pf, pfn)
+				}
 			}
 		}
 	default:
@@ -439,17 +480,16 @@ func (j *mmJob) tile(t int, y0 *float32, ystride int, prefetchNext bool) {
 		default:
 			ks, ks2 = f32K512[:], f32K2[:]
 		}
-		wb := pk.data[t*pk.tileBytes:]
-		for i := 0; i+1 < len(j.bt); i++ {
+		for i := i0; i < i1; i++ {
 			b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
-			yp, ys := yAt(b0)
+			yp := yAt(b0)
 			xp := &j.x[b0*j.xrow]
 			if j.impl == implAVX512 {
-				pf, pfn := pfAt(i)
-				ks[nb](w, xp, 4*j.xrow, pk.k8/8, yp, ys, pf, pfn)
+				pf, pfn := pfAt(i-i0, i1-i0)
+				ks[nb](&wb[0], xp, 4*j.xrow, pk.k8/8, yp, ystride, pf, pfn)
 			} else {
-				ks2[nb](&wb[0], xp, 4*j.xrow, pk.k8/8, yp, ys)
-				ks2[nb](&wb[goff], xp, 4*j.xrow, pk.k8/8, (*float32)(unsafe.Add(unsafe.Pointer(yp), 64)), ys)
+				ks2[nb](&wb[0], xp, 4*j.xrow, pk.k8/8, yp, ystride)
+				ks2[nb](&wb[goff], xp, 4*j.xrow, pk.k8/8, (*float32)(unsafe.Add(unsafe.Pointer(yp), 64)), ystride)
 			}
 		}
 	}

@@ -15,3 +15,13 @@ func siluMulAVX512(out *float32, gate *float32, up *float32, n int)
 //
 //go:noescape
 func f32ToF16AVX512(dst *uint16, src *float32, n int)
+
+// siluMulAVX2 is siluMulAVX512 on AVX2, for n a positive multiple of 8.
+//
+//go:noescape
+func siluMulAVX2(out *float32, gate *float32, up *float32, n int)
+
+// f32ToF16AVX2 is f32ToF16AVX512 on AVX2+F16C, for n a positive multiple of 8.
+//
+//go:noescape
+func f32ToF16AVX2(dst *uint16, src *float32, n int)

@@ -6,7 +6,7 @@
 //
 // Every kernel is written with physical registers so the register blocking
 // is visible in the output. Packed weight layouts are described in
-// ../pack_amd64.go; the Go doc comment of each generated stub states what the
+// ../matmul_amd64.go; the Go doc comment of each generated stub states what the
 // kernel computes. avo v0.5.0 lacks the AVX512_VNNI mnemonics; they are
 // emitted through vpdpbusd below, which the Go assembler itself accepts.
 package main
@@ -95,14 +95,20 @@ func main() {
 			}
 		}
 		genQuant512()
-		genQ2(false)
-		genQ2(true)
+		onesW = ymmConst("ones_w", 0x00010001)
+		for _, q4 := range []bool{false, true} {
+			for nb := 1; nb <= q2MaxNB; nb++ {
+				genQ2(nb, q4)
+			}
+		}
 		for _, t := range []string{"bf16", "f16", "f32"} {
 			for nb := 1; nb <= f2MaxNB; nb++ {
 				genF2(nb, t)
 			}
 		}
 		genArgmax512()
+		genQuant2()
+		genArgmax2()
 	case "attention":
 		genAttention()
 	case "ops":

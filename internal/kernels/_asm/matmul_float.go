@@ -13,7 +13,7 @@ import (
 // ---------------------------------------------------------------------------
 // F32 / F16 / BF16 × f32 activations, AVX-512 FMA.
 
-// fKStride is the packed bytes of one k of a 32-row tile (see packF).
+// fKStride is the packed bytes of one k of a 32-row tile (see packTile in ../matmul_amd64.go).
 var fKStride = map[string]int{"bf16": 64, "f16": 64, "f32": 128}
 
 func genF512(nb int, t string) {
@@ -21,7 +21,7 @@ func genF512(nb int, t string) {
 	TEXT(name, NOSPLIT, "func(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes a 32-row × %d-activation tile of y = x·Wᵀ for", name, nb),
-		fmt.Sprintf("%s weights packed by packF: for b < nb, r < 32,", t),
+		fmt.Sprintf("%s weights packed by packTile: for b < nb, r < 32,", t),
 		"",
 		"\ty[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)",
 		"",

@@ -23,8 +23,8 @@ func genQ512(nb int, q4 bool) {
 	TEXT(name, NOSPLIT, "func(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes a 32-row × %d-activation tile of y = x·Wᵀ for", name, nb),
-		fmt.Sprintf("%s weights packed by packQ (%d bytes per 32×32 block) and activations", map[bool]string{false: "Q8_0", true: "Q4_0"}[q4], blockBytes),
-		"quantized by quantQ8 (blocked layout): for b < nb, r < 32,",
+		fmt.Sprintf("%s weights packed by packTile (%d bytes per 32×32 block) and activations", map[bool]string{false: "Q8_0", true: "Q4_0"}[q4], blockBytes),
+		"quantized by quantizeRow (blocked layout): for b < nb, r < 32,",
 		"",
 		"\ty[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])",
 		"",
@@ -135,22 +135,43 @@ func genQ512(nb int, q4 bool) {
 }
 
 // ---------------------------------------------------------------------------
-// AVX2 fallbacks: one 16-row group per call.
+// Q8_0 / Q4_0 × Q8_0-quantized activations, AVX2 (VPMADDUBSW/VPMADDWD).
 
-func genQ2(q4 bool) {
+// q2MaxNB is the largest number of activation rows per AVX2 int8 kernel
+// call (mirrored in matmul_amd64.go): 2 × q2MaxNB int and 2 × q2MaxNB float
+// accumulators plus the weights of one step fill the 16 ymm registers.
+const q2MaxNB = 2
+
+// ymmConst returns a 32-byte read-only global holding the 32-bit value v
+// in every lane, for use as a memory operand.
+func ymmConst(name string, v uint32) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(v))
+	}
+	return m
+}
+
+var onesW Mem // int16 ones, for VPMADDWD
+
+func genQ2(nb int, q4 bool) {
 	t, blockBytes := "q8", 64+8*128
 	if q4 {
 		t, blockBytes = "q4", 64+4*128
 	}
-	name := t + "AVX2"
-	TEXT(name, NOSPLIT, "func(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32)")
+	name := fmt.Sprintf("%sAVX2x%d", t, nb)
+	TEXT(name, NOSPLIT, "func(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s is the AVX2 %s kernel for one 16-row group of a packed tile and one", name, map[bool]string{false: "Q8_0", true: "Q4_0"}[q4]),
-		"activation row: ws points at the group's scales, wq at its first quants",
-		fmt.Sprintf("(blocks are %d bytes apart); x/xm at the row's quants/meta. y gets 16 floats.", blockBytes))
-	if !q4 {
-		Comment("VPMADDUBSW saturates at 2·255·127, so Q8_0 uses |w|·sign(x, w) instead of the offset.")
-	}
+	Doc(fmt.Sprintf("%s computes one 16-row group × %d activation rows of y = x·Wᵀ for", name, nb),
+		fmt.Sprintf("%s weights packed by packTile (blocks %d bytes apart; ws points at the", map[bool]string{false: "Q8_0", true: "Q4_0"}[q4], blockBytes),
+		"group's 16 scales, wq at its first quants) and activations quantized by",
+		"quantizeRow (x, xm at the first row's quants and meta; blocks xstride and",
+		"xstride/4 bytes apart): for b < nb, r < 16,",
+		"",
+		"\ty[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])",
+		"",
+		"with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at",
+		"pf (the next tile).")
 	WS := Load(Param("ws"), reg.RSI)
 	WQ := Load(Param("wq"), reg.RDX)
 	Xp := Load(Param("x"), reg.RDI)
@@ -158,76 +179,137 @@ func genQ2(q4 bool) {
 	N := Load(Param("nblk"), reg.RCX)
 	XS := Load(Param("xstride"), reg.R9)
 	MOVQ(XS, reg.R10)
-	SHRQ(U8(2), reg.R10)
-	// Y0/Y1 f32 accumulators (rows 0-7, 8-15), Y2/Y3 int32 sums, Y14 int16 ones, Y15 byte constant.
-	VPXOR(reg.Y0, reg.Y0, reg.Y0)
-	VPXOR(reg.Y1, reg.Y1, reg.Y1)
-	MOVL(U32(0x00010001), reg.EAX)
-	VMOVD(reg.EAX, reg.X14)
-	VPBROADCASTD(reg.X14, reg.Y14)
-	if q4 {
-		MOVL(U32(0x0f0f0f0f), reg.EAX)
-	} else {
+	SHRQ(U8(2), reg.R10) // meta stride: 8 bytes per row versus 32 quants
+	PF := Load(Param("pf"), reg.R11)
+	PFN := Load(Param("pfn"), reg.R12)
+	lines := (blockBytes + 63) / 64
+	facc := func(h, b int) reg.VecPhysical { return Y(h*nb + b) }
+	iacc := func(h, b int) reg.VecPhysical { return Y(2*nb + h*nb + b) }
+	for h := range 2 {
+		for b := range nb {
+			VPXOR(facc(h, b), facc(h, b), facc(h, b))
+		}
+	}
+	if !q4 {
+		Comment("Y0-Y7: f32 accumulators (half h, row b) = Y[h*nb+b], int32 block sums Y[2nb+h*nb+b];",
+			"Y8/Y9 signed weights of the two 8-row halves, Y10/Y11 their magnitudes,",
+			"Y12 activation broadcast, Y13 product, Y15 0x80 bytes.",
+			"VPMADDUBSW takes unsigned × signed bytes: |w| · (x·sign(w)) = w·x, and",
+			"a pair of such products (≤ 2·128·127) never saturates int16.")
 		MOVL(U32(0x80808080), reg.EAX)
-	}
-	VMOVD(reg.EAX, reg.X15)
-	VPBROADCASTD(reg.X15, reg.Y15)
-	Label("block")
-	if q4 {
-		VPBROADCASTD(M(XM, 4), reg.Y2)
-		VMOVDQA(reg.Y2, reg.Y3)
-		for m := range 4 {
-			VPBROADCASTD(M(Xp, 4*m), reg.Y6)
-			VPBROADCASTD(M(Xp, 4*(m+4)), reg.Y7)
-			for h := range 2 {
-				acc := Y(2 + h)
-				VMOVDQU(M(WQ, 128*m+32*h), reg.Y4)
-				VPAND(reg.Y15, reg.Y4, reg.Y5)
-				VPMADDUBSW(reg.Y6, reg.Y5, reg.Y5)
-				VPMADDWD(reg.Y14, reg.Y5, reg.Y5)
-				VPADDD(reg.Y5, acc, acc)
-				VPSRLW(U8(4), reg.Y4, reg.Y4)
-				VPAND(reg.Y15, reg.Y4, reg.Y4)
-				VPMADDUBSW(reg.Y7, reg.Y4, reg.Y4)
-				VPMADDWD(reg.Y14, reg.Y4, reg.Y4)
-				VPADDD(reg.Y4, acc, acc)
-			}
-		}
-	} else {
-		VPXOR(reg.Y2, reg.Y2, reg.Y2)
-		VPXOR(reg.Y3, reg.Y3, reg.Y3)
+		VMOVD(reg.EAX, reg.X15)
+		VPBROADCASTD(reg.X15, reg.Y15)
+		w := [2]reg.VecPhysical{reg.Y8, reg.Y9}
+		a := [2]reg.VecPhysical{reg.Y10, reg.Y11}
+		xb, tp := reg.Y12, reg.Y13
+		pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: lines, n: 8}
+		pfs.init()
+		Label("block")
 		for s := range 8 {
-			VPBROADCASTD(M(Xp, 4*s), reg.Y6)
+			Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
+			pfs.at(s)
 			for h := range 2 {
-				acc := Y(2 + h)
-				VMOVDQU(M(WQ, 128*s+32*h), reg.Y4)
-				VPXOR(reg.Y15, reg.Y4, reg.Y4) // signed w
-				VPABSB(reg.Y4, reg.Y5)
-				VPSIGNB(reg.Y4, reg.Y6, reg.Y7)
-				VPMADDUBSW(reg.Y7, reg.Y5, reg.Y5)
-				VPMADDWD(reg.Y14, reg.Y5, reg.Y5)
-				VPADDD(reg.Y5, acc, acc)
+				VPXOR(M(WQ, 128*s+32*h), reg.Y15, w[h]) // w = stored code ^ 0x80
+				VPABSB(w[h], a[h])
+			}
+			for b := range nb {
+				VPBROADCASTD(M(Xp, 32*b+4*s), xb)
+				for h := range 2 {
+					VPSIGNB(w[h], xb, tp)
+					VPMADDUBSW(tp, a[h], tp)
+					if s == 0 {
+						VPMADDWD(onesW, tp, iacc(h, b))
+					} else {
+						VPMADDWD(onesW, tp, tp)
+						VPADDD(tp, iacc(h, b), iacc(h, b))
+					}
+				}
 			}
 		}
+		Comment("acc += float(sum) · (d_w · d_x)")
+		for h := range 2 {
+			VCVTPH2PS(M(WS, 16*h), w[h])
+		}
+		for b := range nb {
+			VBROADCASTSS(M(XM, 8*b), xb)
+			for h := range 2 {
+				VMULPS(xb, w[h], tp)
+				VCVTDQ2PS(iacc(h, b), iacc(h, b))
+				VFMADD231PS(tp, iacc(h, b), facc(h, b))
+			}
+		}
+		pfs.advance()
+	} else {
+		Comment("Y0-Y7: f32 accumulators (half h, row b) = Y[h*nb+b], int16 block sums Y[2nb+h*nb+b];",
+			"Y8-Y11 low and high nibbles of the two halves, Y12/Y13 activation broadcasts,",
+			"Y14 product, Y15 0x0f bytes. A nibble product pair is ≤ 2·15·127, so the",
+			"eight of a block sum exactly in int16; VPMADDWD then widens them.")
+		MOVL(U32(0x0f0f0f0f), reg.EAX)
+		VMOVD(reg.EAX, reg.X15)
+		VPBROADCASTD(reg.X15, reg.Y15)
+		lo := [2]reg.VecPhysical{reg.Y8, reg.Y9}
+		hi := [2]reg.VecPhysical{reg.Y10, reg.Y11}
+		xl, xh, tp := reg.Y12, reg.Y13, reg.Y14
+		pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: lines, n: 4}
+		pfs.init()
+		Label("block")
+		for m := range 4 {
+			Commentf("k = 4·%d … 4·%d+3 (low nibbles) and 16+4·%d … 16+4·%d+3 (high nibbles)", m, m, m, m)
+			pfs.at(m)
+			for h := range 2 {
+				VMOVDQU(M(WQ, 128*m+32*h), hi[h])
+				VPAND(reg.Y15, hi[h], lo[h])
+				VPSRLW(U8(4), hi[h], hi[h])
+				VPAND(reg.Y15, hi[h], hi[h])
+			}
+			for b := range nb {
+				VPBROADCASTD(M(Xp, 32*b+4*m), xl)
+				VPBROADCASTD(M(Xp, 32*b+16+4*m), xh)
+				for h := range 2 {
+					if m == 0 {
+						VPMADDUBSW(xl, lo[h], iacc(h, b))
+					} else {
+						VPMADDUBSW(xl, lo[h], tp)
+						VPADDW(tp, iacc(h, b), iacc(h, b))
+					}
+					VPMADDUBSW(xh, hi[h], tp)
+					VPADDW(tp, iacc(h, b), iacc(h, b))
+				}
+			}
+		}
+		Comment("acc += float(sum - 8·Σq_x) · (d_w · d_x)")
+		for h := range 2 {
+			VCVTPH2PS(M(WS, 16*h), lo[h])
+		}
+		for b := range nb {
+			VPBROADCASTD(M(XM, 8*b+4), xl)
+			VBROADCASTSS(M(XM, 8*b), xh)
+			for h := range 2 {
+				VPMADDWD(onesW, iacc(h, b), iacc(h, b))
+				VPADDD(xl, iacc(h, b), iacc(h, b))
+				VCVTDQ2PS(iacc(h, b), iacc(h, b))
+				VMULPS(xh, lo[h], tp)
+				VFMADD231PS(tp, iacc(h, b), facc(h, b))
+			}
+		}
+		pfs.advance()
 	}
-	VCVTPH2PS(M(WS, 0), reg.Y10)
-	VCVTPH2PS(M(WS, 16), reg.Y11)
-	VBROADCASTSS(M(XM, 0), reg.Y12)
-	VMULPS(reg.Y12, reg.Y10, reg.Y10)
-	VMULPS(reg.Y12, reg.Y11, reg.Y11)
-	VCVTDQ2PS(reg.Y2, reg.Y2)
-	VCVTDQ2PS(reg.Y3, reg.Y3)
-	VFMADD231PS(reg.Y10, reg.Y2, reg.Y0)
-	VFMADD231PS(reg.Y11, reg.Y3, reg.Y1)
 	ADDQ(U32(blockBytes), WS)
 	ADDQ(U32(blockBytes), WQ)
 	ADDQ(XS, Xp)
 	ADDQ(reg.R10, XM)
 	DECQ(N)
 	JNZ(LabelRef("block"))
+
 	Yp := Load(Param("y"), reg.RAX)
-	VMOVUPS(reg.Y0, M(Yp, 0))
-	VMOVUPS(reg.Y1, M(Yp, 32))
+	YS := Load(Param("ystride"), reg.RBX)
+	for b := range nb {
+		VMOVUPS(facc(0, b), M(Yp, 0))
+		VMOVUPS(facc(1, b), M(Yp, 32))
+		if b+1 < nb {
+			ADDQ(YS, Yp)
+		}
+	}
 	VZEROUPPER()
 	RET()
 }

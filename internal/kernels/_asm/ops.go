@@ -1,6 +1,8 @@
 package main
 
 import (
+	"math"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -10,6 +12,9 @@ func genOps() {
 	initExpConsts()
 	genSiLUMul512()
 	genF32ToF16512()
+	expMax = ConstData("exp_max", U32(math.Float32bits(100)))
+	genSiLUMul2()
+	genF32ToF162()
 }
 
 func genSiLUMul512() {
@@ -63,6 +68,98 @@ func genF32ToF16512() {
 	ADDQ(U8(64), S)
 	ADDQ(U8(32), D)
 	SUBQ(U8(16), N)
+	JNZ(LabelRef("loop"))
+	VZEROUPPER()
+	RET()
+}
+
+// expMax clamps the argument of vexp2 from above: exp(100) is +Inf in f32,
+// and 2^n of the clamped input is still representable as two factors.
+var expMax Mem
+
+// vexp2 is vexp on AVX2 (no embedded broadcasts, no VSCALEFPS): x = exp(x),
+// with n, t, c temporaries. 2^n is applied as two exact power-of-two
+// factors, so large inputs overflow to +Inf as with VSCALEFPS.
+func vexp2(x, n, t, c reg.VecPhysical) {
+	VBROADCASTSS(expConsts.min, c)
+	VMAXPS(c, x, x)
+	VBROADCASTSS(expMax, c)
+	VMINPS(c, x, x)
+	VBROADCASTSS(expConsts.log2e, c)
+	VMULPS(c, x, n)
+	VROUNDPS(U8(0), n, n) // n = round(x·log2e)
+	VBROADCASTSS(expConsts.c1, c)
+	VFNMADD231PS(c, n, x) // r = x - n·c1
+	VBROADCASTSS(expConsts.c2, c)
+	VFNMADD231PS(c, n, x) //   - n·c2
+	VBROADCASTSS(expConsts.p[0], t)
+	for _, p := range expConsts.p[1:] {
+		VBROADCASTSS(p, c)
+		VFMADD213PS(c, x, t) // t = t·r + p
+	}
+	VBROADCASTSS(expConsts.one, c)
+	VFMADD213PS(c, x, t) // t = t·r + 1
+	VFMADD213PS(c, x, t) // t = t·r + 1
+	Comment("x = t · 2^(n>>1) · 2^(n - n>>1); c holds 1.0, whose bits are 127<<23")
+	VCVTPS2DQ(n, n)
+	VPSRAD(U8(1), n, x)
+	VPSUBD(x, n, n)
+	VPSLLD(U8(23), x, x)
+	VPADDD(c, x, x)
+	VPSLLD(U8(23), n, n)
+	VPADDD(c, n, n)
+	VMULPS(x, t, t)
+	VMULPS(n, t, x)
+}
+
+func genSiLUMul2() {
+	TEXT("siluMulAVX2", NOSPLIT, "func(out *float32, gate *float32, up *float32, n int)")
+	Pragma("noescape")
+	Doc("siluMulAVX2 is siluMulAVX512 on AVX2, for n a positive multiple of 8.")
+	O := Load(Param("out"), reg.RDI)
+	G := Load(Param("gate"), reg.RSI)
+	U := Load(Param("up"), reg.RDX)
+	N := Load(Param("n"), reg.RCX)
+	VXORPS(reg.Y15, reg.Y15, reg.Y15)
+	Label("loop")
+	for i := range 2 {
+		g, e := Y(5*i), Y(5*i+1)
+		Commentf("elements %d…%d", 8*i, 8*i+7)
+		if i == 1 {
+			CMPQ(N, U8(8))
+			JE(LabelRef("last"))
+		}
+		VMOVUPS(M(G, 32*i), g)
+		VSUBPS(g, reg.Y15, e) // -g
+		vexp2(e, Y(5*i+2), Y(5*i+3), Y(5*i+4))
+		VADDPS(Y(5*i+4), e, e) // Y(5i+4) holds 1.0 after vexp2
+		VDIVPS(e, g, g)
+		VMULPS(M(U, 32*i), g, g)
+		VMOVUPS(g, M(O, 32*i))
+	}
+	ADDQ(U8(64), G)
+	ADDQ(U8(64), U)
+	ADDQ(U8(64), O)
+	SUBQ(U8(16), N)
+	JNZ(LabelRef("loop"))
+	Label("last")
+	VZEROUPPER()
+	RET()
+}
+
+func genF32ToF162() {
+	TEXT("f32ToF16AVX2", NOSPLIT, "func(dst *uint16, src *float32, n int)")
+	Pragma("noescape")
+	Doc("f32ToF16AVX2 is f32ToF16AVX512 on AVX2+F16C, for n a positive multiple of 8.")
+	D := Load(Param("dst"), reg.RDI)
+	S := Load(Param("src"), reg.RSI)
+	N := Load(Param("n"), reg.RCX)
+	Label("loop")
+	VMOVUPS(M(S, 0), reg.Y0)
+	VCVTPS2PH(U8(0), reg.Y0, M(D, 0))
+	ADDQ(U8(32), S)
+	ADDQ(U8(16), D)
+	SUBQ(U8(8), N)
 	JNZ(LabelRef("loop"))
 	VZEROUPPER()
 	RET()

@@ -98,3 +98,107 @@ func genQuant512() {
 	VZEROUPPER()
 	RET()
 }
+
+// permPack is the VPERMD index that puts the dwords left lane-interleaved by
+// VPACKSSDW + VPACKSSWB back in element order.
+var permPack Mem
+
+func genQuant2() {
+	permPack = GLOBL("perm_pack", RODATA|NOPTR)
+	for i, v := range []uint32{0, 4, 1, 5, 2, 6, 3, 7} {
+		DATA(4*i, U32(v))
+	}
+	TEXT("quantQ8AVX2", NOSPLIT, "func(x *float32, nblk int, q *byte, qstride int, m *byte, mstride int, off int)")
+	Pragma("noescape")
+	Doc("quantQ8AVX2 is quantQ8AVX512 on AVX2: the same quants and meta, bit for bit.")
+	Xp := Load(Param("x"), reg.RSI)
+	N := Load(Param("nblk"), reg.RCX)
+	Q := Load(Param("q"), reg.RDI)
+	QS := Load(Param("qstride"), reg.R9)
+	Mp := Load(Param("m"), reg.R8)
+	MS := Load(Param("mstride"), reg.R10)
+	OFF := Load(Param("off"), reg.R11)
+	NEGQ(OFF)
+	// Constants: Y15 |x| mask, Y14 sign mask, Y13 0.5, Y12 1.0, X11 127.0, X10 zero,
+	// Y9 the pack permutation.
+	bcast := func(v uint32, y reg.VecPhysical) {
+		MOVL(U32(v), reg.EAX)
+		VMOVD(reg.EAX, y.AsX())
+		VPBROADCASTD(y.AsX(), y)
+	}
+	bcast(0x7fffffff, reg.Y15)
+	bcast(0x80000000, reg.Y14)
+	bcast(0x3f000000, reg.Y13)
+	bcast(0x3f800000, reg.Y12)
+	MOVL(U32(0x42fe0000), reg.EAX)
+	VMOVD(reg.EAX, reg.X11)
+	VXORPS(reg.X10, reg.X10, reg.X10)
+	VMOVDQU(permPack, reg.Y9)
+	Label("block")
+	for i := range 4 {
+		VMOVUPS(M(Xp, 32*i), Y(i))
+	}
+	Comment("amax of the block, in every lane of X4")
+	VANDPS(reg.Y15, reg.Y0, reg.Y4)
+	VANDPS(reg.Y15, reg.Y1, reg.Y5)
+	VANDPS(reg.Y15, reg.Y2, reg.Y6)
+	VANDPS(reg.Y15, reg.Y3, reg.Y7)
+	VMAXPS(reg.Y5, reg.Y4, reg.Y4)
+	VMAXPS(reg.Y7, reg.Y6, reg.Y6)
+	VMAXPS(reg.Y6, reg.Y4, reg.Y4)
+	VEXTRACTF128(U8(1), reg.Y4, reg.X5)
+	VMAXPS(reg.X5, reg.X4, reg.X4)
+	VPERMILPS(U8(0x4e), reg.X4, reg.X5)
+	VMAXPS(reg.X5, reg.X4, reg.X4)
+	VPERMILPS(U8(0xb1), reg.X4, reg.X5)
+	VMAXPS(reg.X5, reg.X4, reg.X4)
+	Comment("d = amax/127; store d rounded to f16 and back; id = d != 0 ? 1/d : 0")
+	VDIVSS(reg.X11, reg.X4, reg.X4)
+	VCVTPS2PH(U8(0), reg.X4, reg.X5)
+	VCVTPH2PS(reg.X5, reg.X5)
+	VMOVSS(reg.X5, M(Mp, 0))
+	VDIVSS(reg.X4, reg.X12, reg.X6)
+	VCMPSS(U8(4), reg.X10, reg.X4, reg.X7)
+	VANDPS(reg.X7, reg.X6, reg.X6)
+	VBROADCASTSS(reg.X6, reg.Y6)
+	for i := range 4 {
+		v, t, f := Y(i), Y(4), Y(5)
+		Commentf("quants %d…%d: round half away from zero of x·id", 8*i, 8*i+7)
+		VMULPS(reg.Y6, v, v)
+		VROUNDPS(U8(0x0b), v, t) // truncate, no precision exception
+		VSUBPS(t, v, f)
+		VANDPS(reg.Y15, f, f)
+		VCMPPS(U8(0x1d), reg.Y13, f, f) // |frac| >= 0.5
+		VANDPS(reg.Y14, v, v)
+		VORPS(reg.Y12, v, v) // ±1
+		VANDPS(f, v, v)
+		VADDPS(v, t, v)
+		VCVTTPS2DQ(v, v)
+	}
+	Comment("pack to bytes (exact: every quant is within ±127), undo the lane interleave")
+	VPACKSSDW(reg.Y1, reg.Y0, reg.Y4)
+	VPACKSSDW(reg.Y3, reg.Y2, reg.Y5)
+	VPACKSSWB(reg.Y5, reg.Y4, reg.Y4)
+	VPERMD(reg.Y4, reg.Y9, reg.Y4)
+	VMOVDQU(reg.Y4, M(Q, 0))
+	Comment("corr = -off · Σq")
+	VPADDD(reg.Y1, reg.Y0, reg.Y0)
+	VPADDD(reg.Y3, reg.Y2, reg.Y2)
+	VPADDD(reg.Y2, reg.Y0, reg.Y0)
+	VEXTRACTI128(U8(1), reg.Y0, reg.X1)
+	VPADDD(reg.X1, reg.X0, reg.X0)
+	VPSHUFD(U8(0x4e), reg.X0, reg.X1)
+	VPADDD(reg.X1, reg.X0, reg.X0)
+	VPSHUFD(U8(0xb1), reg.X0, reg.X1)
+	VPADDD(reg.X1, reg.X0, reg.X0)
+	VMOVD(reg.X0, reg.EAX)
+	IMULL(reg.R11L, reg.EAX)
+	MOVL(reg.EAX, M(Mp, 4))
+	ADDQ(U8(128), Xp)
+	ADDQ(QS, Q)
+	ADDQ(MS, Mp)
+	DECQ(N)
+	JNZ(LabelRef("block"))
+	VZEROUPPER()
+	RET()
+}
