@@ -199,3 +199,26 @@ func BenchmarkAttentionLayer(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMemBandwidth is the read bandwidth the matmul benchmarks are
+// measured against: all CPUs (the pool) stream benchStreamBytes, far more
+// than L3, through the vector Argmax kernel (one load and a compare per
+// vector, so memory is the limit). It reports GB/s; a weight-bound matmul
+// (BenchmarkMatmul at B=1) can at best reach this as wGB/s.
+func BenchmarkMemBandwidth(b *testing.B) {
+	pool := NewPool(0)
+	defer pool.Close()
+	buf := randVec(rand.New(rand.NewPCG(5, 5)), benchStreamBytes/4, 1)
+	const chunk = 64 << 10 // floats per claimed piece
+	ids := make([]int, len(buf)/chunk)
+	b.SetBytes(int64(len(buf) * 4))
+	for b.Loop() {
+		pool.ForEach(len(ids), 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				ids[i] = Argmax(buf[i*chunk : (i+1)*chunk])
+			}
+		})
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(len(buf)*4)/sec/1e9, "GB/s")
+}
