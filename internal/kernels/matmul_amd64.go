@@ -35,6 +35,7 @@ import (
 	"encoding/binary"
 	"math"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -193,6 +194,7 @@ type mmJob struct {
 	batch    int
 	impl     implID
 	xq, xm   []byte // quantized activations: (nblk, batch, 32) quants, (nblk, batch) {d f32, corr i32}
+	xtiled   bool   // AVX2: xq, xm are instead (batch tile, nblk, rows of the tile, …), see quantizeRow
 	off      int    // quantization offset: 128 for Q8_0, 8 for Q4_0
 	xrow     int    // float path: floats per activation row of x (Cols, or k8 if padded)
 	bt       []int  // batch tile starts, then batch
@@ -290,8 +292,19 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	case impl == implAVX2:
 		maxNB = f2MaxNB
 	}
+	nt := (batch + maxNB - 1) / maxNB
+	j.bt = j.bt[:0]
+	for i := range nt {
+		j.bt = append(j.bt, i*batch/nt)
+	}
+	j.bt = append(j.bt, batch)
+	j.bblk = nt
+	if blocked {
+		j.bblk = max(1, blockRows/maxNB)
+	}
 	switch {
 	case quant:
+		j.xtiled = impl == implAVX2
 		j.off = 128
 		if w.Type == dtype.Q4_0 {
 			j.off = 8
@@ -321,16 +334,6 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 		}
 		j.x = xf
 	}
-	nt := (batch + maxNB - 1) / maxNB
-	j.bt = j.bt[:0]
-	for i := range nt {
-		j.bt = append(j.bt, i*batch/nt)
-	}
-	j.bt = append(j.bt, batch)
-	j.bblk = nt
-	if blocked {
-		j.bblk = max(1, blockRows/maxNB)
-	}
 	p.run(j)
 	if ids != nil {
 		for b := range batch {
@@ -346,8 +349,21 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	j.w, j.pk, j.y, j.x, j.ids = nil, nil, nil, nil, nil
 }
 
+// quantizeRow quantizes activation row b. Block i of row b goes to
+// xq[32·(i·batch + b)] and its meta to xm[8·(i·batch + b)], or, if xtiled,
+// rows are grouped by batch tile (each kernel call then reads one
+// contiguous stream, which matters when batch·32 bytes is a multiple of
+// the L1 way size): for b in the tile [b0, b0+nb), block i goes to
+// xq[32·(nblk·b0 + i·nb + b-b0)] and xm[8·(nblk·b0 + i·nb + b-b0)].
 func (j *mmJob) quantizeRow(b int) {
 	nblk, cols := j.pk.nblk, j.w.Cols
+	if j.xtiled {
+		i := sort.SearchInts(j.bt, b+1) - 1 // the batch tile holding b
+		b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
+		o := nblk*b0 + b - b0
+		quantQ8AVX2(&j.x[b*cols], nblk, &j.xq[32*o], 32*nb, &j.xm[8*o], 8*nb, j.off)
+		return
+	}
 	switch j.impl {
 	case implAVX512:
 		quantQ8AVX512(&j.x[b*cols], nblk, &j.xq[32*b], 32*j.batch, &j.xm[8*b], 8*j.batch, j.off)
@@ -464,7 +480,7 @@ func (j *mmJob) tile(t, i0, i1 int, y0 *float32, ystride int, prefetchNext bool)
 					b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
 					pf, pfn := pfAt(g*(i1-i0)+i-i0, n)
 					yp := (*float32)(unsafe.Add(unsafe.Pointer(yAt(b0)), 64*g))
-					ks[nb](&wb[32*g], &wb[64+64*g], &j.xq[32*b0], &j.xm[8*b0], pk.nblk, 32*batch, yp, ystride, pf, pfn)
+					ks[nb](&wb[32*g], &wb[64+64*g], &j.xq[32*pk.nblk*b0], &j.xm[8*pk.nblk*b0], pk.nblk, 32*nb, yp, ystride, pf, pfn)
 				}
 			}
 		}
