@@ -48,7 +48,8 @@ func benchMatrices(b *testing.B, typ dtype.Type, rows, cols int) []*Matrix {
 
 // BenchmarkMatmul times MatMul at the shapes of Qwen3-0.6B with all CPUs
 // (the pool of a model), rotating through more weight matrices than the
-// caches hold. It reports GFLOP/s (2·rows·cols·batch per call) and wGB/s
+// caches hold, at decode batches and (except the LM head) a 512-token
+// prefill. It reports GFLOP/s (2·rows·cols·batch per call) and wGB/s
 // (stored weight bytes per call).
 func BenchmarkMatmul(b *testing.B) {
 	shapes := []struct {
@@ -67,7 +68,11 @@ func BenchmarkMatmul(b *testing.B) {
 				b.Run(s.name, func(b *testing.B) {
 					ms := benchMatrices(b, typ, s.rows, s.cols)
 					defer runtime.GC()
-					for _, batch := range []int{1, 8, 32} {
+					batches := []int{1, 8, 32}
+					if s.name != "lmhead" {
+						batches = append(batches, 512) // prefill: a cold prompt's tokens at once
+					}
+					for _, batch := range batches {
 						b.Run(fmt.Sprintf("B=%d", batch), func(b *testing.B) {
 							r := rand.New(rand.NewPCG(2, 2))
 							x := randVec(r, batch*s.cols, 1)

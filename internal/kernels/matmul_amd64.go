@@ -233,11 +233,15 @@ func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
 }
 
 // Cache blocking for large batches (prefill): a worker's chunk of weight
-// tiles is kept to about blockWeightBytes (in L2 next to the activations)
-// and swept once per block of about blockRows activation rows, so each
-// weight tile is reused across many tokens without being streamed again.
+// tiles (about blockWeightBytes) is swept once per block of activation rows
+// (at most blockRows, and few enough that chunk and block together stay
+// within blockL2Bytes of the 512 KiB L2), so each weight tile is reused
+// across many tokens while both stay in L2: weights are read from memory
+// once, activations from L3 once per chunk. Batches up to blockRows are
+// not blocked.
 const (
-	blockWeightBytes = 192 << 10
+	blockWeightBytes = 288 << 10
+	blockL2Bytes     = 384 << 10
 	blockRows        = 64
 )
 
@@ -261,7 +265,7 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	j.chunk = max(1, min(64, pk.tiles/(8*p.n)))
 	blocked := batch > blockRows && impl == implAVX2 // not yet measured on AVX-512
 	if blocked {
-		j.chunk = max(1, min(j.chunk, blockWeightBytes/pk.tileBytes))
+		j.chunk = max(1, min(blockWeightBytes/pk.tileBytes, pk.tiles/(2*p.n)))
 	}
 	j.next.Store(0)
 	j.quantize = false
@@ -300,7 +304,12 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	j.bt = append(j.bt, batch)
 	j.bblk = nt
 	if blocked {
-		j.bblk = max(1, blockRows/maxNB)
+		rowBytes := 4 * pk.k8 // activation bytes per row
+		if quant {
+			rowBytes = 40 * pk.nblk
+		}
+		rows := min(blockRows, (blockL2Bytes-j.chunk*pk.tileBytes)/rowBytes)
+		j.bblk = max(1, rows/maxNB)
 	}
 	switch {
 	case quant:
