@@ -21,14 +21,25 @@
 //
 // Float types are padded with zero columns to a multiple of 8.
 //
-// Kernels. Q8_0/Q4_0 weights are multiplied as unsigned bytes (q+128, or
-// the raw nibble) by the signed Q8_0 activation quants with VPDPBUSD; the
-// offset is removed by starting each block sum at -offset·Σq_x, computed
-// once per activation block. Each kernel call computes one 32-row tile for
-// up to 6 (int8) or 12 (float) activation rows held in registers, looping
-// over all columns; every output element is the same sequential sum over its
-// columns whatever the batch size or thread count, so results are
-// deterministic and batch-invariant.
+// Kernels. On AVX-512, Q8_0/Q4_0 weights are multiplied as unsigned bytes
+// (q+128, or the raw nibble) by the signed Q8_0 activation quants with
+// VPDPBUSD; the offset is removed by starting each block sum at
+// -offset·Σq_x, computed once per activation block. Each kernel call
+// computes one 32-row tile for up to 6 (int8) or 12 (float) activation rows
+// held in registers, looping over all columns.
+//
+// On AVX2 a kernel call computes one 16-row group of a tile for up to 2
+// (int8) or 4 (float) activation rows. Q8_0 uses VPMADDUBSW on |w| and
+// x·sign(w) (the stored q+128 is turned back into w with one XOR per
+// weight vector, shared by the rows of the call), then VPMADDWD to widen;
+// Q4_0 multiplies the raw nibbles by x, sums a whole block in int16 (8
+// products of ≤ 2·15·127) and removes the offset as on AVX-512. Activations
+// are laid out per batch tile so each call reads one contiguous stream
+// (quantizeRow). Large batches (prefill) are cache-blocked: see run.
+//
+// Every output element is the same sequential sum over its columns whatever
+// the batch size, blocking or thread count, so results are deterministic
+// and batch-invariant.
 package kernels
 
 import (
@@ -47,7 +58,7 @@ import (
 const (
 	qMaxNB  = 6
 	fMaxNB  = 12
-	q2MaxNB = 2
+	q2MaxNB = 4
 	f2MaxNB = 4
 )
 
@@ -65,8 +76,8 @@ var (
 		f16AVX512x7, f16AVX512x8, f16AVX512x9, f16AVX512x10, f16AVX512x11, f16AVX512x12}
 	f32K512 = [...]fKernel{nil, f32AVX512x1, f32AVX512x2, f32AVX512x3, f32AVX512x4, f32AVX512x5, f32AVX512x6,
 		f32AVX512x7, f32AVX512x8, f32AVX512x9, f32AVX512x10, f32AVX512x11, f32AVX512x12}
-	q8K2   = [...]q2Kernel{nil, q8AVX2x1, q8AVX2x2}
-	q4K2   = [...]q2Kernel{nil, q4AVX2x1, q4AVX2x2}
+	q8K2   = [...]q2Kernel{nil, q8AVX2x1, q8AVX2x2, q8AVX2x3, q8AVX2x4}
+	q4K2   = [...]q2Kernel{nil, q4AVX2x1, q4AVX2x2, q4AVX2x3, q4AVX2x4}
 	bf16K2 = [...]f2Kernel{nil, bf16AVX2x1, bf16AVX2x2, bf16AVX2x3, bf16AVX2x4}
 	f16K2  = [...]f2Kernel{nil, f16AVX2x1, f16AVX2x2, f16AVX2x3, f16AVX2x4}
 	f32K2  = [...]f2Kernel{nil, f32AVX2x1, f32AVX2x2, f32AVX2x3, f32AVX2x4}

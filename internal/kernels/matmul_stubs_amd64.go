@@ -556,6 +556,34 @@ func q8AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 //go:noescape
 func q8AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
+// q8AVX2x3 computes one 16-row group × 3 activation rows of y = x·Wᵀ for
+// Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
+// xstride/4 bytes apart): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q8AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q8AVX2x4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for
+// Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
+// xstride/4 bytes apart): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q8AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
 // q4AVX2x1 computes one 16-row group × 1 activation rows of y = x·Wᵀ for
 // Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
@@ -583,6 +611,34 @@ func q4AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 //
 //go:noescape
 func q4AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q4AVX2x3 computes one 16-row group × 3 activation rows of y = x·Wᵀ for
+// Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
+// xstride/4 bytes apart): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q4AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q4AVX2x4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for
+// Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
+// xstride/4 bytes apart): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q4AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX2x1 is bf16AVX512x1 for the one 16-row group of the packed tile at w:
 // y gets 16 floats per activation row.

@@ -138,9 +138,14 @@ func genQ512(nb int, q4 bool) {
 // Q8_0 / Q4_0 × Q8_0-quantized activations, AVX2 (VPMADDUBSW/VPMADDWD).
 
 // q2MaxNB is the largest number of activation rows per AVX2 int8 kernel
-// call (mirrored in matmul_amd64.go): 2 × q2MaxNB int and 2 × q2MaxNB float
-// accumulators plus the weights of one step fill the 16 ymm registers.
-const q2MaxNB = 2
+// call (mirrored in matmul_amd64.go). Up to q2RegNB rows, the 2·nb int and
+// 2·nb float accumulators and the weights of one step fill the 16 ymm
+// registers; beyond, the float accumulators live on the stack (one load and
+// store per block), so each weight vector serves more rows.
+const (
+	q2MaxNB = 4
+	q2RegNB = 2
+)
 
 // ymmConst returns a 32-byte read-only global holding the 32-bit value v
 // in every lane, for use as a memory operand.
@@ -183,15 +188,41 @@ func genQ2(nb int, q4 bool) {
 	PF := Load(Param("pf"), reg.R11)
 	PFN := Load(Param("pfn"), reg.R12)
 	lines := (blockBytes + 63) / 64
-	facc := func(h, b int) reg.VecPhysical { return Y(h*nb + b) }
+	regAcc := nb <= q2RegNB
+	var stack Mem
 	iacc := func(h, b int) reg.VecPhysical { return Y(2*nb + h*nb + b) }
-	for h := range 2 {
-		for b := range nb {
-			VPXOR(facc(h, b), facc(h, b), facc(h, b))
+	facc := func(h, b int) reg.VecPhysical { return Y(h*nb + b) }
+	if !regAcc {
+		stack = AllocLocal(2 * nb * 32)
+		iacc = func(h, b int) reg.VecPhysical { return Y(h*nb + b) }
+	}
+	fmem := func(h, b int) Mem { return stack.Offset(32 * (h*nb + b)) }
+	// fma adds t·float(iacc) to the f32 accumulator (h, b), in a register or
+	// on the stack: the same fused operation either way.
+	fma := func(t reg.VecPhysical, h, b int) {
+		if regAcc {
+			VFMADD231PS(t, iacc(h, b), facc(h, b))
+		} else {
+			VFMADD213PS(fmem(h, b), t, iacc(h, b))
+			VMOVUPS(iacc(h, b), fmem(h, b))
+		}
+	}
+	if regAcc {
+		for h := range 2 {
+			for b := range nb {
+				VPXOR(facc(h, b), facc(h, b), facc(h, b))
+			}
+		}
+	} else {
+		VPXOR(reg.Y0, reg.Y0, reg.Y0)
+		for h := range 2 {
+			for b := range nb {
+				VMOVUPS(reg.Y0, fmem(h, b))
+			}
 		}
 	}
 	if !q4 {
-		Comment("Y0-Y7: f32 accumulators (half h, row b) = Y[h*nb+b], int32 block sums Y[2nb+h*nb+b];",
+		Comment("f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int32 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);",
 			"Y8/Y9 signed weights of the two 8-row halves, Y10/Y11 their magnitudes,",
 			"Y12 activation broadcast, Y13 product, Y15 0x80 bytes.",
 			"VPMADDUBSW takes unsigned × signed bytes: |w| · (x·sign(w)) = w·x, and",
@@ -235,12 +266,12 @@ func genQ2(nb int, q4 bool) {
 			for h := range 2 {
 				VMULPS(xb, w[h], tp)
 				VCVTDQ2PS(iacc(h, b), iacc(h, b))
-				VFMADD231PS(tp, iacc(h, b), facc(h, b))
+				fma(tp, h, b)
 			}
 		}
 		pfs.advance()
 	} else {
-		Comment("Y0-Y7: f32 accumulators (half h, row b) = Y[h*nb+b], int16 block sums Y[2nb+h*nb+b];",
+		Comment("f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int16 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);",
 			"Y8-Y11 low and high nibbles of the two halves, Y12/Y13 activation broadcasts,",
 			"Y14 product, Y15 0x0f bytes. A nibble product pair is ≤ 2·15·127, so the",
 			"eight of a block sum exactly in int16; VPMADDWD then widens them.")
@@ -289,7 +320,7 @@ func genQ2(nb int, q4 bool) {
 				VPADDD(xl, iacc(h, b), iacc(h, b))
 				VCVTDQ2PS(iacc(h, b), iacc(h, b))
 				VMULPS(xh, lo[h], tp)
-				VFMADD231PS(tp, iacc(h, b), facc(h, b))
+				fma(tp, h, b)
 			}
 		}
 		pfs.advance()
@@ -304,8 +335,14 @@ func genQ2(nb int, q4 bool) {
 	Yp := Load(Param("y"), reg.RAX)
 	YS := Load(Param("ystride"), reg.RBX)
 	for b := range nb {
-		VMOVUPS(facc(0, b), M(Yp, 0))
-		VMOVUPS(facc(1, b), M(Yp, 32))
+		for h := range 2 {
+			if regAcc {
+				VMOVUPS(facc(h, b), M(Yp, 32*h))
+			} else {
+				VMOVUPS(fmem(h, b), reg.Y0)
+				VMOVUPS(reg.Y0, M(Yp, 32*h))
+			}
+		}
 		if b+1 < nb {
 			ADDQ(YS, Yp)
 		}
