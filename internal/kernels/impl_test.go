@@ -212,7 +212,7 @@ func TestMatMulArgmax(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, batch := range []int{1, 3, 13, 32} {
+				for _, batch := range []int{1, 3, 13, 32, 70} {
 					x := randVec(r, batch*cols, 1)
 					for c := range cols {
 						x[c] = float32(math.Abs(float64(x[c])))
