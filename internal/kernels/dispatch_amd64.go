@@ -140,3 +140,33 @@ func f32ToF16(dst []uint16, src []float32) {
 	}
 	f32ToF16Generic(dst[n:], src[n:])
 }
+
+func sumSquares(x []float32) float64 {
+	n := len(x) &^ 15
+	if impl == implGeneric || n == 0 {
+		return sumSquaresGeneric(x)
+	}
+	ss := sumSquaresAVX2(&x[0], n)
+	for _, v := range x[n:] {
+		ss += float64(v) * float64(v)
+	}
+	return ss
+}
+
+func scaleMul(out, x, w []float32, scale float32) {
+	n := len(x) &^ 7
+	if impl == implGeneric || n == 0 {
+		scaleMulGeneric(out, x, w, scale)
+		return
+	}
+	scaleMulAVX2(&out[0], &x[0], &w[0], scale, n)
+	scaleMulGeneric(out[n:], x[n:len(x)], w[n:], scale)
+}
+
+func rope(x, c, s []float32, nHeads, half int) {
+	if impl == implGeneric || half%8 != 0 || nHeads == 0 || half == 0 {
+		ropeGeneric(x, c, s, nHeads, half)
+		return
+	}
+	ropeAVX2(&x[0], &c[0], &s[0], half, nHeads)
+}

@@ -15,6 +15,9 @@ func genOps() {
 	expMax = ConstData("exp_max", U32(math.Float32bits(100)))
 	genSiLUMul2()
 	genF32ToF162()
+	genSumSquares2()
+	genScaleMul2()
+	genRoPE2()
 }
 
 func genSiLUMul512() {
@@ -161,6 +164,102 @@ func genF32ToF162() {
 	ADDQ(U8(16), D)
 	SUBQ(U8(8), N)
 	JNZ(LabelRef("loop"))
+	VZEROUPPER()
+	RET()
+}
+
+func genSumSquares2() {
+	TEXT("sumSquaresAVX2", NOSPLIT, "func(x *float32, n int) float64")
+	Pragma("noescape")
+	Doc("sumSquaresAVX2 is sumSquares16Generic on AVX2 (n a positive multiple of 16),",
+		"with the same partial sums in the same order, so the same float64 bits.")
+	Xp := Load(Param("x"), reg.RSI)
+	N := Load(Param("n"), reg.RCX)
+	for i := range 4 {
+		VXORPD(Y(i), Y(i), Y(i))
+	}
+	Label("loop")
+	for i := range 4 {
+		VCVTPS2PD(M(Xp, 16*i), Y(4+i))
+		VFMADD231PD(Y(4+i), Y(4+i), Y(i)) // exact product: 24-bit × 24-bit fits float64
+	}
+	ADDQ(U8(64), Xp)
+	SUBQ(U8(16), N)
+	JNZ(LabelRef("loop"))
+	Comment("((p0+p1)+(p2+p3)) per lane l, then (l0+l2)+(l1+l3)")
+	VADDPD(reg.Y1, reg.Y0, reg.Y0)
+	VADDPD(reg.Y3, reg.Y2, reg.Y2)
+	VADDPD(reg.Y2, reg.Y0, reg.Y0)
+	VEXTRACTF128(U8(1), reg.Y0, reg.X1)
+	VADDPD(reg.X1, reg.X0, reg.X0)
+	VPERMILPD(U8(1), reg.X0, reg.X1)
+	VADDSD(reg.X1, reg.X0, reg.X0)
+	Store(reg.X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+func genScaleMul2() {
+	TEXT("scaleMulAVX2", NOSPLIT, "func(out *float32, x *float32, w *float32, scale float32, n int)")
+	Pragma("noescape")
+	Doc("scaleMulAVX2 sets out[i] = x[i] * scale * w[i] (two f32 roundings, as Go",
+		"evaluates it) for i < n, n a positive multiple of 8.")
+	O := Load(Param("out"), reg.RDI)
+	Xp := Load(Param("x"), reg.RSI)
+	W := Load(Param("w"), reg.RDX)
+	N := Load(Param("n"), reg.RCX)
+	Load(Param("scale"), reg.X15)
+	VBROADCASTSS(reg.X15, reg.Y15)
+	Label("loop")
+	VMULPS(M(Xp, 0), reg.Y15, reg.Y0)
+	VMULPS(M(W, 0), reg.Y0, reg.Y0)
+	VMOVUPS(reg.Y0, M(O, 0))
+	ADDQ(U8(32), Xp)
+	ADDQ(U8(32), W)
+	ADDQ(U8(32), O)
+	SUBQ(U8(8), N)
+	JNZ(LabelRef("loop"))
+	VZEROUPPER()
+	RET()
+}
+
+func genRoPE2() {
+	TEXT("ropeAVX2", NOSPLIT, "func(x *float32, c *float32, s *float32, half int, nHeads int)")
+	Pragma("noescape")
+	Doc("ropeAVX2 is ropeGeneric on AVX2 (half a positive multiple of 8): each of the",
+		"nHeads vectors of x, 2·half floats apart, gets x[i], x[i+half] =",
+		"x[i]·c[i] - x[i+half]·s[i], x[i+half]·c[i] + x[i]·s[i], every product",
+		"and sum rounded to f32 as Go evaluates it.")
+	Xp := Load(Param("x"), reg.RDI)
+	C := Load(Param("c"), reg.RSI)
+	S := Load(Param("s"), reg.RDX)
+	H := Load(Param("half"), reg.R8)
+	NH := Load(Param("nHeads"), reg.R9)
+	hb := reg.R10 // half in bytes
+	MOVQ(H, hb)
+	SHLQ(U8(2), hb)
+	Label("head")
+	XORQ(reg.RAX, reg.RAX) // byte offset within the half
+	Label("loop")
+	VMOVUPS(Mem{Base: Xp, Index: reg.RAX, Scale: 1}, reg.Y0) // a
+	LEAQ(Mem{Base: Xp, Index: hb, Scale: 1}, reg.R11)
+	VMOVUPS(Mem{Base: reg.R11, Index: reg.RAX, Scale: 1}, reg.Y1) // b
+	VMOVUPS(Mem{Base: C, Index: reg.RAX, Scale: 1}, reg.Y2)
+	VMOVUPS(Mem{Base: S, Index: reg.RAX, Scale: 1}, reg.Y3)
+	VMULPS(reg.Y2, reg.Y0, reg.Y4) // a·c
+	VMULPS(reg.Y3, reg.Y1, reg.Y5) // b·s
+	VSUBPS(reg.Y5, reg.Y4, reg.Y4)
+	VMULPS(reg.Y2, reg.Y1, reg.Y6) // b·c
+	VMULPS(reg.Y3, reg.Y0, reg.Y7) // a·s
+	VADDPS(reg.Y7, reg.Y6, reg.Y6)
+	VMOVUPS(reg.Y4, Mem{Base: Xp, Index: reg.RAX, Scale: 1})
+	VMOVUPS(reg.Y6, Mem{Base: reg.R11, Index: reg.RAX, Scale: 1})
+	ADDQ(U8(32), reg.RAX)
+	CMPQ(reg.RAX, hb)
+	JL(LabelRef("loop"))
+	LEAQ(Mem{Base: Xp, Index: hb, Scale: 2}, Xp)
+	DECQ(NH)
+	JNZ(LabelRef("head"))
 	VZEROUPPER()
 	RET()
 }
