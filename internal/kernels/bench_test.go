@@ -50,7 +50,8 @@ func benchMatrices(b *testing.B, typ dtype.Type, rows, cols int) []*Matrix {
 // (the pool of a model), rotating through more weight matrices than the
 // caches hold, at decode batches and (except the LM head) a 512-token
 // prefill. It reports GFLOP/s (2·rows·cols·batch per call) and wGB/s
-// (stored weight bytes per call).
+// (stored weight bytes per call), and GFLOP/cpu-s (per CPU-second of the
+// process, which a shared host disturbs less than wall time).
 func BenchmarkMatmul(b *testing.B) {
 	shapes := []struct {
 		name       string
@@ -78,6 +79,7 @@ func BenchmarkMatmul(b *testing.B) {
 							x := randVec(r, batch*s.cols, 1)
 							y := make([]float32, batch*s.rows)
 							i := 0
+							c0 := processCPU()
 							for b.Loop() {
 								MatMul(pool, y, ms[i%len(ms)], x, batch)
 								i++
@@ -85,6 +87,11 @@ func BenchmarkMatmul(b *testing.B) {
 							sec := b.Elapsed().Seconds() / float64(b.N)
 							b.ReportMetric(2*float64(s.rows*s.cols*batch)/sec/1e9, "GFLOP/s")
 							b.ReportMetric(float64(ms[0].Bytes())/sec/1e9, "wGB/s")
+							if cpu := (processCPU() - c0).Seconds() / float64(b.N); cpu > 0 {
+								// Per CPU-second of the process (all workers, spinning
+								// included): on a shared host steadier than per second.
+								b.ReportMetric(2*float64(s.rows*s.cols*batch)/cpu/1e9, "GFLOP/cpu-s")
+							}
 						})
 					}
 				})

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -16,15 +15,10 @@ func BenchmarkPoolGap(b *testing.B) {
 	p := NewPool(0)
 	defer p.Close()
 	var sink atomic.Int64
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	c0 := cpu()
+	c0 := processCPU()
 	for b.Loop() {
 		p.For(p.Threads(), 1, func(lo, hi int) { sink.Add(int64(hi - lo)) })
 		time.Sleep(time.Millisecond)
 	}
-	b.ReportMetric(float64((cpu()-c0).Microseconds())/float64(b.N), "cpu-µs/gap")
+	b.ReportMetric(float64((processCPU()-c0).Microseconds())/float64(b.N), "cpu-µs/gap")
 }
