@@ -300,7 +300,7 @@ func (s *Source) hfTensor(name string, t *safetensors.Tensor, used map[string]bo
 	}
 	out.row = func(dst []float32, r int) error {
 		r = perm(r)
-		codes := t.Data[r*cols : (r+1)*cols]       // (cols) E4M3
+		codes := t.Data[r*cols : (r+1)*cols]      // (cols) E4M3
 		srow := scales[(r/br)*scc : (r/br+1)*scc] // (scc)
 		for c, b := range codes {
 			dst[c] = fp8e4m3[b] * srow[c/bc]
