@@ -287,4 +287,3 @@ func TestParseRef(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
