@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/draftd/draftd/internal/hub/hubtest"
 )
 
 const tinyDir = "../../testdata/models/tiny-qwen2-bf16" // sharded: an index and three LFS files
 
-func client(h *fakeHub, t *testing.T) *Client {
+func client(h *hubtest.Hub, t *testing.T) *Client {
 	return &Client{Endpoint: h.URL, CacheDir: t.TempDir(), HTTP: h.Client(), Retries: 3, Backoff: time.Millisecond}
 }
 
@@ -23,12 +25,12 @@ func isHEAD(r string) bool { return strings.HasPrefix(r, "HEAD ") }
 
 // checkSnapshot: every wanted file is in the snapshot with the source's
 // bytes, as a relative symlink into blobs named by the file's etag.
-func checkSnapshot(t *testing.T, c *Client, repo string, r *fakeRepo, dir string) {
+func checkSnapshot(t *testing.T, c *Client, repo string, r *hubtest.Repo, dir string) {
 	t.Helper()
-	if want := filepath.Join(c.RepoDir(repo), "snapshots", r.commit); dir != want {
+	if want := filepath.Join(c.RepoDir(repo), "snapshots", r.Commit); dir != want {
 		t.Errorf("snapshot dir %s; want %s", dir, want)
 	}
-	for name, data := range r.files {
+	for name, data := range r.Files {
 		p := filepath.Join(dir, name)
 		if !DefaultFiles(name) {
 			if _, err := os.Lstat(p); err == nil {
@@ -41,16 +43,16 @@ func checkSnapshot(t *testing.T, c *Client, repo string, r *fakeRepo, dir string
 			t.Errorf("%s: %d bytes (%v); want the source's %d", name, len(got), err, len(data))
 		}
 		target, err := os.Readlink(p)
-		etag := gitSHA1(data)
-		if isLFS(name) {
-			etag = sha256hex(data)
+		etag := hubtest.GitSHA1(data)
+		if hubtest.IsLFS(name) {
+			etag = hubtest.SHA256(data)
 		}
 		if err != nil || target != filepath.Join("..", "..", "blobs", etag) {
 			t.Errorf("%s: link %q (%v); want ../../blobs/%s", name, target, err, etag)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(c.RepoDir(repo), "refs", "main")); err != nil || string(b) != r.commit {
-		t.Errorf("refs/main = %q (%v); want %s", b, err, r.commit)
+	if b, err := os.ReadFile(filepath.Join(c.RepoDir(repo), "refs", "main")); err != nil || string(b) != r.Commit {
+		t.Errorf("refs/main = %q (%v); want %s", b, err, r.Commit)
 	}
 }
 
@@ -59,36 +61,36 @@ func checkSnapshot(t *testing.T, c *Client, repo string, r *fakeRepo, dir string
 // only for the revision and downloads nothing; a cache Python filled (blobs
 // present, no snapshot links) costs HEADs, no GETs.
 func TestDownloadAndReuse(t *testing.T) {
-	h := newFakeHub(t)
-	r := h.addDir(t, "tiny/qwen2", tinyDir)
+	h := hubtest.New(t)
+	r := h.AddDir(t, "tiny/qwen2", tinyDir)
 	c := client(h, t)
 	dir, commit, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if commit != r.commit {
-		t.Errorf("commit %s; want %s", commit, r.commit)
+	if commit != r.Commit {
+		t.Errorf("commit %s; want %s", commit, r.Commit)
 	}
 	checkSnapshot(t, c, "tiny/qwen2", r, dir)
-	wanted := len(r.files) - 1 // all but README.md
-	if n := h.count(isHEAD); n != wanted {
+	wanted := len(r.Files) - 1 // all but README.md
+	if n := h.Count(isHEAD); n != wanted {
 		t.Errorf("fresh: %d HEAD requests; want %d", n, wanted)
 	}
-	if n := h.count(isGET); n != wanted+3 { // three LFS files: resolve 302 + CDN
-		t.Errorf("fresh: %d GET requests; want %d (%v)", n, wanted+3, h.requests)
+	if n := h.Count(isGET); n != wanted+3 { // three LFS files: resolve 302 + CDN
+		t.Errorf("fresh: %d GET requests; want %d (%v)", n, wanted+3, h.Requests)
 	}
 
-	h.reset()
+	h.Reset()
 	c2 := client(h, t)
 	c2.CacheDir = c.CacheDir
 	if _, _, err := c2.Snapshot(context.Background(), "tiny/qwen2", "main", nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.count(func(string) bool { return true }); n != 1 {
-		t.Errorf("cached: %d requests (%v); want 1 (the revision)", n, h.requests)
+	if n := h.Count(func(string) bool { return true }); n != 1 {
+		t.Errorf("cached: %d requests (%v); want 1 (the revision)", n, h.Requests)
 	}
 
-	h.reset()
+	h.Reset()
 	if err := os.RemoveAll(filepath.Join(c.RepoDir("tiny/qwen2"), "snapshots")); err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +99,8 @@ func TestDownloadAndReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, c2, "tiny/qwen2", r, dir)
-	if n := h.count(isGET); n != 0 {
-		t.Errorf("blobs cached: %d GET requests (%v); want 0", n, h.requests)
+	if n := h.Count(isGET); n != 0 {
+		t.Errorf("blobs cached: %d GET requests (%v); want 0", n, h.Requests)
 	}
 }
 
@@ -106,13 +108,13 @@ func TestDownloadAndReuse(t *testing.T) {
 // Range from where it stopped, and so is a .incomplete file a killed run
 // left behind; the result verifies.
 func TestResume(t *testing.T) {
-	h := newFakeHub(t)
-	r := h.addDir(t, "tiny/qwen2", tinyDir)
+	h := hubtest.New(t)
+	r := h.AddDir(t, "tiny/qwen2", tinyDir)
 	name := "model-00001-of-00003.safetensors"
-	data := r.files[name]
-	sum := sha256hex(data)
+	data := r.Files[name]
+	sum := hubtest.SHA256(data)
 	half := int64(len(data) / 2)
-	h.dropOnce[sum] = half
+	h.DropOnce[sum] = half
 	c := client(h, t)
 	dir, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil)
 	if err != nil {
@@ -120,8 +122,8 @@ func TestResume(t *testing.T) {
 	}
 	checkSnapshot(t, c, "tiny/qwen2", r, dir)
 	want := "GET /cdn/" + sum + " bytes=" + itoa(half) + "-"
-	if h.count(func(s string) bool { return s == want }) != 1 {
-		t.Errorf("no resumed request %q in %v", want, h.requests)
+	if h.Count(func(s string) bool { return s == want }) != 1 {
+		t.Errorf("no resumed request %q in %v", want, h.Requests)
 	}
 
 	// A run killed half-way leaves blobs/<sha>.incomplete; the next resumes it.
@@ -133,14 +135,14 @@ func TestResume(t *testing.T) {
 	if err := os.WriteFile(blob+".incomplete", data[:1000], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h.reset()
+	h.Reset()
 	dir, _, err = c2.Snapshot(context.Background(), "tiny/qwen2", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, c2, "tiny/qwen2", r, dir)
-	if want := "GET /cdn/" + sum + " bytes=1000-"; h.count(func(s string) bool { return s == want }) != 1 {
-		t.Errorf("no resumed request %q in %v", want, h.requests)
+	if want := "GET /cdn/" + sum + " bytes=1000-"; h.Count(func(s string) bool { return s == want }) != 1 {
+		t.Errorf("no resumed request %q in %v", want, h.Requests)
 	}
 	if _, err := os.Stat(blob + ".incomplete"); !os.IsNotExist(err) {
 		t.Errorf(".incomplete left behind: %v", err)
@@ -150,11 +152,11 @@ func TestResume(t *testing.T) {
 // TestChecksumMismatch: bytes that do not hash to the Hub's etag are
 // removed, nothing is linked, and the error names the file.
 func TestChecksumMismatch(t *testing.T) {
-	h := newFakeHub(t)
-	r := h.addDir(t, "tiny/qwen2", tinyDir)
+	h := hubtest.New(t)
+	r := h.AddDir(t, "tiny/qwen2", tinyDir)
 	name := "model-00002-of-00003.safetensors"
-	sum := sha256hex(r.files[name])
-	h.corrupt[sum] = true
+	sum := hubtest.SHA256(r.Files[name])
+	h.Corrupt[sum] = true
 	c := client(h, t)
 	_, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil)
 	if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), name) {
@@ -167,7 +169,7 @@ func TestChecksumMismatch(t *testing.T) {
 		}
 	}
 	// Fixed on the server, the next run succeeds.
-	delete(h.corrupt, sum)
+	delete(h.Corrupt, sum)
 	dir, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -178,9 +180,9 @@ func TestChecksumMismatch(t *testing.T) {
 // TestGated: without a token a gated repository answers 401 and the error
 // says what to do; with the token it downloads.
 func TestGated(t *testing.T) {
-	h := newFakeHub(t)
-	r := h.addDir(t, "org/gated", tinyDir)
-	h.tokens["org/gated"] = "hf_secret"
+	h := hubtest.New(t)
+	r := h.AddDir(t, "org/gated", tinyDir)
+	h.Tokens["org/gated"] = "hf_secret"
 	c := client(h, t)
 	_, _, err := c.Snapshot(context.Background(), "org/gated", "", nil)
 	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "HF_TOKEN") || !strings.Contains(err.Error(), "accept the license") {
@@ -201,8 +203,8 @@ func TestGated(t *testing.T) {
 // TestNotFound: an unknown revision and an unknown repository are told
 // apart.
 func TestNotFound(t *testing.T) {
-	h := newFakeHub(t)
-	h.addDir(t, "tiny/qwen2", tinyDir)
+	h := hubtest.New(t)
+	h.AddDir(t, "tiny/qwen2", tinyDir)
 	c := client(h, t)
 	_, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "no-such-branch", nil)
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `revision "no-such-branch"`) {
@@ -212,16 +214,16 @@ func TestNotFound(t *testing.T) {
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "repository tiny/nothing") {
 		t.Errorf("unknown repository: have %v", err)
 	}
-	if h.count(isGET) != 0 {
-		t.Errorf("files requested for a missing revision: %v", h.requests)
+	if h.Count(isGET) != 0 {
+		t.Errorf("files requested for a missing revision: %v", h.Requests)
 	}
 }
 
 // TestOffline: with HF_HUB_OFFLINE nothing is requested; an empty cache is a
 // clear error, a filled one answers by the ref or the commit.
 func TestOffline(t *testing.T) {
-	h := newFakeHub(t)
-	r := h.addDir(t, "tiny/qwen2", tinyDir)
+	h := hubtest.New(t)
+	r := h.AddDir(t, "tiny/qwen2", tinyDir)
 	c := client(h, t)
 	c.Offline = true
 	if _, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil); !errors.Is(err, ErrOffline) {
@@ -231,11 +233,11 @@ func TestOffline(t *testing.T) {
 	if _, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil); err != nil {
 		t.Fatal(err)
 	}
-	h.reset()
+	h.Reset()
 	c.Offline = true
-	for _, rev := range []string{"main", r.commit} {
+	for _, rev := range []string{"main", r.Commit} {
 		dir, commit, err := c.Snapshot(context.Background(), "tiny/qwen2", rev, nil)
-		if err != nil || commit != r.commit {
+		if err != nil || commit != r.Commit {
 			t.Fatalf("offline %s: %v, commit %s", rev, err, commit)
 		}
 		checkSnapshot(t, c, "tiny/qwen2", r, dir)
@@ -243,25 +245,25 @@ func TestOffline(t *testing.T) {
 	if _, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "v1", nil); !errors.Is(err, ErrOffline) {
 		t.Errorf("offline, ref never resolved: have %v; want ErrOffline", err)
 	}
-	if n := h.count(func(string) bool { return true }); n != 0 {
-		t.Errorf("offline: %d requests: %v", n, h.requests)
+	if n := h.Count(func(string) bool { return true }); n != 0 {
+		t.Errorf("offline: %d requests: %v", n, h.Requests)
 	}
 }
 
 // TestRetry: a busy Hub (503) is retried with backoff; past the retries the
 // error says so.
 func TestRetry(t *testing.T) {
-	h := newFakeHub(t)
-	r := h.addDir(t, "tiny/qwen2", tinyDir)
-	h.fail503["/api/"] = 2
-	h.fail503["/cdn/"] = 2
+	h := hubtest.New(t)
+	r := h.AddDir(t, "tiny/qwen2", tinyDir)
+	h.Fail503["/api/"] = 2
+	h.Fail503["/cdn/"] = 2
 	c := client(h, t)
 	dir, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, c, "tiny/qwen2", r, dir)
-	h.fail503["/api/"] = 10
+	h.Fail503["/api/"] = 10
 	c.Retries = 2
 	if _, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil); err == nil || !strings.Contains(err.Error(), "giving up after 3 attempts") {
 		t.Errorf("have %v; want giving up after 3 attempts", err)

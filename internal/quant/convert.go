@@ -7,6 +7,7 @@
 package quant
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +28,9 @@ const quantizationVersion = 2
 type Options struct {
 	Name    string // general.name (default: the source's base name)
 	Threads int    // encoding goroutines; ≤ 0: all cores
+	// Context, when set, stops a Write between tensors once it is done (the
+	// partial file is removed).
+	Context context.Context
 }
 
 // Output is one laid-out GGUF: its exact size is known before any tensor is
@@ -68,7 +72,13 @@ func (s *Source) Layout(r Recipe, opt Options) (*Output, error) {
 	for i := range s.tensors {
 		t, typ := &s.tensors[i], types[i]
 		out.TensorTypes[gguf.TypeName(typ)]++
-		if err := w.AddTensorFunc(t.name, typ, t.shape, func(dst []byte) error { return t.encode(typ, dst, threads) }); err != nil {
+		fill := func(dst []byte) error {
+			if opt.Context != nil && opt.Context.Err() != nil {
+				return opt.Context.Err()
+			}
+			return t.encode(typ, dst, threads)
+		}
+		if err := w.AddTensorFunc(t.name, typ, t.shape, fill); err != nil {
 			return nil, err
 		}
 	}

@@ -1,4 +1,7 @@
-package hub
+// Package hubtest is a fake Hugging Face Hub for tests: an httptest server
+// speaking the Hub's download protocol over real sockets, serving local
+// model directories. It is not a Hub implementation (no uploads, no search).
+package hubtest
 
 import (
 	"crypto/sha1"
@@ -16,7 +19,7 @@ import (
 	"time"
 )
 
-// fakeHub is an httptest server speaking the Hub's download protocol:
+// Hub is an httptest server speaking the Hub's download protocol:
 //
 //	GET  /api/models/{org}/{name}/revision/{rev}   {"sha", "siblings":[{"rfilename"}]}
 //	HEAD /{org}/{name}/resolve/{rev}/{file}         X-Repo-Commit, ETag; LFS files
@@ -28,37 +31,43 @@ import (
 //
 // Errors carry X-Error-Code as the Hub's do (RepoNotFound, RevisionNotFound,
 // EntryNotFound, GatedRepo).
-type fakeHub struct {
+type Hub struct {
 	*httptest.Server
-	repos map[string]*fakeRepo
+	repos map[string]*Repo
 
-	mu       sync.Mutex
-	requests []string          // "METHOD path [Range]"
-	dropOnce map[string]int64  // file sha256 → cut the connection after this many bytes, once
-	corrupt  map[string]bool   // file sha256 → serve flipped bytes
-	fail503  map[string]int    // path prefix → answer 503 this many times
-	tokens   map[string]string // repo → token required (gated)
+	mu sync.Mutex
+	// Requests logs "METHOD path [Range]" of every request; the maps below
+	// are knobs a test sets before the requests they affect.
+	Requests []string          // "METHOD path [Range]"
+	DropOnce map[string]int64  // file sha256 → cut the connection after this many bytes, once
+	Corrupt  map[string]bool   // file sha256 → serve flipped bytes
+	Fail503  map[string]int    // path prefix → answer 503 this many times
+	Tokens   map[string]string // repo → token required (gated)
+	// Gate, when set, holds every CDN (large file) request until it is closed.
+	Gate chan struct{}
 }
 
-type fakeRepo struct {
-	commit string
-	refs   map[string]string // branch/tag → commit
-	files  map[string][]byte
+// Repo is one served repository: its files at one commit, reachable by
+// every name in Refs.
+type Repo struct {
+	Commit string
+	Refs   map[string]string // branch/tag → commit
+	Files  map[string][]byte
 }
 
-func newFakeHub(t *testing.T) *fakeHub {
-	h := &fakeHub{repos: map[string]*fakeRepo{}, dropOnce: map[string]int64{}, corrupt: map[string]bool{},
-		fail503: map[string]int{}, tokens: map[string]string{}}
+func New(t testing.TB) *Hub {
+	h := &Hub{repos: map[string]*Repo{}, DropOnce: map[string]int64{}, Corrupt: map[string]bool{},
+		Fail503: map[string]int{}, Tokens: map[string]string{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.Close)
 	return h
 }
 
-// addDir serves every file of a local model directory as repo at one commit,
+// AddDir serves every file of a local model directory as repo at one commit,
 // reachable as main, v1 and the commit itself, plus a README.md that draftd
 // must not download.
-func (h *fakeHub) addDir(t *testing.T, repo, dir string) *fakeRepo {
-	r := &fakeRepo{files: map[string][]byte{"README.md": []byte("# a model card\n")}}
+func (h *Hub) AddDir(t testing.TB, repo, dir string) *Repo {
+	r := &Repo{Files: map[string][]byte{"README.md": []byte("# a model card\n")}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -69,20 +78,21 @@ func (h *fakeHub) addDir(t *testing.T, repo, dir string) *fakeRepo {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.files[e.Name()] = b
+		r.Files[e.Name()] = b
 		sum.Write(b)
 	}
-	r.commit = hex.EncodeToString(sum.Sum(nil))
-	r.refs = map[string]string{"main": r.commit, "v1": r.commit, r.commit: r.commit}
+	r.Commit = hex.EncodeToString(sum.Sum(nil))
+	r.Refs = map[string]string{"main": r.Commit, "v1": r.Commit, r.Commit: r.Commit}
 	h.repos[repo] = r
 	return r
 }
 
-func (h *fakeHub) count(pred func(string) bool) int {
+// Count is the number of logged requests pred accepts.
+func (h *Hub) Count(pred func(string) bool) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
-	for _, r := range h.requests {
+	for _, r := range h.Requests {
 		if pred(r) {
 			n++
 		}
@@ -90,25 +100,29 @@ func (h *fakeHub) count(pred func(string) bool) int {
 	return n
 }
 
-func (h *fakeHub) reset() {
+// Reset clears the request log.
+func (h *Hub) Reset() {
 	h.mu.Lock()
-	h.requests = nil
+	h.Requests = nil
 	h.mu.Unlock()
 }
 
-func gitSHA1(b []byte) string {
+// GitSHA1 is git's blob id of b: the ETag of a small file.
+func GitSHA1(b []byte) string {
 	s := sha1.New()
 	fmt.Fprintf(s, "blob %d\x00", len(b))
 	s.Write(b)
 	return hex.EncodeToString(s.Sum(nil))
 }
 
-func sha256hex(b []byte) string {
+// SHA256 is the hex sha256 of b: the X-Linked-Etag of an LFS file.
+func SHA256(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
 
-func isLFS(name string) bool { return strings.HasSuffix(name, ".safetensors") }
+// IsLFS reports whether the fake stores name in LFS (*.safetensors).
+func IsLFS(name string) bool { return strings.HasSuffix(name, ".safetensors") }
 
 func hubError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("X-Error-Code", code)
@@ -116,12 +130,12 @@ func hubError(w http.ResponseWriter, status int, code, msg string) {
 	http.Error(w, msg, status)
 }
 
-func (h *fakeHub) serve(w http.ResponseWriter, r *http.Request) {
+func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
-	h.requests = append(h.requests, strings.TrimSpace(r.Method+" "+r.URL.Path+" "+r.Header.Get("Range")))
-	for p, n := range h.fail503 {
+	h.Requests = append(h.Requests, strings.TrimSpace(r.Method+" "+r.URL.Path+" "+r.Header.Get("Range")))
+	for p, n := range h.Fail503 {
 		if n > 0 && strings.HasPrefix(r.URL.Path, p) {
-			h.fail503[p] = n - 1
+			h.Fail503[p] = n - 1
 			h.mu.Unlock()
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
@@ -149,19 +163,19 @@ func (h *fakeHub) serve(w http.ResponseWriter, r *http.Request) {
 		hubError(w, http.StatusNotFound, "RepoNotFound", "Repository Not Found")
 		return
 	}
-	if tok := h.tokens[repoID]; tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
+	if tok := h.Tokens[repoID]; tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
 		hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repoID+" is restricted.")
 		return
 	}
 	if api {
 		rev, ok := strings.CutPrefix(rest, "revision/")
-		commit, known := repo.refs[rev]
+		commit, known := repo.Refs[rev]
 		if !ok || !known {
 			hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)
 			return
 		}
 		var sib []map[string]string
-		for name := range repo.files {
+		for name := range repo.Files {
 			sib = append(sib, map[string]string{"rfilename": name})
 		}
 		json.NewEncoder(w).Encode(map[string]any{"id": repoID, "sha": commit, "siblings": sib})
@@ -169,38 +183,38 @@ func (h *fakeHub) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	p, ok := strings.CutPrefix(rest, "resolve/")
 	rev, name, _ := strings.Cut(p, "/")
-	commit, known := repo.refs[rev]
+	commit, known := repo.Refs[rev]
 	if !ok || !known {
 		hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)
 		return
 	}
-	data, ok := repo.files[name]
+	data, ok := repo.Files[name]
 	if !ok {
 		hubError(w, http.StatusNotFound, "EntryNotFound", "Entry not found")
 		return
 	}
 	w.Header().Set("X-Repo-Commit", commit)
-	if isLFS(name) {
-		sum := sha256hex(data)
+	if IsLFS(name) {
+		sum := SHA256(data)
 		w.Header().Set("X-Linked-Etag", `"`+sum+`"`)
 		w.Header().Set("X-Linked-Size", fmt.Sprint(len(data)))
-		w.Header().Set("ETag", `"`+gitSHA1([]byte("version https://git-lfs.github.com/spec/v1\noid sha256:"+sum))+`"`)
+		w.Header().Set("ETag", `"`+GitSHA1([]byte("version https://git-lfs.github.com/spec/v1\noid sha256:"+sum))+`"`)
 		w.Header().Set("Location", h.URL+"/cdn/"+sum)
 		w.WriteHeader(http.StatusFound)
 		return
 	}
-	w.Header().Set("ETag", `"`+gitSHA1(data)+`"`)
+	w.Header().Set("ETag", `"`+GitSHA1(data)+`"`)
 	w.Header().Set("Content-Length", fmt.Sprint(len(data)))
 	if r.Method == http.MethodGet {
 		w.Write(data)
 	}
 }
 
-func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
+func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 	var data []byte
 	for _, repo := range h.repos {
-		for name, b := range repo.files {
-			if isLFS(name) && sha256hex(b) == sum {
+		for name, b := range repo.Files {
+			if IsLFS(name) && SHA256(b) == sum {
 				data = b
 			}
 		}
@@ -210,9 +224,19 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 		return
 	}
 	h.mu.Lock()
-	cut, drop := h.dropOnce[sum]
-	delete(h.dropOnce, sum)
-	if h.corrupt[sum] {
+	gate := h.Gate
+	h.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	h.mu.Lock()
+	cut, drop := h.DropOnce[sum]
+	delete(h.DropOnce, sum)
+	if h.Corrupt[sum] {
 		data = append([]byte(nil), data...)
 		data[len(data)/2] ^= 0xff
 	}
