@@ -252,7 +252,9 @@ func TestServeFromHub(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, []string{"serve", "--model", "tiny/qwen3@main", "--addr", addr, "--threads", "2"}) }()
+	go func() {
+		done <- Run(ctx, []string{"serve", "--model", "tiny/qwen3@main", "--addr", addr, "--threads", "2"})
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
