@@ -2,6 +2,7 @@ package quant
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -403,5 +404,29 @@ func TestAuto(t *testing.T) {
 	_, err = s.Auto(sizes["q4_0"]-1, Options{})
 	if !errors.Is(err, ErrNoFit) || !strings.Contains(err.Error(), fmt.Sprintf("q4_0 %d", sizes["q4_0"])) {
 		t.Errorf("budget below q4_0: have %v; want ErrNoFit listing q4_0 %d", err, sizes["q4_0"])
+	}
+}
+
+// TestWriteCancelled: a cancelled context stops the write between tensors
+// and leaves neither the file nor a temporary one.
+func TestWriteCancelled(t *testing.T) {
+	s, err := Open(filepath.Join(modelsDir, "tiny-qwen3-f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r, _ := Lookup("q8_0")
+	o, err := s.Layout(r, Options{Context: ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := o.Write(filepath.Join(dir, "m.gguf")); !errors.Is(err, context.Canceled) {
+		t.Errorf("have %v; want context.Canceled", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
 	}
 }
