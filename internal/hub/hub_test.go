@@ -289,3 +289,22 @@ func TestParseRef(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestProgress: with a Progress writer each downloaded file gets a line with
+// its name, sizes, rate and ETA; without one nothing is drawn.
+func TestProgress(t *testing.T) {
+	h := hubtest.New(t)
+	h.AddDir(t, "tiny/qwen2", tinyDir)
+	c := client(h, t)
+	var buf bytes.Buffer
+	c.Progress = &buf
+	if _, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"model-00001-of-00003.safetensors", "config.json", "MB/s", "ETA"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("progress output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -430,3 +430,48 @@ func TestWriteCancelled(t *testing.T) {
 		t.Errorf("left behind: %v", ents)
 	}
 }
+
+// TestTiedLMHeadDropped: a tied model whose checkpoint also stores lm_head
+// (as some do) gets no output tensor; a tensor with no place in the
+// architecture is an error naming it.
+func TestTiedLMHeadDropped(t *testing.T) {
+	src := filepath.Join(modelsDir, "tiny-qwen3-f32")
+	d, err := safetensors.OpenDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var ts []safetensors.Tensor
+	for _, name := range d.Names() {
+		st, _ := d.Tensor(name)
+		ts = append(ts, safetensors.Tensor{Name: name, DType: st.DType, Shape: st.Shape, Data: st.Data})
+	}
+	emb, _ := d.Tensor("model.embed_tokens.weight")
+	cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(extra safetensors.Tensor) string {
+		dir := t.TempDir()
+		if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), append(append([]safetensors.Tensor(nil), ts...), extra), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	out := prepare(t, write(safetensors.Tensor{Name: "lm_head.weight", DType: "F32", Shape: emb.Shape, Data: emb.Data}), "f32")
+	f, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, ok := f.Tensor("output.weight"); ok {
+		t.Error("tied model: output.weight written")
+	}
+	_, err = Open(write(safetensors.Tensor{Name: "model.layers.0.mlp.experts.weight", DType: "F32", Shape: []int64{2}, Data: make([]byte, 8)}))
+	if err == nil || !strings.Contains(err.Error(), "model.layers.0.mlp.experts.weight") {
+		t.Errorf("unknown tensor: have %v; want an error naming it", err)
+	}
+}
