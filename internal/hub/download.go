@@ -250,7 +250,7 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 			return err
 		}
 	}
-	if free, ok := freeBytes(filepath.Dir(blob)); ok && free < uint64(m.size-have) {
+	if free, ok := freeSpace(filepath.Dir(blob)); ok && free < uint64(m.size-have) {
 		return fmt.Errorf("hub: %s needs %d more bytes in %s, which has %d free: %w", name, m.size-have, filepath.Dir(blob), free, ErrDiskSpace)
 	}
 	p := c.newProgress(name, m.size, have)
@@ -316,6 +316,9 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 	}
 	return nil
 }
+
+// freeSpace reports the bytes available in a directory (a variable for tests).
+var freeSpace = freeBytes
 
 // restart empties a partial download.
 func restart(f *os.File, have *int64, h *hash.Hash, m meta) error {

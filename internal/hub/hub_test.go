@@ -308,3 +308,21 @@ func TestProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskFull: a file that does not fit the free space fails before
+// downloading, saying how much is needed where.
+func TestDiskFull(t *testing.T) {
+	h := hubtest.New(t)
+	h.AddDir(t, "tiny/qwen2", tinyDir)
+	c := client(h, t)
+	old := freeSpace
+	freeSpace = func(string) (uint64, bool) { return 100, true }
+	defer func() { freeSpace = old }()
+	_, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil)
+	if !errors.Is(err, ErrDiskSpace) || !strings.Contains(err.Error(), "which has 100 free") {
+		t.Fatalf("have %v; want ErrDiskSpace with the free bytes", err)
+	}
+	if n := h.Count(func(s string) bool { return strings.HasPrefix(s, "GET /cdn/") }); n != 0 {
+		t.Errorf("%d large-file downloads started on a full disk", n)
+	}
+}
