@@ -262,11 +262,15 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 		if have > 0 {
 			hdr.Set("Range", fmt.Sprintf("bytes=%d-", have))
 		}
-		resp, err := c.do(ctx, http.MethodGet, u, hdr)
+		actx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		resp, err := c.do(actx, http.MethodGet, u, hdr)
 		if err != nil {
 			return true, err
 		}
 		defer resp.Body.Close()
+		body := &stallReader{r: resp.Body, t: time.AfterFunc(c.stall(), cancel), d: c.stall()}
+		defer body.t.Stop()
 		switch {
 		case resp.StatusCode == http.StatusPartialContent && have > 0:
 			if !strings.HasPrefix(resp.Header.Get("Content-Range"), fmt.Sprintf("bytes %d-", have)) {
@@ -281,7 +285,7 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 		default:
 			return retryable(resp.StatusCode), c.statusError(resp, "", "", name)
 		}
-		n, err := io.Copy(io.MultiWriter(f, h, p), io.LimitReader(resp.Body, m.size-have))
+		n, err := io.Copy(io.MultiWriter(f, h, p), io.LimitReader(body, m.size-have))
 		have += n
 		if err != nil {
 			var werr *os.PathError
@@ -291,7 +295,10 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 				}
 				return false, fmt.Errorf("hub: writing %s: %w", part, err)
 			}
-			return true, fmt.Errorf("hub: %s: connection dropped after %d of %d bytes: %w", name, have, m.size, err)
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			return true, fmt.Errorf("hub: %s: connection dropped (or stalled %v) after %d of %d bytes: %w", name, c.stall(), have, m.size, err)
 		}
 		if have < m.size {
 			return true, fmt.Errorf("hub: %s: connection closed after %d of %d bytes", name, have, m.size)
@@ -315,6 +322,28 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 		return fmt.Errorf("hub: %w", err)
 	}
 	return nil
+}
+
+// stallReader cancels a download (through t) when no byte arrives for d.
+type stallReader struct {
+	r io.Reader
+	t *time.Timer
+	d time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.t.Reset(s.d)
+	}
+	return n, err
+}
+
+func (c *Client) stall() time.Duration {
+	if c.StallTimeout > 0 {
+		return c.StallTimeout
+	}
+	return time.Minute
 }
 
 // freeSpace reports the bytes available in a directory (a variable for tests).

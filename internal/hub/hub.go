@@ -47,6 +47,9 @@ type Client struct {
 	// retried, waiting Backoff, then twice as long each time (at most 30 s).
 	Retries int
 	Backoff time.Duration
+	// StallTimeout drops (and retries, resuming) a download that received
+	// nothing for this long; 0 means one minute.
+	StallTimeout time.Duration
 }
 
 // ProgressWriter is where progress lines go (a terminal).
@@ -63,9 +66,13 @@ func FromEnv() *Client {
 		Token:    os.Getenv("HF_TOKEN"),
 		CacheDir: os.Getenv("HF_HUB_CACHE"),
 		Offline:  truthy(os.Getenv("HF_HUB_OFFLINE")),
-		HTTP:     &http.Client{},
-		Retries:  5,
-		Backoff:  time.Second,
+		HTTP: &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			TLSHandshakeTimeout:   30 * time.Second,
+			ResponseHeaderTimeout: time.Minute,
+		}},
+		Retries: 5,
+		Backoff: time.Second,
 	}
 	if c.Endpoint == "" {
 		c.Endpoint = DefaultEndpoint

@@ -326,3 +326,23 @@ func TestDiskFull(t *testing.T) {
 		t.Errorf("%d large-file downloads started on a full disk", n)
 	}
 }
+
+// TestStall: a download that stops receiving bytes is dropped after
+// StallTimeout and resumed with Range.
+func TestStall(t *testing.T) {
+	h := hubtest.New(t)
+	r := h.AddDir(t, "tiny/qwen2", tinyDir)
+	data := r.Files["model-00003-of-00003.safetensors"]
+	sum := hubtest.SHA256(data)
+	h.StallOnce[sum] = 4096
+	c := client(h, t)
+	c.StallTimeout = 50 * time.Millisecond
+	dir, _, err := c.Snapshot(context.Background(), "tiny/qwen2", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, c, "tiny/qwen2", r, dir)
+	if want := "GET /cdn/" + sum + " bytes=4096-"; h.Count(func(s string) bool { return s == want }) != 1 {
+		t.Errorf("no resumed request %q in %v", want, h.Requests)
+	}
+}

@@ -38,11 +38,12 @@ type Hub struct {
 	mu sync.Mutex
 	// Requests logs "METHOD path [Range]" of every request; the maps below
 	// are knobs a test sets before the requests they affect.
-	Requests []string          // "METHOD path [Range]"
-	DropOnce map[string]int64  // file sha256 → cut the connection after this many bytes, once
-	Corrupt  map[string]bool   // file sha256 → serve flipped bytes
-	Fail503  map[string]int    // path prefix → answer 503 this many times
-	Tokens   map[string]string // repo → token required (gated)
+	Requests  []string          // "METHOD path [Range]"
+	DropOnce  map[string]int64  // file sha256 → cut the connection after this many bytes, once
+	StallOnce map[string]int64  // file sha256 → send this many bytes, then nothing until the client gives up, once
+	Corrupt   map[string]bool   // file sha256 → serve flipped bytes
+	Fail503   map[string]int    // path prefix → answer 503 this many times
+	Tokens    map[string]string // repo → token required (gated)
 	// Gate, when set, holds every CDN (large file) request until it is closed.
 	Gate chan struct{}
 }
@@ -56,7 +57,7 @@ type Repo struct {
 }
 
 func New(t testing.TB) *Hub {
-	h := &Hub{repos: map[string]*Repo{}, DropOnce: map[string]int64{}, Corrupt: map[string]bool{},
+	h := &Hub{repos: map[string]*Repo{}, DropOnce: map[string]int64{}, StallOnce: map[string]int64{}, Corrupt: map[string]bool{},
 		Fail503: map[string]int{}, Tokens: map[string]string{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.Close)
@@ -236,6 +237,8 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 	h.mu.Lock()
 	cut, drop := h.DropOnce[sum]
 	delete(h.DropOnce, sum)
+	stallAt, stall := h.StallOnce[sum]
+	delete(h.StallOnce, sum)
 	if h.Corrupt[sum] {
 		data = append([]byte(nil), data...)
 		data[len(data)/2] ^= 0xff
@@ -247,6 +250,14 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 		w.Write(data[:cut])
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler) // the connection drops mid-body
+	}
+	if stall {
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(data[:stallAt])
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the client's stall timeout cancels the request
+		return
 	}
 	http.ServeContent(w, r, "", time.Time{}, strings.NewReader(string(data)))
 }
