@@ -461,6 +461,9 @@ func (c *Client) statusError(resp *http.Response, repo, rev, name string) error 
 	}
 	what := resp.Request.URL.String()
 	switch {
+	case code == "RepoNotFound" && resp.StatusCode == http.StatusUnauthorized:
+		// The Hub answers 401 for a repository it will not show to this caller.
+		return fmt.Errorf("hub: repository %s: %w, or private: check the model id, or set HF_TOKEN to a token that can see it", orURL(repo, what), ErrNotFound)
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || code == "GatedRepo":
 		hint := "no HF_TOKEN is set"
 		if c.Token != "" {
