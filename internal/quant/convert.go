@@ -50,7 +50,13 @@ var ErrNoFit = errors.New("no quantization recipe fits the byte budget")
 // Layout prepares the GGUF of recipe r from s without computing a tensor.
 func (s *Source) Layout(r Recipe, opt Options) (*Output, error) {
 	if !r.Supported() {
-		return nil, fmt.Errorf("quant: recipe %s needs tensor types draftd cannot encode yet (%v)", r.Name, r.Types())
+		var names []string
+		for _, t := range r.Types() {
+			if !t.Supported() {
+				names = append(names, gguf.TypeName(t))
+			}
+		}
+		return nil, fmt.Errorf("quant: recipe %s needs tensor types draftd cannot encode yet (%s)", r.Name, strings.Join(names, ", "))
 	}
 	specs := make([]TensorSpec, len(s.tensors))
 	for i, t := range s.tensors {
