@@ -531,8 +531,8 @@ func quantQ8AVX512(x *float32, nblk int, q *byte, qstride int, m *byte, mstride 
 // q8AVX2x1 computes one 16-row group × 1 activation rows of y = x·Wᵀ for
 // Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
@@ -545,8 +545,8 @@ func q8AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q8AVX2x2 computes one 16-row group × 2 activation rows of y = x·Wᵀ for
 // Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
@@ -559,8 +559,8 @@ func q8AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q8AVX2x3 computes one 16-row group × 3 activation rows of y = x·Wᵀ for
 // Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
@@ -573,8 +573,8 @@ func q8AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q8AVX2x4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for
 // Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
@@ -587,8 +587,8 @@ func q8AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q4AVX2x1 computes one 16-row group × 1 activation rows of y = x·Wᵀ for
 // Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
@@ -601,8 +601,8 @@ func q4AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q4AVX2x2 computes one 16-row group × 2 activation rows of y = x·Wᵀ for
 // Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
@@ -615,8 +615,8 @@ func q4AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q4AVX2x3 computes one 16-row group × 3 activation rows of y = x·Wᵀ for
 // Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
@@ -629,8 +629,8 @@ func q4AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q4AVX2x4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for
 // Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
 // group's 16 scales, wq at its first quants) and activations quantized by
-// quantizeRow (x, xm at the first row's quants and meta; blocks xstride and
-// xstride/4 bytes apart): for b < nb, r < 16,
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
 //
