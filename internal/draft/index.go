@@ -53,17 +53,29 @@ type Index struct {
 // NewIndex indexes ctx (copied) with room for extra more tokens before the
 // tables would degrade.
 func NewIndex(ctx []int, extra int, choice Choice) *Index {
+	x := new(Index)
+	x.reset(ctx, extra, choice)
+	return x
+}
+
+// reset makes x the index of ctx, reusing its memory where it is large
+// enough.
+func (x *Index) reset(ctx []int, extra int, choice Choice) {
 	size := uint32(64) // about one bucket per token: the tables stay in L2
 	for int(size) < len(ctx)+extra && size < 1<<30 {
 		size <<= 1
 	}
-	x := &Index{
-		text:   make([]int32, 0, len(ctx)+extra),
-		mask:   size - 1,
-		head4:  make([]int32, size),
-		prev4:  make([]int32, 0, len(ctx)+extra),
-		choice: choice,
+	n := len(ctx) + extra
+	if cap(x.text) < n {
+		x.text, x.prev4 = make([]int32, 0, n), make([]int32, 0, n)
 	}
+	if cap(x.head4) < int(size) {
+		x.head4 = make([]int32, size)
+	} else {
+		x.head4 = x.head4[:size]
+		clear(x.head4)
+	}
+	x.mask, x.choice = size-1, choice
 	// Append, unrolled for the context.
 	x.text, x.prev4 = x.text[:len(ctx)], x.prev4[:len(ctx)]
 	for p, tok := range ctx {
@@ -73,7 +85,6 @@ func NewIndex(ctx []int, extra int, choice Choice) *Index {
 		b := x.hash4(p) & x.mask
 		x.prev4[p], x.head4[b] = x.head4[b], int32(p+1)
 	}
-	return x
 }
 
 // Len is the number of tokens in the text.

@@ -3,6 +3,12 @@
 // Neither runs the model nor reads anything but the request's tokens.
 package draft
 
+import "sync"
+
+// indexPool keeps the memory of Lookup's indexes between requests (the
+// tables only: reset clears them, nothing of one request reaches another).
+var indexPool = sync.Pool{New: func() any { return new(Index) }}
+
 // Lookup drafts the continuation of the longest suffix of the context that
 // occurred earlier in it: after each proposed token the suffix (now ending
 // in that token) is looked up again, so the proposal follows its match as
@@ -14,7 +20,9 @@ func (Lookup) Name() string { return NameLookup }
 
 // Draft implements ModelFree.
 func (l Lookup) Draft(ctx []int, n int) []int {
-	x := NewIndex(ctx, n, l.Choice)
+	x := indexPool.Get().(*Index)
+	defer indexPool.Put(x)
+	x.reset(ctx, n, l.Choice)
 	out := make([]int, 0, n)
 	for len(out) < n {
 		m, ok := x.Query()
