@@ -64,7 +64,7 @@ type Observer interface {
 
 // Result is the answer to one Draft call.
 type Result struct {
-	Draft         []int       // (≤ n) greedy continuation; shorter only at the model's maximum context
+	Draft         []int       // (≤ n) the strategy's draft; shorter at the model's maximum context, or when a model-free strategy finds nothing
 	PrefillTokens int         // context tokens run through prefill (= len(tokens) − CachedTokens)
 	CachedTokens  int         // context tokens whose KV came from the prefix cache
 	Strategy      string      // the strategy that drafted it
