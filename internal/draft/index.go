@@ -137,8 +137,9 @@ type Match struct {
 }
 
 // Query finds the longest suffix of the text that also ends at an earlier
-// position, and the token that followed it (see Choice). ok is false when the
-// last token never occurred before.
+// position, and the token that followed it (see Choice). ok is false when
+// nothing matches: the last four tokens never occurred before and the last
+// token not within the previous window positions.
 func (x *Index) Query() (m Match, ok bool) {
 	end := len(x.text) - 1
 	if end < 1 {

@@ -13,7 +13,7 @@ var indexPool = sync.Pool{New: func() any { return new(Index) }}
 // occurred earlier in it: after each proposed token the suffix (now ending
 // in that token) is looked up again, so the proposal follows its match as
 // long as the match holds and moves to a longer one when one appears. The
-// draft is empty when the context's last token never occurred before.
+// draft ends early only when nothing matches (see Index.Query).
 type Lookup struct{ Choice Choice }
 
 func (Lookup) Name() string { return NameLookup }
