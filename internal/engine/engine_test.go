@@ -279,11 +279,11 @@ func TestInputErrors(t *testing.T) {
 		n      int
 		code   string
 	}{
-		{"empty", nil, 4, "empty_tokens"},
+		{"empty", nil, 4, CodeMissingTokens},
 		{"negative id", []int{1, -1}, 4, "token_out_of_range"},
 		{"id = vocab", []int{m.Vocab}, 4, "token_out_of_range"},
-		{"n = 0", ok, 0, "n_out_of_range"},
-		{"n too big", ok, 65, "n_out_of_range"},
+		{"n = 0", ok, 0, CodeInvalidN},
+		{"n too big", ok, 65, CodeInvalidN},
 		{"context fills max", make([]int, m.MaxContext), 4, "context_too_long"},
 		{"context over max", make([]int, m.MaxContext+3), 4, "context_too_long"},
 	} {
@@ -443,17 +443,17 @@ func TestCancellation(t *testing.T) {
 
 func TestForwardPanicIsRecovered(t *testing.T) {
 	m := loadModel(t, tinyModel)
-	e, err := New(m, Options{})
+	var fired atomic.Bool
+	e, err := newWithForward(m, Options{}, func(seqs []*model.Seq) error {
+		if fired.CompareAndSwap(false, true) {
+			panic("injected")
+		}
+		return m.Forward(seqs)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close(context.Background())
-	var fired atomic.Bool
-	e.testHookForward = func([]*model.Seq) {
-		if fired.CompareAndSwap(false, true) {
-			panic("injected")
-		}
-	}
 	r := rand.New(rand.NewPCG(13, 14))
 	toks := randTokens(r, 30, m.Vocab)
 	if _, err := e.Draft(context.Background(), toks, 8); !errors.Is(err, ErrInternal) {
