@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/eval"
 	"github.com/draftd/draftd/internal/fileio"
 	"github.com/draftd/draftd/internal/model"
@@ -120,10 +121,13 @@ func runDemo(ctx context.Context, args []string) error {
 	served := make(chan error, 1)
 	tServe := time.Now()
 	go func() {
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		served <- server.Run(sctx, ln, server.Config{
-			ModelPath: draftPath, Threads: *threads, DraftLen: *n, MaxDraftLen: max(*n, server.Defaults.MaxDraftLen),
-			KVCacheBytes: 256 << 20,
-			Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Name: draftPath, DraftLen: *n, Logger: logger,
+			Open: openBackend(backendOptions{
+				ModelPath: draftPath, Model: model.Options{Threads: *threads},
+				Engine: engine.Options{MaxDraftLen: max(*n, engine.DefaultMaxDraftLen), KVCacheBytes: 256 << 20, Logger: logger},
+			}),
 		})
 	}()
 	hc := eval.NewHTTPClient(*concurrency)

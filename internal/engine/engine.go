@@ -30,6 +30,7 @@ const (
 	DefaultMaxQueue     = 256
 	DefaultMaxDraftLen  = 64
 	DefaultPrefillChunk = 512
+	DefaultQueueTimeout = 30 * time.Second
 )
 
 // Upper bounds of Options fields; New refuses larger values. They keep a
@@ -52,7 +53,7 @@ type Options struct {
 	KVCacheBytes int64
 	MaxDraftLen  int // largest n accepted (default 64)
 	// QueueTimeout bounds the time a request waits in the queue before it
-	// joins the batch; past it Draft returns ErrQueueTimeout. 0: no bound.
+	// joins the batch; past it Draft returns ErrQueueTimeout (default 30 s).
 	QueueTimeout time.Duration
 	// PrefillChunk caps the prefill tokens of one step, summed over the
 	// batch (default 512); longer prompts are prefilled over several steps.
@@ -250,6 +251,9 @@ func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (
 	if opt.PrefillChunk <= 0 {
 		opt.PrefillChunk = DefaultPrefillChunk
 	}
+	if opt.QueueTimeout == 0 {
+		opt.QueueTimeout = DefaultQueueTimeout
+	}
 	if opt.KVCacheBytes <= 0 {
 		opt.KVCacheBytes = DefaultKVCacheBytes()
 	}
@@ -313,12 +317,9 @@ func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error)
 		return Result{}, ErrQueueFull
 	}
 	e.mu.RUnlock()
-	var timeout <-chan time.Time
-	if e.opt.QueueTimeout > 0 {
-		t := time.NewTimer(e.opt.QueueTimeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	t := time.NewTimer(e.opt.QueueTimeout)
+	defer t.Stop()
+	timeout := t.C
 	for {
 		select {
 		case rep := <-r.reply:

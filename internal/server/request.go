@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/draftd/draftd/internal/engine"
@@ -58,7 +57,8 @@ func (sp span) present(body []byte) bool {
 // the top-level object records where each known field's value lies (the
 // last of duplicates wins, as in encoding/json) and skips the others, and
 // the ids are parsed from the body bytes into one slice of exactly their
-// number. Nothing else is copied, so a request costs its body plus its ids.
+// number (at most the model's maximum context). Nothing else is copied, so
+// a request costs its body plus its ids.
 func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 	var req draftRequest
 	i := skipSpace(body, 0)
@@ -107,39 +107,39 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 		}
 	}
 
-	// The context: every present alias must agree.
-	first := -1
+	// The context: every present alias must agree. The ids are checked in
+	// place and copied once, into a slice of exactly their number, only when
+	// the context is valid (an over-long one costs no allocation).
+	first, count := -1, 0
 	for f, sp := range toks {
 		if !sp.present(body) {
 			continue
 		}
 		name := tokenFields[f]
-		raw := body[sp.start:sp.end]
-		if first < 0 {
-			ids, err := parseIDs(name, raw, lim)
-			if err != nil {
-				return req, err
-			}
-			first, req.Tokens = f, ids
-			continue
-		}
-		// A second alias: check it, then compare without keeping it.
-		ids, err := parseIDs(name, raw, lim)
+		c, err := checkIDs(name, body[sp.start:sp.end], lim)
 		if err != nil {
 			return req, err
 		}
-		if !slices.Equal(ids, req.Tokens) {
+		if first < 0 {
+			first, count = f, c
+		} else if !sameIDs(body[toks[first].start:toks[first].end], body[sp.start:sp.end]) {
 			return req, reqErr(CodeInvalidRequest, fmt.Sprintf("%q and %q are both given, with different values; give one", tokenFields[first], name))
 		}
 	}
 	switch {
 	case first < 0:
 		return req, reqErr(CodeMissingTokens, `missing "tokens": the context as an array of token ids is required (aliases: input_ids, token_ids, prompt_token_ids)`)
-	case len(req.Tokens) == 0:
+	case count == 0:
 		return req, reqErr(CodeMissingTokens, fmt.Sprintf("%q is empty; the context needs at least one token id", tokenFields[first]))
-	case !lim.ContextOK(len(req.Tokens)):
+	case !lim.ContextOK(count):
 		return req, reqErr(CodeContextTooLong, fmt.Sprintf("context of %d tokens fills the model's maximum context of %d; at most %d tokens leave room to draft",
-			len(req.Tokens), lim.MaxContext, lim.MaxContext-1))
+			count, lim.MaxContext, lim.MaxContext-1))
+	}
+	req.Tokens = make([]int, 0, count)
+	raw := body[toks[first].start:toks[first].end]
+	for i, lit := nextElem(raw, 0); lit != nil; i, lit = nextElem(raw, i) {
+		v, _, _ := parseInt(lit)
+		req.Tokens = append(req.Tokens, int(v))
 	}
 
 	// The draft length.
@@ -163,63 +163,68 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 	return req, nil
 }
 
-// parseIDs reads the array of token ids b (a valid JSON value) of field
-// name: one pass checks every element and counts them, a second fills a
-// slice of exactly that length.
-func parseIDs(name string, b []byte, lim limits) ([]int, error) {
+// checkIDs checks the array of token ids b (a valid JSON value) of field
+// name and returns its length.
+func checkIDs(name string, b []byte, lim limits) (int, error) {
 	if b[0] != '[' {
-		return nil, reqErr(CodeInvalidRequest, fmt.Sprintf("%q must be an array of integer token ids, got %s", name, kindOf(b)))
+		return 0, reqErr(CodeInvalidRequest, fmt.Sprintf("%q must be an array of integer token ids, got %s", name, kindOf(b)))
 	}
 	count := 0
-	err := eachElem(b, func(lit []byte) error {
-		if len(lit) == 0 || !isNumByte(lit[0]) {
-			return reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] is %s; token ids must be integers", name, count, kindOf(lit)))
+	for i, lit := nextElem(b, 0); lit != nil; i, lit = nextElem(b, i) {
+		if !isNumByte(lit[0]) {
+			return 0, reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] is %s; token ids must be integers", name, count, kindOf(lit)))
 		}
 		v, ok, why := parseInt(lit)
 		if why != "" {
-			return reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] = %s is not an integer; token ids must be integers (%s)", name, count, clip(string(lit)), why))
+			return 0, reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] = %s is not an integer; token ids must be integers (%s)", name, count, clip(string(lit)), why))
 		}
 		if !ok || !lim.TokenOK(v) {
-			return reqErr(CodeTokenOutOfRange, fmt.Sprintf("%s[%d] = %s is outside the vocabulary [0, %d)", name, count, clip(string(lit)), lim.Vocab))
+			return 0, reqErr(CodeTokenOutOfRange, fmt.Sprintf("%s[%d] = %s is outside the vocabulary [0, %d)", name, count, clip(string(lit)), lim.Vocab))
 		}
 		count++
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	ids := make([]int, 0, count)
-	eachElem(b, func(lit []byte) error {
-		v, _, _ := parseInt(lit)
-		ids = append(ids, int(v))
-		return nil
-	})
-	return ids, nil
+	return count, nil
 }
 
-// eachElem calls f with each element of the valid JSON array b, in order
-// (a number's literal; any other value from its first byte on), until f
-// fails.
-func eachElem(b []byte, f func(lit []byte) error) error {
-	i := skipSpace(b, 1)
-	for b[i] != ']' {
-		j := i
-		if isNumByte(b[i]) {
-			for j < len(b) && isNumByte(b[j]) {
-				j++
-			}
-		} else {
-			j = skipValue(b, i)
+// sameIDs reports whether two checked id arrays hold the same ids.
+func sameIDs(a, b []byte) bool {
+	i, x := nextElem(a, 0)
+	j, y := nextElem(b, 0)
+	for x != nil && y != nil {
+		u, _, _ := parseInt(x)
+		v, _, _ := parseInt(y)
+		if u != v {
+			return false
 		}
-		if err := f(b[i:j]); err != nil {
-			return err
-		}
-		i = skipSpace(b, j)
-		if b[i] == ',' {
-			i = skipSpace(b, i+1)
-		}
+		i, x = nextElem(a, i)
+		j, y = nextElem(b, j)
 	}
-	return nil
+	return x == nil && y == nil
+}
+
+// nextElem returns the element of the valid JSON array b that starts at or
+// after i (0: the first) — a number's literal, any other value whole — and
+// where to look for the next one; nil at the end.
+func nextElem(b []byte, i int) (next int, lit []byte) {
+	if i == 0 {
+		i = 1 // past the '['
+	}
+	i = skipSpace(b, i)
+	if b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
+	if b[i] == ']' {
+		return i, nil
+	}
+	j := i
+	if isNumByte(b[i]) {
+		for j < len(b) && isNumByte(b[j]) {
+			j++
+		}
+	} else {
+		j = skipValue(b, i)
+	}
+	return j, b[i:j]
 }
 
 // skipString returns the index just past the JSON string that starts at
