@@ -499,3 +499,85 @@ func TestCommandsUsageConvention(t *testing.T) {
 		}
 	}
 }
+
+// Item 7: memory per in-flight request is about its body. 200 concurrent
+// 2 MiB bodies (a 2 MiB id array, and a short context padded by a 2 MiB
+// unknown field) are sent at once to a server whose in-flight body budget
+// admits them all; the server's peak RSS (VmHWM) over its RSS before is
+// divided by the number of bodies. DRAFTD_LONG=1 (it moves 800 MiB).
+func TestServeMemoryPerRequest(t *testing.T) {
+	if os.Getenv("DRAFTD_LONG") == "" {
+		t.Skip("DRAFTD_LONG=1: 200 concurrent 2 MiB bodies")
+	}
+	const bodies, size = 200, 2 << 20
+	ids := `{"tokens":[` + strings.Repeat("511,", size/4-8) + `1]}`
+	pad := `{"tokens":[1,2,3],"n":4,"pad":"` + strings.Repeat("x", size-64) + `"}`
+	for _, c := range []struct {
+		name, body string
+		status     int
+	}{{"ids", ids, http.StatusBadRequest}, {"padded", pad, http.StatusOK}} {
+		t.Run(c.name, func(t *testing.T) {
+			extra := []string{"--max-body-bytes", strconv.Itoa(size)}
+			if os.Getenv("DRAFTD_MEM_OLD") == "" {
+				extra = append(extra, "--max-inflight-body-bytes", strconv.Itoa(2*bodies*size))
+			}
+			s := startServe(t, true, extra...)
+			rss := func(key string) int64 {
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range strings.Split(string(b), "\n") {
+					if v, ok := strings.CutPrefix(l, key+":"); ok {
+						kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+						return kb << 10
+					}
+				}
+				t.Fatalf("no %s", key)
+				return 0
+			}
+			before := rss("VmRSS")
+			// Every client sends its headers and all but the last byte, waits
+			// for the others, then sends the last byte: all bodies are in the
+			// server at once.
+			var ready, wg sync.WaitGroup
+			ready.Add(bodies)
+			gate := make(chan struct{})
+			statuses := make(chan int, bodies)
+			body := c.body
+			for range bodies {
+				wg.Go(func() {
+					c := s.dial()
+					defer c.Close()
+					fmt.Fprintf(c, "POST /draft HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))
+					io.WriteString(c, body[:len(body)-1])
+					ready.Done()
+					<-gate
+					io.WriteString(c, body[len(body)-1:])
+					st, _, _ := readAnswer(t, c)
+					statuses <- st
+				})
+			}
+			ready.Wait()
+			close(gate)
+			wg.Wait()
+			close(statuses)
+			n := 0
+			for st := range statuses {
+				if st == c.status {
+					n++
+				}
+			}
+			peak := rss("VmHWM")
+			per := float64(peak-before) / bodies
+			t.Logf("%s: %d of %d answered %d; RSS %.0f MiB before, peak %.0f MiB: %.2f MiB per request (%.2f× its body)",
+				c.name, n, bodies, c.status, float64(before)/(1<<20), float64(peak)/(1<<20), per/(1<<20), per/size)
+			if n != bodies {
+				t.Errorf("%d of %d answers were %d", n, bodies, c.status)
+			}
+			if per > 3*size {
+				t.Errorf("%.2f MiB per in-flight request of %d MiB; want at most 3× its body", per/(1<<20), size>>20)
+			}
+		})
+	}
+}

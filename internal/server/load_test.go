@@ -50,6 +50,10 @@ func hook(before func(ctx context.Context, tokens []int) error) func(context.Con
 	return tinyOpen(engine.Options{}, func(b Backend) Backend { return &hookBackend{Backend: b, before: before} })
 }
 
+// raceEnabled (set under -race) shrinks the soak and overload workloads,
+// which run ~10× slower there.
+var raceEnabled bool
+
 // marker starts the contexts that test hooks act on (the warm-up never does).
 const marker = 500
 
@@ -70,7 +74,10 @@ func TestOverload(t *testing.T) {
 			}
 			cfg := Config{Open: tinyOpen(engine.Options{MaxBatch: 2, MaxQueue: 2}, wrap)}
 			ts := startHealthy(t, cfg)
-			const clients, each = 64, 3
+			clients, each := 64, 3
+			if raceEnabled {
+				clients, each = 16, 2
+			}
 			var (
 				mu     sync.Mutex
 				counts = map[int]int{}
@@ -370,18 +377,24 @@ func TestSoak(t *testing.T) {
 		}
 		dur = d
 	}
+	samples, contLen := 48, 64
 	if testing.Short() {
 		dur = time.Second
 	}
+	if raceEnabled {
+		// One warm-up replay and one timed round of a smaller set: the
+		// race detector sees the same concurrency, at a tenth of the work.
+		dur, samples, contLen = time.Nanosecond, 16, 32
+	}
 	const budget = 4 << 20 // small enough that the prefix cache evicts
 	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{KVCacheBytes: budget}, nil)})
-	samples := soakData(t, 48, 64)
+	data := soakData(t, samples, contLen)
 	hc := eval.NewHTTPClient(32)
 	defer hc.CloseIdleConnections()
 	client := &eval.DraftdClient{HTTP: hc, URL: ts.URL}
 	replay := func() *eval.Report {
 		t.Helper()
-		rep, err := eval.Replay(t.Context(), client, samples, eval.ReplayOptions{N: 16, Concurrency: 32, Timeout: 30 * time.Second})
+		rep, err := eval.Replay(t.Context(), client, data, eval.ReplayOptions{N: 16, Concurrency: 32, Timeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
