@@ -504,12 +504,18 @@ func TestCommandsUsageConvention(t *testing.T) {
 // 2 MiB bodies (a 2 MiB id array, and a short context padded by a 2 MiB
 // unknown field) are sent at once to a server whose in-flight body budget
 // admits them all; the server's peak RSS (VmHWM) over its RSS before is
-// divided by the number of bodies. DRAFTD_LONG=1 (it moves 800 MiB).
+// divided by the number of bodies. DRAFTD_LONG=1 (it moves 800 MiB);
+// DRAFTD_MEM_BODIES sets the count, and DRAFTD_MEM_OLD=1 leaves out
+// --max-inflight-body-bytes, to measure a build from before it existed.
 func TestServeMemoryPerRequest(t *testing.T) {
 	if os.Getenv("DRAFTD_LONG") == "" {
 		t.Skip("DRAFTD_LONG=1: 200 concurrent 2 MiB bodies")
 	}
-	const bodies, size = 200, 2 << 20
+	const size = 2 << 20
+	bodies := 200
+	if v, err := strconv.Atoi(os.Getenv("DRAFTD_MEM_BODIES")); err == nil && v > 0 {
+		bodies = v
+	}
 	ids := `{"tokens":[` + strings.Repeat("511,", size/4-8) + `1]}`
 	pad := `{"tokens":[1,2,3],"n":4,"pad":"` + strings.Repeat("x", size-64) + `"}`
 	for _, c := range []struct {
@@ -569,7 +575,7 @@ func TestServeMemoryPerRequest(t *testing.T) {
 				}
 			}
 			peak := rss("VmHWM")
-			per := float64(peak-before) / bodies
+			per := float64(peak-before) / float64(bodies)
 			t.Logf("%s: %d of %d answered %d; RSS %.0f MiB before, peak %.0f MiB: %.2f MiB per request (%.2f× its body)",
 				c.name, n, bodies, c.status, float64(before)/(1<<20), float64(peak)/(1<<20), per/(1<<20), per/size)
 			if n != bodies {
