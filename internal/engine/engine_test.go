@@ -481,3 +481,44 @@ func TestDefaultKVCacheBytes(t *testing.T) {
 		t.Error("memAvailable of a missing file reported ok")
 	}
 }
+
+// TestQueueTimeout: with one batch slot and a 1 ms queue timeout, requests
+// behind others fail with ErrQueueTimeout, those that ran are exact, and the
+// withdrawn ones leave the queue depth at 0.
+func TestQueueTimeout(t *testing.T) {
+	m := loadModel(t, tinyModel)
+	e := newEngine(t, m, Options{MaxBatch: 1, QueueTimeout: time.Millisecond})
+	r := rand.New(rand.NewPCG(21, 22))
+	n := scale(12)
+	ctxs := make([][]int, n)
+	for i := range ctxs {
+		ctxs[i] = randTokens(r, 100, m.Vocab)
+	}
+	errs := make([]error, n)
+	drafts := make([][]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			res, err := e.Draft(context.Background(), ctxs[i], 64)
+			errs[i], drafts[i] = err, res.Draft
+		})
+	}
+	wg.Wait()
+	timedOut := 0
+	for i, err := range errs {
+		switch {
+		case errors.Is(err, ErrQueueTimeout):
+			timedOut++
+		case err != nil:
+			t.Errorf("request %d: %v; want a draft or ErrQueueTimeout", i, err)
+		default:
+			checkDraft(t, m, ctxs[i], 64, drafts[i])
+		}
+	}
+	if timedOut == 0 {
+		t.Errorf("no request of %d timed out behind 64-token drafts on one batch slot", n)
+	}
+	if d := e.Stats().QueueDepth; d != 0 {
+		t.Errorf("queue depth %d after every request returned; want 0", d)
+	}
+}

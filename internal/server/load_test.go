@@ -76,7 +76,7 @@ func TestOverload(t *testing.T) {
 			ts := startHealthy(t, cfg)
 			clients, each := 64, 3
 			if raceEnabled {
-				clients, each = 16, 2
+				clients, each = 12, 2
 			}
 			var (
 				mu     sync.Mutex
@@ -190,7 +190,11 @@ func TestDisconnectCancels(t *testing.T) {
 func TestHalfCloseGetsDraft(t *testing.T) {
 	ts := startHealthy(t, Config{})
 	m := loadModel(t)
-	for i := range 10 {
+	rounds := 10
+	if raceEnabled {
+		rounds = 3
+	}
+	for i := range rounds {
 		ctx := seq(i, 40)
 		want, err := m.Generate(ctx, 64)
 		if err != nil {
@@ -384,7 +388,7 @@ func TestSoak(t *testing.T) {
 	if raceEnabled {
 		// One warm-up replay and one timed round of a smaller set: the
 		// race detector sees the same concurrency, at a tenth of the work.
-		dur, samples, contLen = time.Nanosecond, 16, 32
+		dur, samples, contLen = time.Nanosecond, 8, 24
 	}
 	const budget = 4 << 20 // small enough that the prefix cache evicts
 	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{KVCacheBytes: budget}, nil)})
