@@ -217,7 +217,9 @@ func readAnswer(t testing.TB, c net.Conn) (int, http.Header, []byte) {
 
 // errCode returns the code of a JSON error body.
 func errCode(b []byte) string {
-	var e struct{ Error struct{ Code, Message string } }
+	var e struct {
+		Error struct{ Code, Message string }
+	}
 	json.Unmarshal(b, &e)
 	return e.Error.Code
 }
