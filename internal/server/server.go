@@ -1,8 +1,9 @@
 // Package server is draftd's HTTP front end: the draft protocol of DESIGN §1
 // (GET /health, POST /draft, GET /metrics, GET /v1/info), request limits,
 // metrics and logs, and the life cycle of a serving process (listen at once,
-// load and warm up the model, serve, shut down gracefully). It does not
-// batch, cache or run the model: internal/engine does, behind Drafter.
+// open and warm up the backend, serve, shut down gracefully). It does not
+// load, batch, cache or run the model: the Backend it is handed does
+// (cmd/draftd builds it from internal/model and internal/engine).
 //
 // This file holds the Server, its routes and the middleware that logs,
 // counts and recovers every request.
