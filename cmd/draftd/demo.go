@@ -69,6 +69,10 @@ func runDemo(ctx context.Context, args []string) error {
 		return clientUsageError(fs, "--samples, --tokens, --n and --concurrency must be at least 1")
 	case *tokens > 160:
 		return clientUsageError(fs, "--tokens must be at most 160 (the tiny models' context is 256)")
+	case *n > engine.MaxMaxDraftLen:
+		return clientUsageError(fs, fmt.Sprintf("--n %d outside [1, %d]", *n, engine.MaxMaxDraftLen))
+	case checkThreads(*threads) != nil:
+		return clientUsageError(fs, checkThreads(*threads).Error())
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return fmt.Errorf("demo: %w", err)
