@@ -63,7 +63,8 @@ func (b *engineBackend) Close(ctx context.Context) error {
 }
 
 // tinyOpen opens the shipped tiny model with an engine of opt (a 32 MiB KV
-// budget unless given), wrapped by wrap when not nil.
+// budget and no practical queue timeout unless given), wrapped by wrap when
+// not nil.
 func tinyOpen(opt engine.Options, wrap func(Backend) Backend) func(context.Context, engine.Observer) (Backend, error) {
 	return func(ctx context.Context, obs engine.Observer) (Backend, error) {
 		m, err := model.Load(tinyModel, model.Options{Threads: 2})
@@ -72,6 +73,11 @@ func tinyOpen(opt engine.Options, wrap func(Backend) Backend) func(context.Conte
 		}
 		if opt.KVCacheBytes == 0 {
 			opt.KVCacheBytes = 32 << 20
+		}
+		if opt.QueueTimeout == 0 {
+			// Tests not about the queue timeout must not meet it on a slow
+			// (shared, -race) machine.
+			opt.QueueTimeout = engine.MaxQueueTimeout
 		}
 		opt.Observer = obs
 		e, err := engine.New(m, opt)
