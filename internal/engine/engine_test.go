@@ -44,6 +44,9 @@ func loadModel(t testing.TB, path string) *model.Model {
 
 func newEngine(t testing.TB, m *model.Model, opt Options) *Engine {
 	t.Helper()
+	if opt.QueueTimeout == 0 {
+		opt.QueueTimeout = MaxQueueTimeout // not met on a slow (shared, -race) machine
+	}
 	e, err := New(m, opt)
 	if err != nil {
 		t.Fatal(err)
