@@ -137,13 +137,13 @@ type convStats struct {
 	requests, prefill, steadyRequests, steadyPrefill, optimal, acceptedPlus1 atomic.Int64
 }
 
-func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, prefix []int, n int, exactPrefill bool, st *convStats) {
+// It runs until the context reaches end (0: the model's maximum).
+func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, prefix []int, n int, exactPrefill bool, end int, st *convStats) {
 	ctxTokens := slices.Clone(prefix)
 	expect := -1 // prefill count the cache must give, once known
 	accepted := 0
-	end := m.MaxContext
-	if raceEnabled {
-		end = max(len(prefix)+1, m.MaxContext/3) // the reference Generate is what -race slows most
+	if end == 0 {
+		end = m.MaxContext
 	}
 	for len(ctxTokens) < end {
 		res, err := e.Draft(context.Background(), ctxTokens, n)
@@ -208,7 +208,11 @@ func TestConcurrentConversationsExact(t *testing.T) {
 		cr := rand.New(rand.NewPCG(uint64(c), 77))
 		prefix = append(prefix, randTokens(cr, c%4, m.Vocab)...)
 		n := []int{16, 8, 5, 64}[c%4]
-		wg.Go(func() { runConversation(t, e, m, cr, prefix, n, true, &st) })
+		end := 0
+		if raceEnabled {
+			end = m.MaxContext / 3 // the reference Generate is what -race slows most
+		}
+		wg.Go(func() { runConversation(t, e, m, cr, prefix, n, true, end, &st) })
 	}
 	wg.Wait()
 	s := e.Stats()
@@ -235,7 +239,7 @@ func TestEvictionUnderTinyBudgetExact(t *testing.T) {
 	for c := range scale(6) {
 		cr := rand.New(rand.NewPCG(uint64(c), 99))
 		prefix := append(slices.Clone(system), randTokens(cr, 1+c, m.Vocab)...)
-		wg.Go(func() { runConversation(t, e, m, cr, prefix, 16, false, &st) })
+		wg.Go(func() { runConversation(t, e, m, cr, prefix, 16, false, 0, &st) })
 	}
 	wg.Wait()
 	s := e.Stats()
