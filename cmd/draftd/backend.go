@@ -21,8 +21,11 @@ const strategy = "model-greedy"
 // backendOptions are what the backend is built from.
 type backendOptions struct {
 	ModelPath string
-	Model     model.Options
-	Engine    engine.Options // Observer is set by the server
+	// Resolve, when set, turns ModelPath into the path to load (a Hub model
+	// id prepared into the cache) while /health answers 503.
+	Resolve func(ctx context.Context, model string) (string, error)
+	Model   model.Options
+	Engine  engine.Options // Observer is set by the server
 }
 
 // engineBackend is a model and its engine.
@@ -48,7 +51,14 @@ func (b *engineBackend) Close(ctx context.Context) error {
 // openBackend returns the server's Config.Open for opt.
 func openBackend(opt backendOptions) func(context.Context, engine.Observer) (server.Backend, error) {
 	return func(ctx context.Context, obs engine.Observer) (server.Backend, error) {
-		m, err := model.Load(opt.ModelPath, opt.Model)
+		path := opt.ModelPath
+		if opt.Resolve != nil {
+			var err error
+			if path, err = opt.Resolve(ctx, path); err != nil {
+				return nil, fmt.Errorf("prepare model %s: %w", opt.ModelPath, err)
+			}
+		}
+		m, err := model.Load(path, opt.Model)
 		if err != nil {
 			return nil, fmt.Errorf("load model: %w", err)
 		}

@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string) error {
 	d := server.Defaults
 	fs := newFlags("serve", "serve --model PATH [flags]", serveDoc)
 	var (
-		path       = fs.String("model", "", "draft model: a .gguf file or an HF directory (required)")
+		path       = fs.String("model", "", "draft model: a .gguf file, an HF directory, or a Hub id Org/Name[@rev] prepared on first start (required)")
 		addr       = fs.String("addr", "127.0.0.1:8080", "listen address (port 0: any free port, logged)")
 		draftLen   = fs.Int("draft-len", d.DraftLen, "draft tokens when a request gives no n; [1, --max-draft-len]")
 		maxDraft   = fs.Int("max-draft-len", engine.DefaultMaxDraftLen, fmt.Sprintf("largest n a request may ask; [1, %d]", engine.MaxMaxDraftLen))
@@ -116,6 +116,7 @@ func runServe(ctx context.Context, args []string) error {
 		Name: *path,
 		Open: openBackend(backendOptions{
 			ModelPath: *path,
+			Resolve:   resolveModel,
 			Model:     model.Options{Threads: *threads, KVF32: *kvF32},
 			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: *kvBytes,
 				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger},
