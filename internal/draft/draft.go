@@ -118,11 +118,11 @@ type Counter interface {
 
 // New returns the named strategy ("" is model).
 func New(name string, opt Options) (Strategy, error) {
-	if opt.MinMatch < 1 {
-		return nil, fmt.Errorf("draft: minimum match %d < 1", opt.MinMatch)
+	if opt.MinMatch < 1 || opt.MinMatch > MaxMatch {
+		return nil, fmt.Errorf("draft: minimum match %d outside [1, %d]", opt.MinMatch, MaxMatch)
 	}
-	if opt.Trust < 0 {
-		return nil, fmt.Errorf("draft: trust length %d < 0", opt.Trust)
+	if opt.Trust < 0 || opt.Trust > MaxMatch {
+		return nil, fmt.Errorf("draft: trust length %d outside [0, %d]", opt.Trust, MaxMatch)
 	}
 	switch name {
 	case NameModel, "":

@@ -52,7 +52,7 @@ func (e *Engine) route(tokens []int, n int, s draft.Strategy) (g draft.Guided, _
 	if closed {
 		return nil, Result{}, ErrClosed
 	}
-	d := s.(draft.ModelFree).Draft(tokens, min(n, e.m.MaxContext-len(tokens)))
+	d := s.(draft.ModelFree).Draft(tokens, e.Rules().Fit(len(tokens), n))
 	e.requests.Add(1)
 	return nil, Result{
 		Draft: d, Strategy: s.Name(),

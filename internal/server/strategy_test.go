@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+
+	"github.com/draftd/draftd/internal/draft"
+	"github.com/draftd/draftd/internal/engine"
 )
 
 func TestStrategySelection(t *testing.T) {
-	ts := startHealthy(t, Config{Strategy: "hybrid"})
+	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{Strategy: draft.Hybrid{Opt: draft.DefaultOptions()}}, nil)})
 	m := loadModel(t)
 
 	st, _, b := ts.do("GET", "/v1/info", "")
@@ -67,12 +70,5 @@ func TestStrategySelection(t *testing.T) {
 		if _, ok := value(fams, "draftd_lookup_proposal_tokens_total", "outcome", o); !ok {
 			t.Errorf("draftd_lookup_proposal_tokens_total{outcome=%q} missing", o)
 		}
-	}
-}
-
-func TestStrategyConfig(t *testing.T) {
-	c := Config{ModelPath: "x", Strategy: "nope"}
-	if err := c.fill(); err == nil {
-		t.Error("unknown --strategy accepted")
 	}
 }
