@@ -11811,3 +11811,11033 @@ vpf1:
 done:
 	VZEROUPPER
 	RET
+
+DATA exp8_min<>+0(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+4(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+8(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+12(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+16(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+20(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+24(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+28(SB)/4, $0xc2aeac4f
+GLOBL exp8_min<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_log2e<>+0(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+4(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+8(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+12(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+16(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+20(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+24(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+28(SB)/4, $0x3fb8aa3b
+GLOBL exp8_log2e<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_c1<>+0(SB)/4, $0x3f318000
+DATA exp8_c1<>+4(SB)/4, $0x3f318000
+DATA exp8_c1<>+8(SB)/4, $0x3f318000
+DATA exp8_c1<>+12(SB)/4, $0x3f318000
+DATA exp8_c1<>+16(SB)/4, $0x3f318000
+DATA exp8_c1<>+20(SB)/4, $0x3f318000
+DATA exp8_c1<>+24(SB)/4, $0x3f318000
+DATA exp8_c1<>+28(SB)/4, $0x3f318000
+GLOBL exp8_c1<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_c2<>+0(SB)/4, $0xb95e8083
+DATA exp8_c2<>+4(SB)/4, $0xb95e8083
+DATA exp8_c2<>+8(SB)/4, $0xb95e8083
+DATA exp8_c2<>+12(SB)/4, $0xb95e8083
+DATA exp8_c2<>+16(SB)/4, $0xb95e8083
+DATA exp8_c2<>+20(SB)/4, $0xb95e8083
+DATA exp8_c2<>+24(SB)/4, $0xb95e8083
+DATA exp8_c2<>+28(SB)/4, $0xb95e8083
+GLOBL exp8_c2<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_one<>+0(SB)/4, $0x3f800000
+DATA exp8_one<>+4(SB)/4, $0x3f800000
+DATA exp8_one<>+8(SB)/4, $0x3f800000
+DATA exp8_one<>+12(SB)/4, $0x3f800000
+DATA exp8_one<>+16(SB)/4, $0x3f800000
+DATA exp8_one<>+20(SB)/4, $0x3f800000
+DATA exp8_one<>+24(SB)/4, $0x3f800000
+DATA exp8_one<>+28(SB)/4, $0x3f800000
+GLOBL exp8_one<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_neg_inf<>+0(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+4(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+8(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+12(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+16(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+20(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+24(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+28(SB)/4, $0xff800000
+GLOBL exp8_neg_inf<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p0<>+0(SB)/4, $0x39506967
+DATA exp8_p0<>+4(SB)/4, $0x39506967
+DATA exp8_p0<>+8(SB)/4, $0x39506967
+DATA exp8_p0<>+12(SB)/4, $0x39506967
+DATA exp8_p0<>+16(SB)/4, $0x39506967
+DATA exp8_p0<>+20(SB)/4, $0x39506967
+DATA exp8_p0<>+24(SB)/4, $0x39506967
+DATA exp8_p0<>+28(SB)/4, $0x39506967
+GLOBL exp8_p0<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p1<>+0(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+4(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+8(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+12(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+16(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+20(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+24(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+28(SB)/4, $0x3ab743ce
+GLOBL exp8_p1<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p2<>+0(SB)/4, $0x3c088908
+DATA exp8_p2<>+4(SB)/4, $0x3c088908
+DATA exp8_p2<>+8(SB)/4, $0x3c088908
+DATA exp8_p2<>+12(SB)/4, $0x3c088908
+DATA exp8_p2<>+16(SB)/4, $0x3c088908
+DATA exp8_p2<>+20(SB)/4, $0x3c088908
+DATA exp8_p2<>+24(SB)/4, $0x3c088908
+DATA exp8_p2<>+28(SB)/4, $0x3c088908
+GLOBL exp8_p2<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p3<>+0(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+4(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+8(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+12(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+16(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+20(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+24(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+28(SB)/4, $0x3d2aa9c1
+GLOBL exp8_p3<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p4<>+0(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+4(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+8(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+12(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+16(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+20(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+24(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+28(SB)/4, $0x3e2aaaaa
+GLOBL exp8_p4<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p5<>+0(SB)/4, $0x3f000000
+DATA exp8_p5<>+4(SB)/4, $0x3f000000
+DATA exp8_p5<>+8(SB)/4, $0x3f000000
+DATA exp8_p5<>+12(SB)/4, $0x3f000000
+DATA exp8_p5<>+16(SB)/4, $0x3f000000
+DATA exp8_p5<>+20(SB)/4, $0x3f000000
+DATA exp8_p5<>+24(SB)/4, $0x3f000000
+DATA exp8_p5<>+28(SB)/4, $0x3f000000
+GLOBL exp8_p5<>(SB), RODATA|NOPTR, $32
+
+DATA attn_lane_iota<>+0(SB)/4, $0x00000000
+DATA attn_lane_iota<>+4(SB)/4, $0x00000001
+DATA attn_lane_iota<>+8(SB)/4, $0x00000002
+DATA attn_lane_iota<>+12(SB)/4, $0x00000003
+DATA attn_lane_iota<>+16(SB)/4, $0x00000004
+DATA attn_lane_iota<>+20(SB)/4, $0x00000005
+DATA attn_lane_iota<>+24(SB)/4, $0x00000006
+DATA attn_lane_iota<>+28(SB)/4, $0x00000007
+DATA attn_lane_iota<>+32(SB)/4, $0x00000008
+DATA attn_lane_iota<>+36(SB)/4, $0x00000009
+DATA attn_lane_iota<>+40(SB)/4, $0x0000000a
+DATA attn_lane_iota<>+44(SB)/4, $0x0000000b
+DATA attn_lane_iota<>+48(SB)/4, $0x0000000c
+DATA attn_lane_iota<>+52(SB)/4, $0x0000000d
+DATA attn_lane_iota<>+56(SB)/4, $0x0000000e
+DATA attn_lane_iota<>+60(SB)/4, $0x0000000f
+GLOBL attn_lane_iota<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x1(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x08
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	LEAQ   (BX)(R13*2), R12
+	ADDQ   R13, R12
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpfP:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VCVTPH2PS    (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y1
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VFMADD231PS  (R8), Y14, Y2
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VCVTPH2PS    (BX)(R13*1), Y14
+	VFMADD231PS  (R8), Y14, Y4
+	VCVTPH2PS    (BX)(R13*2), Y15
+	VFMADD231PS  (R8), Y15, Y5
+	VCVTPH2PS    (R12), Y14
+	VFMADD231PS  (R8), Y14, Y6
+	VCVTPH2PS    (R12)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x10, R12
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 4(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 8(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 12(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 16(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 20(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 24(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 28(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x08, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+	MOVQ  R12, R9
+	ANDQ  $0x07, R9
+	SHRQ  $0x03, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VCVTPH2PS    64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VCVTPH2PS    80(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VCVTPH2PS    96(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VCVTPH2PS    112(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y1
+	VMULPS       Y1, Y0, Y0
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y1
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y1, Y15, Y0
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x2(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x04
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpfP:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VCVTPH2PS    (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y2
+	VFMADD231PS  32(R8), Y15, Y3
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VFMADD231PS  (R8), Y14, Y4
+	VFMADD231PS  32(R8), Y14, Y5
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  (R8), Y15, Y6
+	VFMADD231PS  32(R8), Y15, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 4(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 68(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 8(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 72(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 12(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 76(DX)
+	ADDQ         $0x10, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x04, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+	MOVQ  R12, R9
+	ANDQ  $0x03, R9
+	SHRQ  $0x02, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y8
+	VBROADCASTSS 64(DX)(R8*4), Y9
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y2
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y3
+	VMULPS       Y3, Y1, Y1
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y2
+	VBROADCASTSS 64(DX)(R8*4), Y3
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x3(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x04
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   R10, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpfP:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VCVTPH2PS    (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VFMADD231PS  32(R8), Y15, Y4
+	VFMADD231PS  64(R8), Y15, Y5
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VFMADD231PS  (R8), Y14, Y6
+	VFMADD231PS  32(R8), Y14, Y7
+	VFMADD231PS  64(R8), Y14, Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  (R8), Y15, Y9
+	VFMADD231PS  32(R8), Y15, Y10
+	VFMADD231PS  64(R8), Y15, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 4(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 68(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 132(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 8(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 72(DX)
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0x4e, X8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0xb1, X8, X12
+	VADDPS       X12, X8, X8
+	VMULSS       X13, X8, X8
+	VMOVSS       X8, 136(DX)
+	VEXTRACTF128 $0x01, Y9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0x4e, X9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0xb1, X9, X12
+	VADDPS       X12, X9, X9
+	VMULSS       X13, X9, X9
+	VMOVSS       X9, 12(DX)
+	VEXTRACTF128 $0x01, Y10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0x4e, X10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0xb1, X10, X12
+	VADDPS       X12, X10, X10
+	VMULSS       X13, X10, X10
+	VMOVSS       X10, 76(DX)
+	VEXTRACTF128 $0x01, Y11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0x4e, X11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0xb1, X11, X12
+	VADDPS       X12, X11, X11
+	VMULSS       X13, X11, X11
+	VMOVSS       X11, 140(DX)
+	ADDQ         $0x10, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x04, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+	MOVQ  R12, R9
+	ANDQ  $0x01, R9
+	SHRQ  $0x01, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y6
+	VMULPS       Y6, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y7
+	VMULPS       Y7, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 512(DX), Y6
+	VMULPS       Y6, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 516(DX), Y7
+	VMULPS       Y7, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y5, Y5
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y6
+	VBROADCASTSS 64(DX)(R8*4), Y7
+	VBROADCASTSS 128(DX)(R8*4), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y3
+	VMULPS       Y3, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y4
+	VMULPS       Y4, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y5
+	VMULPS       Y5, Y2, Y2
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y3
+	VBROADCASTSS 64(DX)(R8*4), Y4
+	VBROADCASTSS 128(DX)(R8*4), Y5
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x00000060, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x4(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x02
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpfP:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VCVTPH2PS    (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 4(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 68(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 132(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 196(DX)
+	ADDQ         $0x08, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x02, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+	MOVQ  R12, R9
+	ANDQ  $0x01, R9
+	SHRQ  $0x01, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y10
+	VMULPS       Y10, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       Y11, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 520(DX), Y10
+	VMULPS       Y10, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       Y11, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y8
+	VBROADCASTSS 64(DX)(R8*4), Y9
+	VBROADCASTSS 128(DX)(R8*4), Y10
+	VBROADCASTSS 192(DX)(R8*4), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y4
+	VMULPS       Y4, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y5
+	VMULPS       Y5, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y6
+	VMULPS       Y6, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       Y7, Y3, Y3
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y4
+	VBROADCASTSS 64(DX)(R8*4), Y5
+	VBROADCASTSS 128(DX)(R8*4), Y6
+	VBROADCASTSS 192(DX)(R8*4), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x5(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x02
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpfP:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VCVTPH2PS    (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y5
+	VFMADD231PS  32(R8), Y15, Y6
+	VFMADD231PS  64(R8), Y15, Y7
+	VFMADD231PS  96(R8), Y15, Y8
+	VFMADD231PS  128(R8), Y15, Y9
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 4(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 68(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 132(DX)
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0x4e, X8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0xb1, X8, X12
+	VADDPS       X12, X8, X8
+	VMULSS       X13, X8, X8
+	VMOVSS       X8, 196(DX)
+	VEXTRACTF128 $0x01, Y9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0x4e, X9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0xb1, X9, X12
+	VADDPS       X12, X9, X9
+	VMULSS       X13, X9, X9
+	VMOVSS       X9, 260(DX)
+	ADDQ         $0x08, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x02, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y5
+	VMULPS       Y5, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y6
+	VMULPS       Y6, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y7
+	VMULPS       Y7, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y9
+	VMULPS       Y9, Y4, Y4
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y5
+	VBROADCASTSS 64(DX)(R8*4), Y6
+	VBROADCASTSS 128(DX)(R8*4), Y7
+	VBROADCASTSS 192(DX)(R8*4), Y8
+	VBROADCASTSS 256(DX)(R8*4), Y9
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y5, Y15, Y0
+	VFMADD231PS  Y6, Y15, Y1
+	VFMADD231PS  Y7, Y15, Y2
+	VFMADD231PS  Y8, Y15, Y3
+	VFMADD231PS  Y9, Y15, Y4
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x6(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x02
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpfP:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	VCVTPH2PS    (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y6
+	VFMADD231PS  32(R8), Y15, Y7
+	VFMADD231PS  64(R8), Y15, Y8
+	VFMADD231PS  96(R8), Y15, Y9
+	VFMADD231PS  128(R8), Y15, Y10
+	VFMADD231PS  160(R8), Y15, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 4(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 68(DX)
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0x4e, X8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0xb1, X8, X12
+	VADDPS       X12, X8, X8
+	VMULSS       X13, X8, X8
+	VMOVSS       X8, 132(DX)
+	VEXTRACTF128 $0x01, Y9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0x4e, X9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0xb1, X9, X12
+	VADDPS       X12, X9, X9
+	VMULSS       X13, X9, X9
+	VMOVSS       X9, 196(DX)
+	VEXTRACTF128 $0x01, Y10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0x4e, X10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0xb1, X10, X12
+	VADDPS       X12, X10, X10
+	VMULSS       X13, X10, X10
+	VMOVSS       X10, 260(DX)
+	VEXTRACTF128 $0x01, Y11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0x4e, X11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0xb1, X11, X12
+	VADDPS       X12, X11, X11
+	VMULSS       X13, X11, X11
+	VMOVSS       X11, 324(DX)
+	ADDQ         $0x08, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x02, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+	VPBROADCASTD 20(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 320(DX), Y4, Y0
+	VBLENDVPS    Y2, 352(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 20(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 320(DX)
+	VMOVUPS      Y1, 352(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       52(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 52(R8)
+	VMOVSS       X5, 20(R8)
+	VMOVSS       X9, 532(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y6
+	VMULPS       Y6, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y7
+	VMULPS       Y7, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y9
+	VMULPS       Y9, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y10
+	VMULPS       Y10, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 532(DX), Y11
+	VMULPS       Y11, Y5, Y5
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y6
+	VBROADCASTSS 64(DX)(R8*4), Y7
+	VBROADCASTSS 128(DX)(R8*4), Y8
+	VBROADCASTSS 192(DX)(R8*4), Y9
+	VBROADCASTSS 256(DX)(R8*4), Y10
+	VBROADCASTSS 320(DX)(R8*4), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VFMADD231PS  Y9, Y15, Y3
+	VFMADD231PS  Y10, Y15, Y4
+	VFMADD231PS  Y11, Y15, Y5
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x7(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+single:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	VFMADD231PS  192(R8), Y14, Y6
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 384(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+	VPBROADCASTD 20(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 320(DX), Y4, Y0
+	VBLENDVPS    Y2, 352(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 20(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 320(DX)
+	VMOVUPS      Y1, 352(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       52(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 52(R8)
+	VMOVSS       X5, 20(R8)
+	VMOVSS       X9, 532(DX)
+	VPBROADCASTD 24(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 384(DX), Y4, Y0
+	VBLENDVPS    Y2, 416(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 24(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 384(DX)
+	VMOVUPS      Y1, 416(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       56(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 56(R8)
+	VMOVSS       X5, 24(R8)
+	VMOVSS       X9, 536(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y7
+	VMULPS       Y7, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y8
+	VMULPS       Y8, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y9
+	VMULPS       Y9, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y10
+	VMULPS       Y10, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y11
+	VMULPS       Y11, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 532(DX), Y12
+	VMULPS       Y12, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 536(DX), Y13
+	VMULPS       Y13, Y6, Y6
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y7
+	VBROADCASTSS 64(DX)(R8*4), Y8
+	VBROADCASTSS 128(DX)(R8*4), Y9
+	VBROADCASTSS 192(DX)(R8*4), Y10
+	VBROADCASTSS 256(DX)(R8*4), Y11
+	VBROADCASTSS 320(DX)(R8*4), Y12
+	VBROADCASTSS 384(DX)(R8*4), Y13
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y7, Y15, Y0
+	VFMADD231PS  Y8, Y15, Y1
+	VFMADD231PS  Y9, Y15, Y2
+	VFMADD231PS  Y10, Y15, Y3
+	VFMADD231PS  Y11, Y15, Y4
+	VFMADD231PS  Y12, Y15, Y5
+	VFMADD231PS  Y13, Y15, Y6
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x8(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x04, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+single:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R9
+
+kpf1:
+	VCVTPH2PS    (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	VFMADD231PS  192(R8), Y14, Y6
+	VFMADD231PS  224(R8), Y14, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 384(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 448(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+	VPBROADCASTD 20(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 320(DX), Y4, Y0
+	VBLENDVPS    Y2, 352(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 20(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 320(DX)
+	VMOVUPS      Y1, 352(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       52(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 52(R8)
+	VMOVSS       X5, 20(R8)
+	VMOVSS       X9, 532(DX)
+	VPBROADCASTD 24(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 384(DX), Y4, Y0
+	VBLENDVPS    Y2, 416(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 24(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 384(DX)
+	VMOVUPS      Y1, 416(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       56(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 56(R8)
+	VMOVSS       X5, 24(R8)
+	VMOVSS       X9, 536(DX)
+	VPBROADCASTD 28(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 448(DX), Y4, Y0
+	VBLENDVPS    Y2, 480(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 28(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 448(DX)
+	VMOVUPS      Y1, 480(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       60(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 60(R8)
+	VMOVSS       X5, 28(R8)
+	VMOVSS       X9, 540(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x04, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y8
+	VMULPS       Y8, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 532(DX), Y8
+	VMULPS       Y8, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 536(DX), Y8
+	VMULPS       Y8, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 540(DX), Y8
+	VMULPS       Y8, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VCVTPH2PS    (BX), Y15
+	VBROADCASTSS (DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y0
+	VBROADCASTSS 64(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y1
+	VBROADCASTSS 128(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y2
+	VBROADCASTSS 192(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y3
+	VBROADCASTSS 256(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y4
+	VBROADCASTSS 320(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y5
+	VBROADCASTSS 384(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y6
+	VBROADCASTSS 448(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x1(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x08
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	LEAQ   (BX)(R13*2), R12
+	ADDQ   R13, R12
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpfP:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VMOVUPS      (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y1
+	VMOVUPS      (AX)(R13*2), Y14
+	VFMADD231PS  (R8), Y14, Y2
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VMOVUPS      (BX)(R13*1), Y14
+	VFMADD231PS  (R8), Y14, Y4
+	VMOVUPS      (BX)(R13*2), Y15
+	VFMADD231PS  (R8), Y15, Y5
+	VMOVUPS      (R12), Y14
+	VFMADD231PS  (R8), Y14, Y6
+	VMOVUPS      (R12)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x20, R12
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 4(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 8(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 12(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 16(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 20(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 24(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 28(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x08, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+	MOVQ  R12, R9
+	ANDQ  $0x07, R9
+	SHRQ  $0x03, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VMOVUPS      64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VMOVUPS      128(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VMOVUPS      160(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VMOVUPS      192(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VMOVUPS      224(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y1
+	VMULPS       Y1, Y0, Y0
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y1
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y1, Y15, Y0
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x2(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x04
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpfP:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VMOVUPS      (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y2
+	VFMADD231PS  32(R8), Y15, Y3
+	VMOVUPS      (AX)(R13*2), Y14
+	VFMADD231PS  (R8), Y14, Y4
+	VFMADD231PS  32(R8), Y14, Y5
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  (R8), Y15, Y6
+	VFMADD231PS  32(R8), Y15, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 4(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 68(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 8(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 72(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 12(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 76(DX)
+	ADDQ         $0x10, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x04, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+	MOVQ  R12, R9
+	ANDQ  $0x03, R9
+	SHRQ  $0x02, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y8
+	VBROADCASTSS 64(DX)(R8*4), Y9
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VMOVUPS      64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y2
+	VMULPS       Y2, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y3
+	VMULPS       Y3, Y1, Y1
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y2
+	VBROADCASTSS 64(DX)(R8*4), Y3
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x3(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x04
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   R10, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpfP:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VMOVUPS      (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VFMADD231PS  32(R8), Y15, Y4
+	VFMADD231PS  64(R8), Y15, Y5
+	VMOVUPS      (AX)(R13*2), Y14
+	VFMADD231PS  (R8), Y14, Y6
+	VFMADD231PS  32(R8), Y14, Y7
+	VFMADD231PS  64(R8), Y14, Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  (R8), Y15, Y9
+	VFMADD231PS  32(R8), Y15, Y10
+	VFMADD231PS  64(R8), Y15, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 4(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 68(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 132(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 8(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 72(DX)
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0x4e, X8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0xb1, X8, X12
+	VADDPS       X12, X8, X8
+	VMULSS       X13, X8, X8
+	VMOVSS       X8, 136(DX)
+	VEXTRACTF128 $0x01, Y9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0x4e, X9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0xb1, X9, X12
+	VADDPS       X12, X9, X9
+	VMULSS       X13, X9, X9
+	VMOVSS       X9, 12(DX)
+	VEXTRACTF128 $0x01, Y10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0x4e, X10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0xb1, X10, X12
+	VADDPS       X12, X10, X10
+	VMULSS       X13, X10, X10
+	VMOVSS       X10, 76(DX)
+	VEXTRACTF128 $0x01, Y11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0x4e, X11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0xb1, X11, X12
+	VADDPS       X12, X11, X11
+	VMULSS       X13, X11, X11
+	VMOVSS       X11, 140(DX)
+	ADDQ         $0x10, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x04, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+	MOVQ  R12, R9
+	ANDQ  $0x01, R9
+	SHRQ  $0x01, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y6
+	VMULPS       Y6, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y7
+	VMULPS       Y7, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 512(DX), Y6
+	VMULPS       Y6, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 516(DX), Y7
+	VMULPS       Y7, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y5, Y5
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y6
+	VBROADCASTSS 64(DX)(R8*4), Y7
+	VBROADCASTSS 128(DX)(R8*4), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y3
+	VMULPS       Y3, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y4
+	VMULPS       Y4, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y5
+	VMULPS       Y5, Y2, Y2
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y3
+	VBROADCASTSS 64(DX)(R8*4), Y4
+	VBROADCASTSS 128(DX)(R8*4), Y5
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x00000060, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x4(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x02
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpfP:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VMOVUPS      (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 4(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 68(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 132(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 196(DX)
+	ADDQ         $0x08, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x02, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+	MOVQ  R12, R9
+	ANDQ  $0x01, R9
+	SHRQ  $0x01, R12
+	JZ    vtail
+
+vgroup:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y10
+	VMULPS       Y10, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       Y11, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       Y9, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 520(DX), Y10
+	VMULPS       Y10, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       Y11, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfG:
+	VBROADCASTSS (DX)(R8*4), Y8
+	VBROADCASTSS 64(DX)(R8*4), Y9
+	VBROADCASTSS 128(DX)(R8*4), Y10
+	VBROADCASTSS 192(DX)(R8*4), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vposG
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R12
+	JNZ          vgroup
+
+vtail:
+	MOVQ  R9, R12
+	TESTQ R12, R12
+	JZ    done
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y4
+	VMULPS       Y4, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y5
+	VMULPS       Y5, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y6
+	VMULPS       Y6, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       Y7, Y3, Y3
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y4
+	VBROADCASTSS 64(DX)(R8*4), Y5
+	VBROADCASTSS 128(DX)(R8*4), Y6
+	VBROADCASTSS 192(DX)(R8*4), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x5(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x02
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpfP:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VMOVUPS      (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y5
+	VFMADD231PS  32(R8), Y15, Y6
+	VFMADD231PS  64(R8), Y15, Y7
+	VFMADD231PS  96(R8), Y15, Y8
+	VFMADD231PS  128(R8), Y15, Y9
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 4(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 68(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 132(DX)
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0x4e, X8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0xb1, X8, X12
+	VADDPS       X12, X8, X8
+	VMULSS       X13, X8, X8
+	VMOVSS       X8, 196(DX)
+	VEXTRACTF128 $0x01, Y9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0x4e, X9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0xb1, X9, X12
+	VADDPS       X12, X9, X9
+	VMULSS       X13, X9, X9
+	VMOVSS       X9, 260(DX)
+	ADDQ         $0x08, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x02, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y5
+	VMULPS       Y5, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y6
+	VMULPS       Y6, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y7
+	VMULPS       Y7, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y9
+	VMULPS       Y9, Y4, Y4
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y5
+	VBROADCASTSS 64(DX)(R8*4), Y6
+	VBROADCASTSS 128(DX)(R8*4), Y7
+	VBROADCASTSS 192(DX)(R8*4), Y8
+	VBROADCASTSS 256(DX)(R8*4), Y9
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y5, Y15, Y0
+	VFMADD231PS  Y6, Y15, Y1
+	VFMADD231PS  Y7, Y15, Y2
+	VFMADD231PS  Y8, Y15, Y3
+	VFMADD231PS  Y9, Y15, Y4
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x6(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+group:
+	CMPQ   CX, $0x02
+	JL     single
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkP:
+	CMPQ       R9, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpfP:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	VMOVUPS      (AX)(R13*1), Y15
+	VFMADD231PS  (R8), Y15, Y6
+	VFMADD231PS  32(R8), Y15, Y7
+	VFMADD231PS  64(R8), Y15, Y8
+	VFMADD231PS  96(R8), Y15, Y9
+	VFMADD231PS  128(R8), Y15, Y10
+	VFMADD231PS  160(R8), Y15, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkP
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 4(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 68(DX)
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0x4e, X8, X12
+	VADDPS       X12, X8, X8
+	VPERMILPS    $0xb1, X8, X12
+	VADDPS       X12, X8, X8
+	VMULSS       X13, X8, X8
+	VMOVSS       X8, 132(DX)
+	VEXTRACTF128 $0x01, Y9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0x4e, X9, X12
+	VADDPS       X12, X9, X9
+	VPERMILPS    $0xb1, X9, X12
+	VADDPS       X12, X9, X9
+	VMULSS       X13, X9, X9
+	VMOVSS       X9, 196(DX)
+	VEXTRACTF128 $0x01, Y10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0x4e, X10, X12
+	VADDPS       X12, X10, X10
+	VPERMILPS    $0xb1, X10, X12
+	VADDPS       X12, X10, X10
+	VMULSS       X13, X10, X10
+	VMOVSS       X10, 260(DX)
+	VEXTRACTF128 $0x01, Y11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0x4e, X11, X12
+	VADDPS       X12, X11, X11
+	VPERMILPS    $0xb1, X11, X12
+	VADDPS       X12, X11, X11
+	VMULSS       X13, X11, X11
+	VMOVSS       X11, 324(DX)
+	ADDQ         $0x08, DX
+	ADDQ         R13, R10
+	ADDQ         R13, R10
+	SUBQ         $0x02, CX
+	JMP          group
+
+single:
+	TESTQ  CX, CX
+	JZ     scored
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+scored:
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+	VPBROADCASTD 20(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 320(DX), Y4, Y0
+	VBLENDVPS    Y2, 352(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 20(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 320(DX)
+	VMOVUPS      Y1, 352(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       52(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 52(R8)
+	VMOVSS       X5, 20(R8)
+	VMOVSS       X9, 532(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y6
+	VMULPS       Y6, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y7
+	VMULPS       Y7, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y9
+	VMULPS       Y9, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y10
+	VMULPS       Y10, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 532(DX), Y11
+	VMULPS       Y11, Y5, Y5
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y6
+	VBROADCASTSS 64(DX)(R8*4), Y7
+	VBROADCASTSS 128(DX)(R8*4), Y8
+	VBROADCASTSS 192(DX)(R8*4), Y9
+	VBROADCASTSS 256(DX)(R8*4), Y10
+	VBROADCASTSS 320(DX)(R8*4), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VFMADD231PS  Y9, Y15, Y3
+	VFMADD231PS  Y10, Y15, Y4
+	VFMADD231PS  Y11, Y15, Y5
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x7(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+single:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	VFMADD231PS  192(R8), Y14, Y6
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 384(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+	VPBROADCASTD 20(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 320(DX), Y4, Y0
+	VBLENDVPS    Y2, 352(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 20(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 320(DX)
+	VMOVUPS      Y1, 352(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       52(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 52(R8)
+	VMOVSS       X5, 20(R8)
+	VMOVSS       X9, 532(DX)
+	VPBROADCASTD 24(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 384(DX), Y4, Y0
+	VBLENDVPS    Y2, 416(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 24(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 384(DX)
+	VMOVUPS      Y1, 416(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       56(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 56(R8)
+	VMOVSS       X5, 24(R8)
+	VMOVSS       X9, 536(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y7
+	VMULPS       Y7, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y8
+	VMULPS       Y8, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y9
+	VMULPS       Y9, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y10
+	VMULPS       Y10, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y11
+	VMULPS       Y11, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 532(DX), Y12
+	VMULPS       Y12, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 536(DX), Y13
+	VMULPS       Y13, Y6, Y6
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VBROADCASTSS (DX)(R8*4), Y7
+	VBROADCASTSS 64(DX)(R8*4), Y8
+	VBROADCASTSS 128(DX)(R8*4), Y9
+	VBROADCASTSS 192(DX)(R8*4), Y10
+	VBROADCASTSS 256(DX)(R8*4), Y11
+	VBROADCASTSS 320(DX)(R8*4), Y12
+	VBROADCASTSS 384(DX)(R8*4), Y13
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y7, Y15, Y0
+	VFMADD231PS  Y8, Y15, Y1
+	VFMADD231PS  Y9, Y15, Y2
+	VFMADD231PS  Y10, Y15, Y3
+	VFMADD231PS  Y11, Y15, Y4
+	VFMADD231PS  Y12, Y15, Y5
+	VFMADD231PS  Y13, Y15, Y6
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x8(SB), NOSPLIT, $0-96
+	MOVQ         acc+0(FP), DI
+	MOVQ         q+8(FP), SI
+	MOVQ         nch+24(FP), R9
+	MOVQ         k+32(FP), R10
+	MOVQ         cnt+48(FP), CX
+	MOVQ         s+64(FP), DX
+	MOVQ         R9, R13
+	SHLQ         $0x05, R13
+	VBROADCASTSS scale+56(FP), Y13
+
+	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R9
+	IMULQ R13, R9
+
+single:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, AX
+	MOVQ   SI, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1:
+	CMPQ       R9, $0x00
+	JLE        kpf1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R9
+
+kpf1:
+	VMOVUPS      (AX), Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	VFMADD231PS  192(R8), Y14, Y6
+	VFMADD231PS  224(R8), Y14, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0x4e, X0, X12
+	VADDPS       X12, X0, X0
+	VPERMILPS    $0xb1, X0, X12
+	VADDPS       X12, X0, X0
+	VMULSS       X13, X0, X0
+	VMOVSS       X0, (DX)
+	VEXTRACTF128 $0x01, Y1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0x4e, X1, X12
+	VADDPS       X12, X1, X1
+	VPERMILPS    $0xb1, X1, X12
+	VADDPS       X12, X1, X1
+	VMULSS       X13, X1, X1
+	VMOVSS       X1, 64(DX)
+	VEXTRACTF128 $0x01, Y2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0x4e, X2, X12
+	VADDPS       X12, X2, X2
+	VPERMILPS    $0xb1, X2, X12
+	VADDPS       X12, X2, X2
+	VMULSS       X13, X2, X2
+	VMOVSS       X2, 128(DX)
+	VEXTRACTF128 $0x01, Y3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0x4e, X3, X12
+	VADDPS       X12, X3, X3
+	VPERMILPS    $0xb1, X3, X12
+	VADDPS       X12, X3, X3
+	VMULSS       X13, X3, X3
+	VMOVSS       X3, 192(DX)
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0x4e, X4, X12
+	VADDPS       X12, X4, X4
+	VPERMILPS    $0xb1, X4, X12
+	VADDPS       X12, X4, X4
+	VMULSS       X13, X4, X4
+	VMOVSS       X4, 256(DX)
+	VEXTRACTF128 $0x01, Y5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0x4e, X5, X12
+	VADDPS       X12, X5, X5
+	VPERMILPS    $0xb1, X5, X12
+	VADDPS       X12, X5, X5
+	VMULSS       X13, X5, X5
+	VMOVSS       X5, 320(DX)
+	VEXTRACTF128 $0x01, Y6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0x4e, X6, X12
+	VADDPS       X12, X6, X6
+	VPERMILPS    $0xb1, X6, X12
+	VADDPS       X12, X6, X6
+	VMULSS       X13, X6, X6
+	VMOVSS       X6, 384(DX)
+	VEXTRACTF128 $0x01, Y7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0x4e, X7, X12
+	VADDPS       X12, X7, X7
+	VPERMILPS    $0xb1, X7, X12
+	VADDPS       X12, X7, X7
+	VMULSS       X13, X7, X7
+	VMOVSS       X7, 448(DX)
+	ADDQ         $0x04, DX
+	ADDQ         R13, R10
+	DECQ         CX
+	JNZ          single
+
+	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
+	VPBROADCASTD (AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, (DX), Y4, Y0
+	VBLENDVPS    Y2, 32(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS (R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, (DX)
+	VMOVUPS      Y1, 32(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       32(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 32(R8)
+	VMOVSS       X5, (R8)
+	VMOVSS       X9, 512(DX)
+	VPBROADCASTD 4(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 64(DX), Y4, Y0
+	VBLENDVPS    Y2, 96(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 4(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 64(DX)
+	VMOVUPS      Y1, 96(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       36(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 36(R8)
+	VMOVSS       X5, 4(R8)
+	VMOVSS       X9, 516(DX)
+	VPBROADCASTD 8(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 128(DX), Y4, Y0
+	VBLENDVPS    Y2, 160(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 8(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 128(DX)
+	VMOVUPS      Y1, 160(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       40(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 40(R8)
+	VMOVSS       X5, 8(R8)
+	VMOVSS       X9, 520(DX)
+	VPBROADCASTD 12(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 192(DX), Y4, Y0
+	VBLENDVPS    Y2, 224(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 12(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 192(DX)
+	VMOVUPS      Y1, 224(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       44(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 44(R8)
+	VMOVSS       X5, 12(R8)
+	VMOVSS       X9, 524(DX)
+	VPBROADCASTD 16(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 256(DX), Y4, Y0
+	VBLENDVPS    Y2, 288(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 16(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 256(DX)
+	VMOVUPS      Y1, 288(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       48(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 48(R8)
+	VMOVSS       X5, 16(R8)
+	VMOVSS       X9, 528(DX)
+	VPBROADCASTD 20(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 320(DX), Y4, Y0
+	VBLENDVPS    Y2, 352(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 20(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 320(DX)
+	VMOVUPS      Y1, 352(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       52(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 52(R8)
+	VMOVSS       X5, 20(R8)
+	VMOVSS       X9, 532(DX)
+	VPBROADCASTD 24(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 384(DX), Y4, Y0
+	VBLENDVPS    Y2, 416(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 24(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 384(DX)
+	VMOVUPS      Y1, 416(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       56(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 56(R8)
+	VMOVSS       X5, 24(R8)
+	VMOVSS       X9, 536(DX)
+	VPBROADCASTD 28(AX), Y2
+	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
+	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
+	VBLENDVPS    Y3, 448(DX), Y4, Y0
+	VBLENDVPS    Y2, 480(DX), Y4, Y1
+	VMAXPS       Y1, Y0, Y5
+	VEXTRACTF128 $0x01, Y5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VBROADCASTSS 28(R8), Y9
+	VMAXPS       Y5, Y9, Y5
+	VSUBPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y0
+	VSUBPS       Y5, Y1, Y1
+	VMAXPS       exp8_min<>+0(SB), Y9, Y9
+	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y9
+	VMAXPS       exp8_min<>+0(SB), Y0, Y0
+	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y0
+	VMAXPS       exp8_min<>+0(SB), Y1, Y1
+	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
+	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
+	VMOVUPS      exp8_p0<>+0(SB), Y8
+	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       exp8_one<>+0(SB), Y7, Y7
+	VMULPS       Y7, Y8, Y1
+	VANDPS       Y3, Y0, Y0
+	VANDPS       Y2, Y1, Y1
+	VMOVUPS      Y0, 448(DX)
+	VMOVUPS      Y1, 480(DX)
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDPS       X6, X0, X0
+	VMOVSS       60(R8), X10
+	VFMADD213SS  X0, X9, X10
+	VMOVSS       X10, 60(R8)
+	VMOVSS       X5, 28(R8)
+	VMOVSS       X9, 540(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  R13, R12
+	SHRQ  $0x05, R12
+
+vone:
+	VMOVUPS      (DI), Y0
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       Y8, Y0, Y0
+	VMOVUPS      32(DI), Y1
+	VBROADCASTSS 516(DX), Y8
+	VMULPS       Y8, Y1, Y1
+	VMOVUPS      64(DI), Y2
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       Y8, Y2, Y2
+	VMOVUPS      96(DI), Y3
+	VBROADCASTSS 524(DX), Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      128(DI), Y4
+	VBROADCASTSS 528(DX), Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      160(DI), Y5
+	VBROADCASTSS 532(DX), Y8
+	VMULPS       Y8, Y5, Y5
+	VMOVUPS      192(DI), Y6
+	VBROADCASTSS 536(DX), Y8
+	VMULPS       Y8, Y6, Y6
+	VMOVUPS      224(DI), Y7
+	VBROADCASTSS 540(DX), Y8
+	VMULPS       Y8, Y7, Y7
+	MOVQ         R11, BX
+	XORL         R8, R8
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1:
+	VMOVUPS      (BX), Y15
+	VBROADCASTSS (DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y0
+	VBROADCASTSS 64(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y1
+	VBROADCASTSS 128(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y2
+	VBROADCASTSS 192(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y3
+	VBROADCASTSS 256(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y4
+	VBROADCASTSS 320(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y5
+	VBROADCASTSS 384(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y6
+	VBROADCASTSS 448(DX)(R8*4), Y8
+	VFMADD231PS  Y8, Y15, Y7
+	ADDQ         R13, BX
+	INCQ         R8
+	CMPQ         R8, CX
+	JL           vpos1
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          vone
+	VZEROUPPER
+	RET

@@ -43,3 +43,11 @@ func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n i
 func attendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
 	attendF32Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
+
+func attendCausalF16(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]uint16, bs, p0 int, scale float32) {
+	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}
+
+func attendCausalF32(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]float32, bs, p0 int, scale float32) {
+	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}

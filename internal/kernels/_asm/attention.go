@@ -20,6 +20,12 @@ func genAttention() {
 			genAttnBlock(nq, f16)
 		}
 	}
+	initExp8Consts()
+	for _, f16 := range []bool{true, false} {
+		for nq := 1; nq <= attnMaxNQ; nq++ {
+			genAttnBlock2(nq, f16)
+		}
+	}
 }
 
 // expConsts are Cephes expf: exp(x) = 2^n · (1 + r·(1 + r·P(r))), r = x - n·ln2.
@@ -327,4 +333,345 @@ func log2(n int) uint8 {
 		l++
 	}
 	return l
+}
+
+// ---------------------------------------------------------------------------
+// AVX2 + FMA + F16C: the same online-softmax block update on 8-lane
+// vectors. There are no mask registers: lanes past a row's valid positions
+// are blended to -Inf before the max and cleared after the exp, using the
+// per-row counts in lim (this is what lets one call serve the rows of
+// several consecutive query tokens under a causal mask).
+
+// exp8 holds the Cephes expf constants as 8-lane vectors (AVX2 FMA has no
+// broadcast memory operands), plus the lane indices 0…15 and -Inf.
+var exp8 struct {
+	min, log2e, c1, c2, one, negInf, iota Mem
+	p                                     [6]Mem
+}
+
+func initExp8Consts() {
+	vec := func(name string, v float32) Mem {
+		m := GLOBL(name, RODATA|NOPTR)
+		for i := range 8 {
+			DATA(4*i, U32(math.Float32bits(v)))
+		}
+		return m
+	}
+	exp8.min = vec("exp8_min", -87.33654)
+	exp8.log2e = vec("exp8_log2e", 1.44269504088896341)
+	exp8.c1 = vec("exp8_c1", 0.693359375)
+	exp8.c2 = vec("exp8_c2", -2.12194440e-4)
+	exp8.one = vec("exp8_one", 1)
+	exp8.negInf = vec("exp8_neg_inf", float32(math.Inf(-1)))
+	for i, c := range []float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1} {
+		exp8.p[i] = vec(fmt.Sprintf("exp8_p%d", i), c)
+	}
+	exp8.iota = GLOBL("attn_lane_iota", RODATA|NOPTR)
+	for i := range 16 {
+		DATA(4*i, U32(i))
+	}
+}
+
+// vexp8 sets x = exp(x) in every lane (as vexp), using n and t as
+// temporaries; 2^n is built in the exponent bits.
+func vexp8(x, n, t reg.VecPhysical) {
+	VMAXPS(exp8.min, x, x)
+	VMULPS(exp8.log2e, x, n)
+	VROUNDPS(U8(0), n, n)       // n = round(x·log2e)
+	VFNMADD231PS(exp8.c1, n, x) // r = x - n·c1
+	VFNMADD231PS(exp8.c2, n, x) //   - n·c2
+	VMOVUPS(exp8.p[0], t)
+	for _, p := range exp8.p[1:] {
+		VFMADD213PS(p, x, t) // t = t·r + p
+	}
+	VFMADD213PS(exp8.one, x, t) // t = t·r + 1
+	VFMADD213PS(exp8.one, x, t) // t = t·r + 1
+	VCVTPS2DQ(n, n)
+	VPSLLD(U8(23), n, n)
+	VPADDD(exp8.one, n, n) // bits of 2^n (n ≥ -126 after the clamp)
+	VMULPS(n, t, x)
+}
+
+// hreduce8 leaves in the low lane of x the max (max=true) or sum of the 8
+// lanes of y (x is y's xmm view), using t as a temporary.
+func hreduce8(y, t reg.VecPhysical, max bool) {
+	op := func(a, b, d Op) {
+		if max {
+			VMAXPS(a, b, d)
+		} else {
+			VADDPS(a, b, d)
+		}
+	}
+	x := y.AsX()
+	VEXTRACTF128(U8(1), y, t.AsX())
+	op(t.AsX(), x, x)
+	VPERMILPS(U8(0x4e), x, t.AsX())
+	op(t.AsX(), x, x)
+	VPERMILPS(U8(0xb1), x, t.AsX())
+	op(t.AsX(), x, x)
+}
+
+// genAttnBlock2 emits the AVX2 online-softmax update of nq query rows over
+// one block of cnt ≤ 16 cached positions.
+func genAttnBlock2(nq int, f16 bool) {
+	t, ld, csz, csh := "F32", "f32", 32, uint8(5) // csz: bytes of 8 cached elements, csh its log2
+	if f16 {
+		t, ld, csz, csh = "F16", "f16", 16, 4
+	}
+	name := fmt.Sprintf("attend%sAVX2x%d", t, nq)
+	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s advances the online softmax of %d query rows by cnt (1…16)", name, nq),
+		fmt.Sprintf("cached positions: k and v hold cnt rows of 8·nch %s elements.", ld),
+		"q and acc are chunk-interleaved: element 8i+j of row h is at [(i*nq+h)*8+j].",
+		"ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];",
+		"row h sees only the first lim[h] ≤ cnt positions (the rest are masked);",
+		"s is scratch of 8·16+8 floats. For each row h, over p < lim[h]:",
+		"",
+		"\tsc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')",
+		"\tl = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'",
+		"",
+		"Every row must see at least one position in its first call (m finite).",
+		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
+	ACC := Load(Param("acc"), reg.RDI)
+	Q := Load(Param("q"), reg.RSI)
+	NCH := Load(Param("nch"), reg.R9)
+	K := Load(Param("k"), reg.R10)
+	CNT := Load(Param("cnt"), reg.RCX)
+	S := Load(Param("s"), reg.RDX)
+	RS := reg.R13 // row stride of k and v in bytes
+	MOVQ(NCH, RS)
+	SHLQ(U8(csh), RS)
+	sc, err := Param("scale").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	VBROADCASTSS(sc.Addr, reg.Y13)
+
+	load := func(m Mem, y reg.VecPhysical) {
+		if f16 {
+			VCVTPH2PS(m, y)
+		} else {
+			VMOVUPS(m, y)
+		}
+	}
+
+	Comment("Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.")
+	KN := Load(Param("kn"), reg.R14)
+	KREM := reg.R9
+	Load(Param("cnt"), KREM)
+	IMULQ(RS, KREM)
+	pfLines := 2 * csz / 16 // 2 (f16) or 4 (f32) lines per iteration
+	P := attn2Positions(nq)
+	scoreGroup := func(P int, sfx string) {
+		acc := func(p, h int) reg.VecPhysical { return Y(p*nq + h) }
+		for p := range P {
+			for h := range nq {
+				VXORPS(acc(p, h), acc(p, h), acc(p, h))
+			}
+		}
+		bases := []reg.Register{reg.RAX, reg.RBX, reg.R12}[:(P+2)/3]
+		for i, r := range bases {
+			if i == 0 {
+				MOVQ(K, r)
+			} else {
+				LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
+				ADDQ(RS, r)
+			}
+		}
+		MOVQ(Q, reg.R8)
+		MOVQ(RS, reg.R11)
+		SHRQ(U8(csh), reg.R11) // nch
+		Label("chunk" + sfx)
+		prefetch(KN, KREM, pfLines, "kpf"+sfx)
+		for p := range P {
+			ky := []reg.VecPhysical{reg.Y14, reg.Y15}[p%2]
+			load(xRowAddr(bases, RS, p, 0), ky)
+			for h := range nq {
+				VFMADD231PS(M(reg.R8, 32*h), ky, acc(p, h))
+			}
+		}
+		for _, r := range bases {
+			ADDQ(U8(csz), r)
+		}
+		ADDQ(U32(32*nq), reg.R8)
+		DECQ(reg.R11)
+		JNZ(LabelRef("chunk" + sfx))
+		for p := range P {
+			for h := range nq {
+				hreduce8(acc(p, h), reg.Y12, false)
+				VMULSS(reg.X13, acc(p, h).AsX(), acc(p, h).AsX())
+				VMOVSS(acc(p, h).AsX(), M(S, 64*h+4*p))
+			}
+		}
+		ADDQ(U8(4*P), S)
+		for range P {
+			ADDQ(RS, K)
+		}
+	}
+	if P > 1 {
+		Label("group")
+		CMPQ(CNT, U8(P))
+		JL(LabelRef("single"))
+		scoreGroup(P, "P")
+		SUBQ(U8(P), CNT)
+		JMP(LabelRef("group"))
+		Label("single")
+		TESTQ(CNT, CNT)
+		JZ(LabelRef("scored"))
+	} else {
+		Label("single")
+	}
+	scoreGroup(1, "1")
+	DECQ(CNT)
+	JNZ(LabelRef("single"))
+	Label("scored")
+
+	Comment("Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).")
+	Load(Param("s"), S)
+	ML := Load(Param("ml"), reg.R8)
+	LIM := Load(Param("lim"), reg.RAX)
+	VMOVUPS(exp8.negInf, reg.Y4)
+	for h := range nq {
+		VPBROADCASTD(M(LIM, 4*h), reg.Y2)
+		VPCMPGTD(exp8.iota, reg.Y2, reg.Y3)            // lanes 0-7: p < lim
+		VPCMPGTD(exp8.iota.Offset(32), reg.Y2, reg.Y2) // lanes 8-15
+		VBLENDVPS(reg.Y3, M(S, 64*h), reg.Y4, reg.Y0)  // scores, -Inf where masked
+		VBLENDVPS(reg.Y2, M(S, 64*h+32), reg.Y4, reg.Y1)
+		VMAXPS(reg.Y1, reg.Y0, reg.Y5)
+		hreduce8(reg.Y5, reg.Y6, true)
+		VBROADCASTSS(reg.X5, reg.Y5)
+		VBROADCASTSS(M(ML, 4*h), reg.Y9) // m
+		VMAXPS(reg.Y5, reg.Y9, reg.Y5)   // m'
+		VSUBPS(reg.Y5, reg.Y9, reg.Y9)   // m - m'
+		VSUBPS(reg.Y5, reg.Y0, reg.Y0)   // sc - m'
+		VSUBPS(reg.Y5, reg.Y1, reg.Y1)
+		vexp8(reg.Y9, reg.Y7, reg.Y8) // c
+		vexp8(reg.Y0, reg.Y7, reg.Y8) // w
+		vexp8(reg.Y1, reg.Y7, reg.Y8)
+		VANDPS(reg.Y3, reg.Y0, reg.Y0)
+		VANDPS(reg.Y2, reg.Y1, reg.Y1)
+		VMOVUPS(reg.Y0, M(S, 64*h))
+		VMOVUPS(reg.Y1, M(S, 64*h+32))
+		VADDPS(reg.Y1, reg.Y0, reg.Y0)
+		hreduce8(reg.Y0, reg.Y6, false)
+		VMOVSS(M(ML, 32+4*h), reg.X10)
+		VFMADD213SS(reg.X0, reg.X9, reg.X10) // l = l·c + Σw
+		VMOVSS(reg.X10, M(ML, 32+4*h))
+		VMOVSS(reg.X5, M(ML, 4*h))
+		VMOVSS(reg.X9, M(S, 64*8+4*h))
+	}
+
+	Comment("acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.")
+	Load(Param("cnt"), CNT)
+	Load(Param("acc"), ACC)
+	V := Load(Param("v"), reg.R11)
+	G := attn2Chunks(nq)
+	hoist := G*nq+nq+1 <= 16 // the weights of a position stay in registers
+	VN := Load(Param("vn"), reg.R10)
+	VREM := reg.RSI
+	MOVQ(CNT, VREM)
+	IMULQ(RS, VREM)
+	valueGroup := func(G int, sfx string) {
+		acc := func(c, h int) reg.VecPhysical { return Y(c*nq + h) }
+		w := func(h int) reg.VecPhysical { // broadcast weight of row h
+			if hoist {
+				return Y(G*nq + h)
+			}
+			return Y(G * nq)
+		}
+		loads := []reg.VecPhysical{reg.Y15}
+		if G*nq+nq+2 <= 16 || !hoist {
+			loads = append(loads, reg.Y14)
+		}
+		for c := range G {
+			for h := range nq {
+				VMOVUPS(M(ACC, 32*(c*nq+h)), acc(c, h))
+				VBROADCASTSS(M(S, 64*8+4*h), w(h))
+				VMULPS(w(h), acc(c, h), acc(c, h))
+			}
+		}
+		MOVQ(V, reg.RBX)
+		XORL(reg.R8L, reg.R8L)
+		Label("vpos" + sfx)
+		prefetch(VN, VREM, pfLines, "vpf"+sfx)
+		wAt := func(h int) Mem { return Mem{Base: S, Index: reg.R8, Scale: 4, Disp: 64 * h} }
+		if hoist {
+			for h := range nq {
+				VBROADCASTSS(wAt(h), w(h))
+			}
+		}
+		for c := range G {
+			vy := loads[c%len(loads)]
+			load(M(reg.RBX, csz*c), vy)
+			for h := range nq {
+				if !hoist {
+					VBROADCASTSS(wAt(h), w(h))
+				}
+				VFMADD231PS(w(h), vy, acc(c, h))
+			}
+		}
+		ADDQ(RS, reg.RBX)
+		INCQ(reg.R8)
+		CMPQ(reg.R8, CNT)
+		JL(LabelRef("vpos" + sfx))
+		for c := range G {
+			for h := range nq {
+				VMOVUPS(acc(c, h), M(ACC, 32*(c*nq+h)))
+			}
+		}
+		ADDQ(U32(32*G*nq), ACC)
+		ADDQ(U32(csz*G), V)
+	}
+	MOVQ(RS, reg.R12)
+	SHRQ(U8(csh), reg.R12) // nch
+	if G > 1 {
+		MOVQ(reg.R12, reg.R9)
+		ANDQ(U8(G-1), reg.R9) // chunks left for the one-at-a-time loop
+		SHRQ(U8(log2(G)), reg.R12)
+		JZ(LabelRef("vtail"))
+		Label("vgroup")
+		valueGroup(G, "G")
+		DECQ(reg.R12)
+		JNZ(LabelRef("vgroup"))
+		Label("vtail")
+		MOVQ(reg.R9, reg.R12)
+		TESTQ(reg.R12, reg.R12)
+		JZ(LabelRef("done"))
+	}
+	Label("vone")
+	valueGroup(1, "1")
+	DECQ(reg.R12)
+	JNZ(LabelRef("vone"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// attn2Positions is how many positions the AVX2 score loop handles at once
+// for nq rows: P·nq ≤ 12 accumulators (Y12-Y15 are temporaries).
+func attn2Positions(nq int) int {
+	switch {
+	case nq == 1:
+		return 8
+	case nq <= 3:
+		return 4
+	case nq <= 6:
+		return 2
+	}
+	return 1
+}
+
+// attn2Chunks is how many 8-element chunks of the head the AVX2 value loop
+// accumulates at once.
+func attn2Chunks(nq int) int {
+	switch {
+	case nq == 1:
+		return 8
+	case nq == 2:
+		return 4
+	case nq <= 4:
+		return 2
+	}
+	return 1
 }
