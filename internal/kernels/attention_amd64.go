@@ -193,9 +193,9 @@ func attnEnd(sc *attnScratch, out []float32, g, headDim int) {
 // (headDim ≤ 256).
 type attn2Scratch struct {
 	q, acc [attnMaxNQ * 256]float32 // (headDim/8, rows, 8) chunk-interleaved
-	ml     [16]float32              // running max (rows), then running sum (rows)
-	s      [attnMaxNQ*16 + 8]float32
-	lim    [attnMaxNQ]int32 // valid positions of each row in the current call
+	ml     [16]float32              // running max (8 rows), then running sum (8 rows)
+	s      [16*8 + 8]float32        // (16 positions, 8 rows) scores, then 8 rescale factors
+	lim    [attnMaxNQ]int32         // valid positions of each row in the current call (0 past the rows)
 }
 
 // attendCausal2 is the AVX2 AttendCausal (and, with nt = 1, Attend): the
@@ -223,11 +223,13 @@ func attendCausal2[T uint16 | float32](out, q []float32, stride, nt, nq, headDim
 func attnPass2[T uint16 | float32](sc *attn2Scratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
 	nch := headDim / 8
 	n := 0
+	for j := range attnMaxNQ {
+		sc.ml[j], sc.ml[8+j], sc.lim[j] = float32(math.Inf(-1)), 0, 0
+	}
 	for j := range g {
 		for i := range nch {
 			copy(sc.q[(i*g+j)*8:(i*g+j)*8+8], q[qo[j]+8*i:])
 		}
-		sc.ml[j], sc.ml[8+j] = float32(math.Inf(-1)), 0
 		n = max(n, end[j])
 	}
 	clear(sc.acc[:g*headDim])

@@ -11953,329 +11953,648 @@ GLOBL attn_lane_iota<>(SB), RODATA|NOPTR, $64
 // func attendF16AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·attendF16AVX2x1(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-group:
-	CMPQ   CX, $0x08
-	JL     single
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	LEAQ   (BX)(R13*2), R12
-	ADDQ   R13, R12
-	MOVQ   SI, R8
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpfP:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VCVTPH2PS    (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y1
-	VCVTPH2PS    (AX)(R13*2), Y14
-	VFMADD231PS  (R8), Y14, Y2
-	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  (R8), Y15, Y3
-	VCVTPH2PS    (BX)(R13*1), Y14
-	VFMADD231PS  (R8), Y14, Y4
-	VCVTPH2PS    (BX)(R13*2), Y15
-	VFMADD231PS  (R8), Y15, Y5
-	VCVTPH2PS    (R12), Y14
-	VFMADD231PS  (R8), Y14, Y6
-	VCVTPH2PS    (R12)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y7
+kpfPr0:
+	VCVTPH2PS    (AX), Y4
+	VCVTPH2PS    (AX)(R13*1), Y5
+	VCVTPH2PS    (AX)(R13*2), Y6
+	VCVTPH2PS    (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
 	ADDQ         $0x10, AX
 	ADDQ         $0x10, BX
-	ADDQ         $0x10, R12
 	ADDQ         $0x00000020, R8
 	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 4(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 8(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 12(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 16(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 20(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 24(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 28(DX)
-	ADDQ         $0x20, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x08, CX
-	JMP          group
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 32(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 64(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
 	VXORPS Y0, Y0, Y0
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
+kpf1r0:
+	VCVTPH2PS    (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
 	ADDQ         $0x10, AX
 	ADDQ         $0x00000020, R8
 	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
 
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
-	MOVQ  R12, R9
-	ANDQ  $0x07, R9
-	SHRQ  $0x03, R12
-	JZ    vtail
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr0
 
-vgroup:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y7, Y7
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y8, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y8, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y8, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y8, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vposG:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpfG
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y8
+vpfGr0:
+	VBROADCASTSS (R8), Y8
 	VCVTPH2PS    (BX), Y15
 	VFMADD231PS  Y8, Y15, Y0
 	VCVTPH2PS    16(BX), Y14
@@ -12293,9 +12612,9 @@ vpfG:
 	VCVTPH2PS    112(BX), Y14
 	VFMADD231PS  Y8, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
@@ -12306,68 +12625,67 @@ vpfG:
 	VMOVUPS      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
-	JNZ          vgroup
+	DECQ         R9
+	JNZ          vgroupr0
 
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
 
-vone:
-	VMOVUPS      (DI), Y0
+voner0:
 	VBROADCASTSS 512(DX), Y1
-	VMULPS       Y1, Y0, Y0
+	VMULPS       (DI), Y1, Y0
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vpos1r0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpf1r0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y1
+vpf1r0:
+	VBROADCASTSS (R8), Y1
 	VCVTPH2PS    (BX), Y15
 	VFMADD231PS  Y1, Y15, Y0
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
 	VMOVUPS      Y0, (DI)
 	ADDQ         $0x00000020, DI
 	ADDQ         $0x00000010, R11
-	DECQ         R12
-	JNZ          vone
+	DECQ         R9
+	JNZ          voner0
 
-done:
+vdoner0:
 	VZEROUPPER
 	RET
 
 // func attendF16AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·attendF16AVX2x2(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-group:
-	CMPQ   CX, $0x04
-	JL     single
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -12376,388 +12694,637 @@ group:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	MOVQ   SI, R8
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpfP:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VCVTPH2PS    (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y2
-	VFMADD231PS  32(R8), Y15, Y3
-	VCVTPH2PS    (AX)(R13*2), Y14
-	VFMADD231PS  (R8), Y14, Y4
-	VFMADD231PS  32(R8), Y14, Y5
-	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  (R8), Y15, Y6
-	VFMADD231PS  32(R8), Y15, Y7
+kpfPr0:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VCVTPH2PS    (AX)(R13*2), Y10
+	VCVTPH2PS    (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
 	ADDQ         $0x10, AX
 	ADDQ         $0x10, BX
 	ADDQ         $0x00000040, R8
 	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 4(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 68(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 8(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 72(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 12(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 76(DX)
-	ADDQ         $0x10, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x04, CX
-	JMP          group
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 32(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 64(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
+kpf1r0:
+	VCVTPH2PS    (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
 	ADDQ         $0x10, AX
 	ADDQ         $0x00000040, R8
 	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
 
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
-	MOVQ  R12, R9
-	ANDQ  $0x03, R9
-	SHRQ  $0x02, R12
-	JZ    vtail
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr0
 
-vgroup:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y7, Y7
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y9, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y9, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vposG:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpfG
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y8
-	VBROADCASTSS 64(DX)(R8*4), Y9
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
 	VCVTPH2PS    (BX), Y15
 	VFMADD231PS  Y8, Y15, Y0
 	VFMADD231PS  Y9, Y15, Y1
@@ -12771,9 +13338,9 @@ vpfG:
 	VFMADD231PS  Y8, Y14, Y6
 	VFMADD231PS  Y9, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
@@ -12784,74 +13351,801 @@ vpfG:
 	VMOVUPS      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
-	JNZ          vgroup
+	DECQ         R9
+	JNZ          vgroupr0
 
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
 
-vone:
-	VMOVUPS      (DI), Y0
+voner0:
 	VBROADCASTSS 512(DX), Y2
-	VMULPS       Y2, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y3
-	VMULPS       Y3, Y1, Y1
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vpos1r0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpf1r0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y2
-	VBROADCASTSS 64(DX)(R8*4), Y3
+vpf1r0:
+	VBROADCASTSS (R8), Y2
+	VBROADCASTSS 4(R8), Y3
 	VCVTPH2PS    (BX), Y15
 	VFMADD231PS  Y2, Y15, Y0
 	VFMADD231PS  Y3, Y15, Y1
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	ADDQ         $0x00000040, DI
 	ADDQ         $0x00000010, R11
-	DECQ         R12
-	JNZ          vone
+	DECQ         R9
+	JNZ          voner0
 
-done:
+vdoner0:
 	VZEROUPPER
 	RET
 
 // func attendF16AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·attendF16AVX2x3(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-group:
-	CMPQ   CX, $0x04
-	JL     single
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y9
+	VCVTPH2PS    (AX)(R13*1), Y10
+	VCVTPH2PS    (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 32(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y6
+	VBROADCASTSS 516(DX), Y7
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y6, Y3
+	VMULPS       128(DI), Y7, Y4
+	VMULPS       160(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y6
+	VBROADCASTSS 4(R8), Y7
+	VBROADCASTSS 8(R8), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y3
+	VBROADCASTSS 516(DX), Y4
+	VBROADCASTSS 520(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y3
+	VBROADCASTSS 4(R8), Y4
+	VBROADCASTSS 8(R8), Y5
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x00000060, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x4(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -12864,1183 +14158,646 @@ group:
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
-	MOVQ   R10, AX
-	LEAQ   (AX)(R13*2), BX
-	ADDQ   R13, BX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpfP:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VCVTPH2PS    (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y3
-	VFMADD231PS  32(R8), Y15, Y4
-	VFMADD231PS  64(R8), Y15, Y5
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
 	VCVTPH2PS    (AX)(R13*2), Y14
-	VFMADD231PS  (R8), Y14, Y6
-	VFMADD231PS  32(R8), Y14, Y7
-	VFMADD231PS  64(R8), Y14, Y8
-	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  (R8), Y15, Y9
-	VFMADD231PS  32(R8), Y15, Y10
-	VFMADD231PS  64(R8), Y15, Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x10, AX
-	ADDQ         $0x10, BX
-	ADDQ         $0x00000060, R8
+	ADDQ         $0x00000080, R8
 	DECQ         R11
-	JNZ          chunkP
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 4(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 68(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 132(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 8(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 72(DX)
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
-	VPERMILPS    $0x4e, X8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0xb1, X8, X12
-	VADDPS       X12, X8, X8
-	VMULSS       X13, X8, X8
-	VMOVSS       X8, 136(DX)
-	VEXTRACTF128 $0x01, Y9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0x4e, X9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0xb1, X9, X12
-	VADDPS       X12, X9, X9
-	VMULSS       X13, X9, X9
-	VMOVSS       X9, 12(DX)
-	VEXTRACTF128 $0x01, Y10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0x4e, X10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0xb1, X10, X12
-	VADDPS       X12, X10, X10
-	VMULSS       X13, X10, X10
-	VMOVSS       X10, 76(DX)
-	VEXTRACTF128 $0x01, Y11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0x4e, X11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0xb1, X11, X12
-	VADDPS       X12, X11, X11
-	VMULSS       X13, X11, X11
-	VMOVSS       X11, 140(DX)
-	ADDQ         $0x10, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x04, CX
-	JMP          group
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x04, R11
-
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
-
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	ADDQ         $0x10, AX
-	ADDQ         $0x00000060, R8
-	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
-
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
-	MOVQ         s+64(FP), DX
-	MOVQ         ml+16(FP), R8
-	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
-	JZ    vtail
-
-vgroup:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y6
-	VMULPS       Y6, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y7
-	VMULPS       Y7, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 512(DX), Y6
-	VMULPS       Y6, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 516(DX), Y7
-	VMULPS       Y7, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y5, Y5
-	MOVQ         R11, BX
-	XORL         R8, R8
-
-vposG:
-	CMPQ       SI, $0x00
-	JLE        vpfG
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
-
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y6
-	VBROADCASTSS 64(DX)(R8*4), Y7
-	VBROADCASTSS 128(DX)(R8*4), Y8
-	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  Y6, Y15, Y0
-	VFMADD231PS  Y7, Y15, Y1
-	VFMADD231PS  Y8, Y15, Y2
-	VCVTPH2PS    16(BX), Y14
-	VFMADD231PS  Y6, Y14, Y3
-	VFMADD231PS  Y7, Y14, Y4
-	VFMADD231PS  Y8, Y14, Y5
-	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
-	ADDQ         $0x000000c0, DI
-	ADDQ         $0x00000020, R11
-	DECQ         R12
-	JNZ          vgroup
-
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
-
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y3
-	VMULPS       Y3, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y4
-	VMULPS       Y4, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y5
-	VMULPS       Y5, Y2, Y2
-	MOVQ         R11, BX
-	XORL         R8, R8
-
-vpos1:
-	CMPQ       SI, $0x00
-	JLE        vpf1
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
-
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y3
-	VBROADCASTSS 64(DX)(R8*4), Y4
-	VBROADCASTSS 128(DX)(R8*4), Y5
-	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  Y3, Y15, Y0
-	VFMADD231PS  Y4, Y15, Y1
-	VFMADD231PS  Y5, Y15, Y2
-	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	ADDQ         $0x00000060, DI
-	ADDQ         $0x00000010, R11
-	DECQ         R12
-	JNZ          vone
-
-done:
-	VZEROUPPER
-	RET
-
-// func attendF16AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·attendF16AVX2x4(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
-
-group:
-	CMPQ   CX, $0x02
-	JL     single
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpfP:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VCVTPH2PS    (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y4
-	VFMADD231PS  32(R8), Y15, Y5
-	VFMADD231PS  64(R8), Y15, Y6
-	VFMADD231PS  96(R8), Y15, Y7
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
 	ADDQ         $0x10, AX
 	ADDQ         $0x00000080, R8
 	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 4(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 68(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 132(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 196(DX)
-	ADDQ         $0x08, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x02, CX
-	JMP          group
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x04, R11
-
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
-
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	ADDQ         $0x10, AX
-	ADDQ         $0x00000080, R8
-	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
-
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
-	JZ    vtail
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
 
-vgroup:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y1, Y1
-	VMOVUPS      64(DI), Y2
 	VBROADCASTSS 520(DX), Y10
-	VMULPS       Y10, Y2, Y2
-	VMOVUPS      96(DI), Y3
 	VBROADCASTSS 524(DX), Y11
-	VMULPS       Y11, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 520(DX), Y10
-	VMULPS       Y10, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 524(DX), Y11
-	VMULPS       Y11, Y7, Y7
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y10, Y6
+	VMULPS       224(DI), Y11, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vposG:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpfG
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y8
-	VBROADCASTSS 64(DX)(R8*4), Y9
-	VBROADCASTSS 128(DX)(R8*4), Y10
-	VBROADCASTSS 192(DX)(R8*4), Y11
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
 	VCVTPH2PS    (BX), Y15
 	VFMADD231PS  Y8, Y15, Y0
 	VFMADD231PS  Y9, Y15, Y1
@@ -14052,9 +14809,9 @@ vpfG:
 	VFMADD231PS  Y10, Y14, Y6
 	VFMADD231PS  Y11, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
@@ -14065,807 +14822,82 @@ vpfG:
 	VMOVUPS      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
-	JNZ          vgroup
+	DECQ         R9
+	JNZ          vgroupr0
 
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
 
-vone:
-	VMOVUPS      (DI), Y0
+voner0:
 	VBROADCASTSS 512(DX), Y4
-	VMULPS       Y4, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y5
-	VMULPS       Y5, Y1, Y1
-	VMOVUPS      64(DI), Y2
 	VBROADCASTSS 520(DX), Y6
-	VMULPS       Y6, Y2, Y2
-	VMOVUPS      96(DI), Y3
 	VBROADCASTSS 524(DX), Y7
-	VMULPS       Y7, Y3, Y3
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vpos1r0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpf1r0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y4
-	VBROADCASTSS 64(DX)(R8*4), Y5
-	VBROADCASTSS 128(DX)(R8*4), Y6
-	VBROADCASTSS 192(DX)(R8*4), Y7
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
 	VCVTPH2PS    (BX), Y15
 	VFMADD231PS  Y4, Y15, Y0
 	VFMADD231PS  Y5, Y15, Y1
 	VFMADD231PS  Y6, Y15, Y2
 	VFMADD231PS  Y7, Y15, Y3
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
 	VMOVUPS      Y3, 96(DI)
 	ADDQ         $0x00000080, DI
 	ADDQ         $0x00000010, R11
-	DECQ         R12
-	JNZ          vone
+	DECQ         R9
+	JNZ          voner0
 
-done:
+vdoner0:
 	VZEROUPPER
 	RET
 
 // func attendF16AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·attendF16AVX2x5(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
-
-group:
-	CMPQ   CX, $0x02
-	JL     single
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x04, R11
-
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
-
-kpfP:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VCVTPH2PS    (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y5
-	VFMADD231PS  32(R8), Y15, Y6
-	VFMADD231PS  64(R8), Y15, Y7
-	VFMADD231PS  96(R8), Y15, Y8
-	VFMADD231PS  128(R8), Y15, Y9
-	ADDQ         $0x10, AX
-	ADDQ         $0x000000a0, R8
-	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 4(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 68(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 132(DX)
-	VEXTRACTF128 $0x01, Y8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0x4e, X8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0xb1, X8, X12
-	VADDPS       X12, X8, X8
-	VMULSS       X13, X8, X8
-	VMOVSS       X8, 196(DX)
-	VEXTRACTF128 $0x01, Y9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0x4e, X9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0xb1, X9, X12
-	VADDPS       X12, X9, X9
-	VMULSS       X13, X9, X9
-	VMOVSS       X9, 260(DX)
-	ADDQ         $0x08, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x02, CX
-	JMP          group
-
-single:
-	TESTQ  CX, CX
-	JZ     scored
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x04, R11
-
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
-
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	ADDQ         $0x10, AX
-	ADDQ         $0x000000a0, R8
-	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
-
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
-	MOVQ         s+64(FP), DX
-	MOVQ         ml+16(FP), R8
-	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
 	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
+	MOVQ  cnt+48(FP), SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
 
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y5
-	VMULPS       Y5, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y6
-	VMULPS       Y6, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y7
-	VMULPS       Y7, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y8
-	VMULPS       Y8, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y9
-	VMULPS       Y9, Y4, Y4
-	MOVQ         R11, BX
-	XORL         R8, R8
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
-vpos1:
-	CMPQ       SI, $0x00
-	JLE        vpf1
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
-
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y5
-	VBROADCASTSS 64(DX)(R8*4), Y6
-	VBROADCASTSS 128(DX)(R8*4), Y7
-	VBROADCASTSS 192(DX)(R8*4), Y8
-	VBROADCASTSS 256(DX)(R8*4), Y9
-	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  Y5, Y15, Y0
-	VFMADD231PS  Y6, Y15, Y1
-	VFMADD231PS  Y7, Y15, Y2
-	VFMADD231PS  Y8, Y15, Y3
-	VFMADD231PS  Y9, Y15, Y4
-	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	ADDQ         $0x000000a0, DI
-	ADDQ         $0x00000010, R11
-	DECQ         R12
-	JNZ          vone
-	VZEROUPPER
-	RET
-
-// func attendF16AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·attendF16AVX2x6(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
-
-group:
-	CMPQ   CX, $0x02
-	JL     single
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -14878,834 +14910,1947 @@ group:
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpfP:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
-	VCVTPH2PS    (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y6
-	VFMADD231PS  32(R8), Y15, Y7
-	VFMADD231PS  64(R8), Y15, Y8
-	VFMADD231PS  96(R8), Y15, Y9
-	VFMADD231PS  128(R8), Y15, Y10
-	VFMADD231PS  160(R8), Y15, Y11
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x10, AX
-	ADDQ         $0x000000c0, R8
+	ADDQ         $0x000000a0, R8
 	DECQ         R11
-	JNZ          chunkP
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 4(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 68(DX)
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
-	VPERMILPS    $0x4e, X8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0xb1, X8, X12
-	VADDPS       X12, X8, X8
-	VMULSS       X13, X8, X8
-	VMOVSS       X8, 132(DX)
-	VEXTRACTF128 $0x01, Y9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0x4e, X9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0xb1, X9, X12
-	VADDPS       X12, X9, X9
-	VMULSS       X13, X9, X9
-	VMOVSS       X9, 196(DX)
-	VEXTRACTF128 $0x01, Y10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0x4e, X10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0xb1, X10, X12
-	VADDPS       X12, X10, X10
-	VMULSS       X13, X10, X10
-	VMOVSS       X10, 260(DX)
-	VEXTRACTF128 $0x01, Y11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0x4e, X11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0xb1, X11, X12
-	VADDPS       X12, X11, X11
-	VMULSS       X13, X11, X11
-	VMOVSS       X11, 324(DX)
-	ADDQ         $0x08, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x02, CX
-	JMP          group
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y4
+	VCVTPH2PS    (AX)(R13*1), Y5
+	VCVTPH2PS    (AX)(R13*2), Y6
+	VCVTPH2PS    (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 48(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 80(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       160(DI), Y8, Y4
+	VMULPS       192(DI), Y9, Y5
+	VMULPS       224(DI), Y10, Y6
+	VMULPS       256(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 160(DI)
+	VMOVUPS      Y5, 192(DI)
+	VMOVUPS      Y6, 224(DI)
+	VMOVUPS      Y7, 256(DI)
+	ADDQ         $0x00000140, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VMULPS       (DI), Y8, Y0
+	VMULPS       160(DI), Y8, Y1
+	VMULPS       320(DI), Y8, Y2
+	VMULPS       480(DI), Y8, Y3
+	VMULPS       640(DI), Y8, Y4
+	VMULPS       800(DI), Y8, Y5
+	VMULPS       960(DI), Y8, Y6
+	VMULPS       1120(DI), Y8, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VCVTPH2PS    64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VCVTPH2PS    80(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VCVTPH2PS    96(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VCVTPH2PS    112(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 160(DI)
+	VMOVUPS      Y2, 320(DI)
+	VMOVUPS      Y3, 480(DI)
+	VMOVUPS      Y4, 640(DI)
+	VMOVUPS      Y5, 800(DI)
+	VMOVUPS      Y6, 960(DI)
+	VMOVUPS      Y7, 1120(DI)
+	ADDQ         $0x00000500, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y1
+	VMULPS       (DI), Y1, Y0
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y1
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y1, Y15, Y0
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x6(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x10, AX
 	ADDQ         $0x000000c0, R8
 	DECQ         R11
-	JNZ          chunk1
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VCVTPH2PS    (AX)(R13*2), Y10
+	VCVTPH2PS    (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 48(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 80(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-	VPBROADCASTD 20(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 320(DX), Y4, Y0
-	VBLENDVPS    Y2, 352(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 20(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 320(DX)
-	VMOVUPS      Y1, 352(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       52(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 52(R8)
-	VMOVSS       X5, 20(R8)
-	VMOVSS       X9, 532(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
 
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y6
-	VMULPS       Y6, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y7
-	VMULPS       Y7, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y9
-	VMULPS       Y9, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y10
-	VMULPS       Y10, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 532(DX), Y11
-	VMULPS       Y11, Y5, Y5
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       192(DI), Y8, Y4
+	VMULPS       224(DI), Y9, Y5
+	VMULPS       256(DI), Y10, Y6
+	VMULPS       288(DI), Y11, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y6
-	VBROADCASTSS 64(DX)(R8*4), Y7
-	VBROADCASTSS 128(DX)(R8*4), Y8
-	VBROADCASTSS 192(DX)(R8*4), Y9
-	VBROADCASTSS 256(DX)(R8*4), Y10
-	VBROADCASTSS 320(DX)(R8*4), Y11
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
 	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  Y6, Y15, Y0
-	VFMADD231PS  Y7, Y15, Y1
-	VFMADD231PS  Y8, Y15, Y2
-	VFMADD231PS  Y9, Y15, Y3
-	VFMADD231PS  Y10, Y15, Y4
-	VFMADD231PS  Y11, Y15, Y5
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
 	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y4, 192(DI)
+	VMOVUPS      Y5, 224(DI)
+	VMOVUPS      Y6, 256(DI)
+	VMOVUPS      Y7, 288(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
 	ADDQ         $0x000000c0, DI
 	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       192(DI), Y8, Y2
+	VMULPS       224(DI), Y9, Y3
+	VMULPS       384(DI), Y8, Y4
+	VMULPS       416(DI), Y9, Y5
+	VMULPS       576(DI), Y8, Y6
+	VMULPS       608(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
 	DECQ         R12
-	JNZ          vone
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 384(DI)
+	VMOVUPS      Y5, 416(DI)
+	VMOVUPS      Y6, 576(DI)
+	VMOVUPS      Y7, 608(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y2
+	VBROADCASTSS 532(DX), Y3
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y2
+	VBROADCASTSS 20(R8), Y3
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
 	VZEROUPPER
 	RET
 
 // func attendF16AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·attendF16AVX2x7(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-single:
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -15713,790 +16858,981 @@ single:
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
-	VFMADD231PS  192(R8), Y14, Y6
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x10, AX
 	ADDQ         $0x000000e0, R8
 	DECQ         R11
-	JNZ          chunk1
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 384(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y9
+	VCVTPH2PS    (AX)(R13*1), Y10
+	VCVTPH2PS    (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 48(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-	VPBROADCASTD 20(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 320(DX), Y4, Y0
-	VBLENDVPS    Y2, 352(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 20(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 320(DX)
-	VMOVUPS      Y1, 352(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       52(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 52(R8)
-	VMOVSS       X5, 20(R8)
-	VMOVSS       X9, 532(DX)
-	VPBROADCASTD 24(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 384(DX), Y4, Y0
-	VBLENDVPS    Y2, 416(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 24(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 384(DX)
-	VMOVUPS      Y1, 416(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       56(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 56(R8)
-	VMOVSS       X5, 24(R8)
-	VMOVSS       X9, 536(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
 
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y7
-	VMULPS       Y7, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y8
-	VMULPS       Y8, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y9
-	VMULPS       Y9, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y10
-	VMULPS       Y10, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y11
-	VMULPS       Y11, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 532(DX), Y12
-	VMULPS       Y12, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 536(DX), Y13
-	VMULPS       Y13, Y6, Y6
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       224(DI), Y8, Y4
+	VMULPS       256(DI), Y9, Y5
+	VMULPS       288(DI), Y10, Y6
+	VMULPS       320(DI), Y11, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y7
-	VBROADCASTSS 64(DX)(R8*4), Y8
-	VBROADCASTSS 128(DX)(R8*4), Y9
-	VBROADCASTSS 192(DX)(R8*4), Y10
-	VBROADCASTSS 256(DX)(R8*4), Y11
-	VBROADCASTSS 320(DX)(R8*4), Y12
-	VBROADCASTSS 384(DX)(R8*4), Y13
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
 	VCVTPH2PS    (BX), Y15
-	VFMADD231PS  Y7, Y15, Y0
-	VFMADD231PS  Y8, Y15, Y1
-	VFMADD231PS  Y9, Y15, Y2
-	VFMADD231PS  Y10, Y15, Y3
-	VFMADD231PS  Y11, Y15, Y4
-	VFMADD231PS  Y12, Y15, Y5
-	VFMADD231PS  Y13, Y15, Y6
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
 	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y4, 224(DI)
+	VMOVUPS      Y5, 256(DI)
+	VMOVUPS      Y6, 288(DI)
+	VMOVUPS      Y7, 320(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
 	ADDQ         $0x000000e0, DI
 	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y6
+	VBROADCASTSS 532(DX), Y7
+	VBROADCASTSS 536(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       224(DI), Y6, Y3
+	VMULPS       256(DI), Y7, Y4
+	VMULPS       288(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y6
+	VBROADCASTSS 20(R8), Y7
+	VBROADCASTSS 24(R8), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
 	DECQ         R12
-	JNZ          vone
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y3
+	VBROADCASTSS 532(DX), Y4
+	VBROADCASTSS 536(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y3
+	VBROADCASTSS 20(R8), Y4
+	VBROADCASTSS 24(R8), Y5
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
 	VZEROUPPER
 	RET
 
 // func attendF16AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·attendF16AVX2x8(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x04, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-single:
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -16505,1194 +17841,1625 @@ single:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x04, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R9
+	SUBQ       $0x00000080, R12
 
-kpf1:
-	VCVTPH2PS    (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
-	VFMADD231PS  192(R8), Y14, Y6
-	VFMADD231PS  224(R8), Y14, Y7
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x10, AX
 	ADDQ         $0x00000100, R8
 	DECQ         R11
-	JNZ          chunk1
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 384(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 448(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 48(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-	VPBROADCASTD 20(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 320(DX), Y4, Y0
-	VBLENDVPS    Y2, 352(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 20(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 320(DX)
-	VMOVUPS      Y1, 352(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       52(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 52(R8)
-	VMOVSS       X5, 20(R8)
-	VMOVSS       X9, 532(DX)
-	VPBROADCASTD 24(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 384(DX), Y4, Y0
-	VBLENDVPS    Y2, 416(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 24(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 384(DX)
-	VMOVUPS      Y1, 416(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       56(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 56(R8)
-	VMOVSS       X5, 24(R8)
-	VMOVSS       X9, 536(DX)
-	VPBROADCASTD 28(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 448(DX), Y4, Y0
-	VBLENDVPS    Y2, 480(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 28(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 448(DX)
-	VMOVUPS      Y1, 480(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       60(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 60(R8)
-	VMOVSS       X5, 28(R8)
-	VMOVSS       X9, 540(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x04, R12
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
 
-vone:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y8
-	VMULPS       Y8, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y8
-	VMULPS       Y8, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 532(DX), Y8
-	VMULPS       Y8, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 536(DX), Y8
-	VMULPS       Y8, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 540(DX), Y8
-	VMULPS       Y8, Y7, Y7
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	ADDQ       $0x00000080, R10
 	SUBQ       $0x00000080, SI
 
-vpf1:
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
 	VCVTPH2PS    (BX), Y15
-	VBROADCASTSS (DX)(R8*4), Y8
 	VFMADD231PS  Y8, Y15, Y0
-	VBROADCASTSS 64(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y1
-	VBROADCASTSS 128(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y2
-	VBROADCASTSS 192(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y3
-	VBROADCASTSS 256(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y4
-	VBROADCASTSS 320(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y5
-	VBROADCASTSS 384(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y6
-	VBROADCASTSS 448(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y7
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
 	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VBROADCASTSS 536(DX), Y10
+	VBROADCASTSS 540(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VBROADCASTSS 24(R8), Y10
+	VBROADCASTSS 28(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
 	DECQ         R12
-	JNZ          vone
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y4
+	VBROADCASTSS 532(DX), Y5
+	VBROADCASTSS 536(DX), Y6
+	VBROADCASTSS 540(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y4
+	VBROADCASTSS 20(R8), Y5
+	VBROADCASTSS 24(R8), Y6
+	VBROADCASTSS 28(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
 	VZEROUPPER
 	RET
 
 // func attendF32AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·attendF32AVX2x1(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-group:
-	CMPQ   CX, $0x08
-	JL     single
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	LEAQ   (BX)(R13*2), R12
-	ADDQ   R13, R12
-	MOVQ   SI, R8
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpfP:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VMOVUPS      (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y1
-	VMOVUPS      (AX)(R13*2), Y14
-	VFMADD231PS  (R8), Y14, Y2
-	VMOVUPS      (BX), Y15
-	VFMADD231PS  (R8), Y15, Y3
-	VMOVUPS      (BX)(R13*1), Y14
-	VFMADD231PS  (R8), Y14, Y4
-	VMOVUPS      (BX)(R13*2), Y15
-	VFMADD231PS  (R8), Y15, Y5
-	VMOVUPS      (R12), Y14
-	VFMADD231PS  (R8), Y14, Y6
-	VMOVUPS      (R12)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y7
+kpfPr0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (AX)(R13*1), Y5
+	VMOVUPS      (AX)(R13*2), Y6
+	VMOVUPS      (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
 	ADDQ         $0x20, AX
 	ADDQ         $0x20, BX
-	ADDQ         $0x20, R12
 	ADDQ         $0x00000020, R8
 	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 4(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 8(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 12(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 16(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 20(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 24(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 28(DX)
-	ADDQ         $0x20, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x08, CX
-	JMP          group
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 32(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 64(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
 	VXORPS Y0, Y0, Y0
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
+kpf1r0:
+	VMOVUPS      (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
 	ADDQ         $0x20, AX
 	ADDQ         $0x00000020, R8
 	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
 
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x07, R9
-	SHRQ  $0x03, R12
-	JZ    vtail
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr0
 
-vgroup:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y7, Y7
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y8, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y8, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y8, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y8, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vposG:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpfG
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -17700,8 +19467,8 @@ vposG:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y8
+vpfGr0:
+	VBROADCASTSS (R8), Y8
 	VMOVUPS      (BX), Y15
 	VFMADD231PS  Y8, Y15, Y0
 	VMOVUPS      32(BX), Y14
@@ -17719,9 +19486,9 @@ vpfG:
 	VMOVUPS      224(BX), Y14
 	VFMADD231PS  Y8, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
@@ -17732,24 +19499,24 @@ vpfG:
 	VMOVUPS      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000100, R11
-	DECQ         R12
-	JNZ          vgroup
+	DECQ         R9
+	JNZ          vgroupr0
 
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
 
-vone:
-	VMOVUPS      (DI), Y0
+voner0:
 	VBROADCASTSS 512(DX), Y1
-	VMULPS       Y1, Y0, Y0
+	VMULPS       (DI), Y1, Y0
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vpos1r0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpf1r0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -17757,45 +19524,44 @@ vpos1:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y1
+vpf1r0:
+	VBROADCASTSS (R8), Y1
 	VMOVUPS      (BX), Y15
 	VFMADD231PS  Y1, Y15, Y0
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
 	VMOVUPS      Y0, (DI)
 	ADDQ         $0x00000020, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
-	JNZ          vone
+	DECQ         R9
+	JNZ          voner0
 
-done:
+vdoner0:
 	VZEROUPPER
 	RET
 
 // func attendF32AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·attendF32AVX2x2(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-group:
-	CMPQ   CX, $0x04
-	JL     single
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -17804,384 +19570,633 @@ group:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	MOVQ   SI, R8
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpfP:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VMOVUPS      (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y2
-	VFMADD231PS  32(R8), Y15, Y3
-	VMOVUPS      (AX)(R13*2), Y14
-	VFMADD231PS  (R8), Y14, Y4
-	VFMADD231PS  32(R8), Y14, Y5
-	VMOVUPS      (BX), Y15
-	VFMADD231PS  (R8), Y15, Y6
-	VFMADD231PS  32(R8), Y15, Y7
+kpfPr0:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (AX)(R13*2), Y10
+	VMOVUPS      (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
 	ADDQ         $0x20, AX
 	ADDQ         $0x20, BX
 	ADDQ         $0x00000040, R8
 	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 4(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 68(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 8(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 72(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 12(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 76(DX)
-	ADDQ         $0x10, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x04, CX
-	JMP          group
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 32(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 64(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
+kpf1r0:
+	VMOVUPS      (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
 	ADDQ         $0x20, AX
 	ADDQ         $0x00000040, R8
 	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
 
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x03, R9
-	SHRQ  $0x02, R12
-	JZ    vtail
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr0
 
-vgroup:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y7, Y7
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y9, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y9, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vposG:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpfG
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -18189,9 +20204,9 @@ vposG:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y8
-	VBROADCASTSS 64(DX)(R8*4), Y9
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
 	VMOVUPS      (BX), Y15
 	VFMADD231PS  Y8, Y15, Y0
 	VFMADD231PS  Y9, Y15, Y1
@@ -18205,9 +20220,9 @@ vpfG:
 	VFMADD231PS  Y8, Y14, Y6
 	VFMADD231PS  Y9, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
@@ -18218,27 +20233,26 @@ vpfG:
 	VMOVUPS      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
-	JNZ          vgroup
+	DECQ         R9
+	JNZ          vgroupr0
 
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
 
-vone:
-	VMOVUPS      (DI), Y0
+voner0:
 	VBROADCASTSS 512(DX), Y2
-	VMULPS       Y2, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y3
-	VMULPS       Y3, Y1, Y1
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vpos1r0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpf1r0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -18246,48 +20260,784 @@ vpos1:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y2
-	VBROADCASTSS 64(DX)(R8*4), Y3
+vpf1r0:
+	VBROADCASTSS (R8), Y2
+	VBROADCASTSS 4(R8), Y3
 	VMOVUPS      (BX), Y15
 	VFMADD231PS  Y2, Y15, Y0
 	VFMADD231PS  Y3, Y15, Y1
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	ADDQ         $0x00000040, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
-	JNZ          vone
+	DECQ         R9
+	JNZ          voner0
 
-done:
+vdoner0:
 	VZEROUPPER
 	RET
 
 // func attendF32AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·attendF32AVX2x3(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-group:
-	CMPQ   CX, $0x04
-	JL     single
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y9
+	VMOVUPS      (AX)(R13*1), Y10
+	VMOVUPS      (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 32(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y6
+	VBROADCASTSS 516(DX), Y7
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y6, Y3
+	VMULPS       128(DI), Y7, Y4
+	VMULPS       160(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y6
+	VBROADCASTSS 4(R8), Y7
+	VBROADCASTSS 8(R8), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y3
+	VBROADCASTSS 516(DX), Y4
+	VBROADCASTSS 520(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y3
+	VBROADCASTSS 4(R8), Y4
+	VBROADCASTSS 8(R8), Y5
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x00000060, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x4(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -18300,1185 +21050,640 @@ group:
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
-	MOVQ   R10, AX
-	LEAQ   (AX)(R13*2), BX
-	ADDQ   R13, BX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpfP:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VMOVUPS      (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y3
-	VFMADD231PS  32(R8), Y15, Y4
-	VFMADD231PS  64(R8), Y15, Y5
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
 	VMOVUPS      (AX)(R13*2), Y14
-	VFMADD231PS  (R8), Y14, Y6
-	VFMADD231PS  32(R8), Y14, Y7
-	VFMADD231PS  64(R8), Y14, Y8
-	VMOVUPS      (BX), Y15
-	VFMADD231PS  (R8), Y15, Y9
-	VFMADD231PS  32(R8), Y15, Y10
-	VFMADD231PS  64(R8), Y15, Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x20, AX
-	ADDQ         $0x20, BX
-	ADDQ         $0x00000060, R8
+	ADDQ         $0x00000080, R8
 	DECQ         R11
-	JNZ          chunkP
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 4(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 68(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 132(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 8(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 72(DX)
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
-	VPERMILPS    $0x4e, X8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0xb1, X8, X12
-	VADDPS       X12, X8, X8
-	VMULSS       X13, X8, X8
-	VMOVSS       X8, 136(DX)
-	VEXTRACTF128 $0x01, Y9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0x4e, X9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0xb1, X9, X12
-	VADDPS       X12, X9, X9
-	VMULSS       X13, X9, X9
-	VMOVSS       X9, 12(DX)
-	VEXTRACTF128 $0x01, Y10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0x4e, X10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0xb1, X10, X12
-	VADDPS       X12, X10, X10
-	VMULSS       X13, X10, X10
-	VMOVSS       X10, 76(DX)
-	VEXTRACTF128 $0x01, Y11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0x4e, X11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0xb1, X11, X12
-	VADDPS       X12, X11, X11
-	VMULSS       X13, X11, X11
-	VMOVSS       X11, 140(DX)
-	ADDQ         $0x10, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x04, CX
-	JMP          group
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
-
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	PREFETCHT0 128(R14)
-	PREFETCHT0 192(R14)
-	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
-
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	ADDQ         $0x20, AX
-	ADDQ         $0x00000060, R8
-	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
-
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
-	MOVQ         s+64(FP), DX
-	MOVQ         ml+16(FP), R8
-	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
-	JZ    vtail
-
-vgroup:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y6
-	VMULPS       Y6, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y7
-	VMULPS       Y7, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 512(DX), Y6
-	VMULPS       Y6, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 516(DX), Y7
-	VMULPS       Y7, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y5, Y5
-	MOVQ         R11, BX
-	XORL         R8, R8
-
-vposG:
-	CMPQ       SI, $0x00
-	JLE        vpfG
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	PREFETCHT0 128(R10)
-	PREFETCHT0 192(R10)
-	ADDQ       $0x00000100, R10
-	SUBQ       $0x00000100, SI
-
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y6
-	VBROADCASTSS 64(DX)(R8*4), Y7
-	VBROADCASTSS 128(DX)(R8*4), Y8
-	VMOVUPS      (BX), Y15
-	VFMADD231PS  Y6, Y15, Y0
-	VFMADD231PS  Y7, Y15, Y1
-	VFMADD231PS  Y8, Y15, Y2
-	VMOVUPS      32(BX), Y14
-	VFMADD231PS  Y6, Y14, Y3
-	VFMADD231PS  Y7, Y14, Y4
-	VFMADD231PS  Y8, Y14, Y5
-	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
-	ADDQ         $0x000000c0, DI
-	ADDQ         $0x00000040, R11
-	DECQ         R12
-	JNZ          vgroup
-
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
-
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y3
-	VMULPS       Y3, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y4
-	VMULPS       Y4, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y5
-	VMULPS       Y5, Y2, Y2
-	MOVQ         R11, BX
-	XORL         R8, R8
-
-vpos1:
-	CMPQ       SI, $0x00
-	JLE        vpf1
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	PREFETCHT0 128(R10)
-	PREFETCHT0 192(R10)
-	ADDQ       $0x00000100, R10
-	SUBQ       $0x00000100, SI
-
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y3
-	VBROADCASTSS 64(DX)(R8*4), Y4
-	VBROADCASTSS 128(DX)(R8*4), Y5
-	VMOVUPS      (BX), Y15
-	VFMADD231PS  Y3, Y15, Y0
-	VFMADD231PS  Y4, Y15, Y1
-	VFMADD231PS  Y5, Y15, Y2
-	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	ADDQ         $0x00000060, DI
-	ADDQ         $0x00000020, R11
-	DECQ         R12
-	JNZ          vone
-
-done:
-	VZEROUPPER
-	RET
-
-// func attendF32AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·attendF32AVX2x4(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
-
-group:
-	CMPQ   CX, $0x02
-	JL     single
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpfP:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VMOVUPS      (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y4
-	VFMADD231PS  32(R8), Y15, Y5
-	VFMADD231PS  64(R8), Y15, Y6
-	VFMADD231PS  96(R8), Y15, Y7
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
 	ADDQ         $0x20, AX
 	ADDQ         $0x00000080, R8
 	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 4(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 68(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 132(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 196(DX)
-	ADDQ         $0x08, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x02, CX
-	JMP          group
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
-
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	PREFETCHT0 128(R14)
-	PREFETCHT0 192(R14)
-	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
-
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	ADDQ         $0x20, AX
-	ADDQ         $0x00000080, R8
-	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
-
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
-	JZ    vtail
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
 
-vgroup:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y1, Y1
-	VMOVUPS      64(DI), Y2
 	VBROADCASTSS 520(DX), Y10
-	VMULPS       Y10, Y2, Y2
-	VMOVUPS      96(DI), Y3
 	VBROADCASTSS 524(DX), Y11
-	VMULPS       Y11, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 516(DX), Y9
-	VMULPS       Y9, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 520(DX), Y10
-	VMULPS       Y10, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 524(DX), Y11
-	VMULPS       Y11, Y7, Y7
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y10, Y6
+	VMULPS       224(DI), Y11, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vposG:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpfG
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -19486,11 +21691,11 @@ vposG:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpfG:
-	VBROADCASTSS (DX)(R8*4), Y8
-	VBROADCASTSS 64(DX)(R8*4), Y9
-	VBROADCASTSS 128(DX)(R8*4), Y10
-	VBROADCASTSS 192(DX)(R8*4), Y11
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
 	VMOVUPS      (BX), Y15
 	VFMADD231PS  Y8, Y15, Y0
 	VFMADD231PS  Y9, Y15, Y1
@@ -19502,9 +21707,9 @@ vpfG:
 	VFMADD231PS  Y10, Y14, Y6
 	VFMADD231PS  Y11, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
@@ -19515,33 +21720,30 @@ vpfG:
 	VMOVUPS      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
-	JNZ          vgroup
+	DECQ         R9
+	JNZ          vgroupr0
 
-vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
-	JZ    done
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
 
-vone:
-	VMOVUPS      (DI), Y0
+voner0:
 	VBROADCASTSS 512(DX), Y4
-	VMULPS       Y4, Y0, Y0
-	VMOVUPS      32(DI), Y1
 	VBROADCASTSS 516(DX), Y5
-	VMULPS       Y5, Y1, Y1
-	VMOVUPS      64(DI), Y2
 	VBROADCASTSS 520(DX), Y6
-	VMULPS       Y6, Y2, Y2
-	VMOVUPS      96(DI), Y3
 	VBROADCASTSS 524(DX), Y7
-	VMULPS       Y7, Y3, Y3
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vpos1r0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpf1r0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -19549,781 +21751,53 @@ vpos1:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y4
-	VBROADCASTSS 64(DX)(R8*4), Y5
-	VBROADCASTSS 128(DX)(R8*4), Y6
-	VBROADCASTSS 192(DX)(R8*4), Y7
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
 	VMOVUPS      (BX), Y15
 	VFMADD231PS  Y4, Y15, Y0
 	VFMADD231PS  Y5, Y15, Y1
 	VFMADD231PS  Y6, Y15, Y2
 	VFMADD231PS  Y7, Y15, Y3
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
 	VMOVUPS      Y3, 96(DI)
 	ADDQ         $0x00000080, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
-	JNZ          vone
+	DECQ         R9
+	JNZ          voner0
 
-done:
+vdoner0:
 	VZEROUPPER
 	RET
 
 // func attendF32AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·attendF32AVX2x5(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
-
-group:
-	CMPQ   CX, $0x02
-	JL     single
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
-
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	PREFETCHT0 128(R14)
-	PREFETCHT0 192(R14)
-	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
-
-kpfP:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VMOVUPS      (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y5
-	VFMADD231PS  32(R8), Y15, Y6
-	VFMADD231PS  64(R8), Y15, Y7
-	VFMADD231PS  96(R8), Y15, Y8
-	VFMADD231PS  128(R8), Y15, Y9
-	ADDQ         $0x20, AX
-	ADDQ         $0x000000a0, R8
-	DECQ         R11
-	JNZ          chunkP
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 4(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 68(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 132(DX)
-	VEXTRACTF128 $0x01, Y8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0x4e, X8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0xb1, X8, X12
-	VADDPS       X12, X8, X8
-	VMULSS       X13, X8, X8
-	VMOVSS       X8, 196(DX)
-	VEXTRACTF128 $0x01, Y9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0x4e, X9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0xb1, X9, X12
-	VADDPS       X12, X9, X9
-	VMULSS       X13, X9, X9
-	VMOVSS       X9, 260(DX)
-	ADDQ         $0x08, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x02, CX
-	JMP          group
-
-single:
-	TESTQ  CX, CX
-	JZ     scored
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
-
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	PREFETCHT0 128(R14)
-	PREFETCHT0 192(R14)
-	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
-
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	ADDQ         $0x20, AX
-	ADDQ         $0x000000a0, R8
-	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
-
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
-	MOVQ         s+64(FP), DX
-	MOVQ         ml+16(FP), R8
-	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
 	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
+	MOVQ  cnt+48(FP), SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
 
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y5
-	VMULPS       Y5, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y6
-	VMULPS       Y6, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y7
-	VMULPS       Y7, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y8
-	VMULPS       Y8, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y9
-	VMULPS       Y9, Y4, Y4
-	MOVQ         R11, BX
-	XORL         R8, R8
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
-vpos1:
-	CMPQ       SI, $0x00
-	JLE        vpf1
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	PREFETCHT0 128(R10)
-	PREFETCHT0 192(R10)
-	ADDQ       $0x00000100, R10
-	SUBQ       $0x00000100, SI
-
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y5
-	VBROADCASTSS 64(DX)(R8*4), Y6
-	VBROADCASTSS 128(DX)(R8*4), Y7
-	VBROADCASTSS 192(DX)(R8*4), Y8
-	VBROADCASTSS 256(DX)(R8*4), Y9
-	VMOVUPS      (BX), Y15
-	VFMADD231PS  Y5, Y15, Y0
-	VFMADD231PS  Y6, Y15, Y1
-	VFMADD231PS  Y7, Y15, Y2
-	VFMADD231PS  Y8, Y15, Y3
-	VFMADD231PS  Y9, Y15, Y4
-	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	ADDQ         $0x000000a0, DI
-	ADDQ         $0x00000020, R11
-	DECQ         R12
-	JNZ          vone
-	VZEROUPPER
-	RET
-
-// func attendF32AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·attendF32AVX2x6(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
-
-group:
-	CMPQ   CX, $0x02
-	JL     single
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -20336,783 +21810,758 @@ group:
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunkP:
-	CMPQ       R9, $0x00
-	JLE        kpfP
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpfP:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
-	VMOVUPS      (AX)(R13*1), Y15
-	VFMADD231PS  (R8), Y15, Y6
-	VFMADD231PS  32(R8), Y15, Y7
-	VFMADD231PS  64(R8), Y15, Y8
-	VFMADD231PS  96(R8), Y15, Y9
-	VFMADD231PS  128(R8), Y15, Y10
-	VFMADD231PS  160(R8), Y15, Y11
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x20, AX
-	ADDQ         $0x000000c0, R8
+	ADDQ         $0x000000a0, R8
 	DECQ         R11
-	JNZ          chunkP
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 4(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 68(DX)
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
-	VPERMILPS    $0x4e, X8, X12
-	VADDPS       X12, X8, X8
-	VPERMILPS    $0xb1, X8, X12
-	VADDPS       X12, X8, X8
-	VMULSS       X13, X8, X8
-	VMOVSS       X8, 132(DX)
-	VEXTRACTF128 $0x01, Y9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0x4e, X9, X12
-	VADDPS       X12, X9, X9
-	VPERMILPS    $0xb1, X9, X12
-	VADDPS       X12, X9, X9
-	VMULSS       X13, X9, X9
-	VMOVSS       X9, 196(DX)
-	VEXTRACTF128 $0x01, Y10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0x4e, X10, X12
-	VADDPS       X12, X10, X10
-	VPERMILPS    $0xb1, X10, X12
-	VADDPS       X12, X10, X10
-	VMULSS       X13, X10, X10
-	VMOVSS       X10, 260(DX)
-	VEXTRACTF128 $0x01, Y11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0x4e, X11, X12
-	VADDPS       X12, X11, X11
-	VPERMILPS    $0xb1, X11, X12
-	VADDPS       X12, X11, X11
-	VMULSS       X13, X11, X11
-	VMOVSS       X11, 324(DX)
-	ADDQ         $0x08, DX
-	ADDQ         R13, R10
-	ADDQ         R13, R10
-	SUBQ         $0x02, CX
-	JMP          group
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
 	ADDQ         $0x20, AX
-	ADDQ         $0x000000c0, R8
+	ADDQ         $0x000000a0, R8
 	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
 
-scored:
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (AX)(R13*1), Y5
+	VMOVUPS      (AX)(R13*2), Y6
+	VMOVUPS      (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 48(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 80(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-	VPBROADCASTD 20(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 320(DX), Y4, Y0
-	VBLENDVPS    Y2, 352(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 20(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 320(DX)
-	VMOVUPS      Y1, 352(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       52(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 52(R8)
-	VMOVSS       X5, 20(R8)
-	VMOVSS       X9, 532(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
 
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y6
-	VMULPS       Y6, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y7
-	VMULPS       Y7, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y9
-	VMULPS       Y9, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y10
-	VMULPS       Y10, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 532(DX), Y11
-	VMULPS       Y11, Y5, Y5
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       160(DI), Y8, Y4
+	VMULPS       192(DI), Y9, Y5
+	VMULPS       224(DI), Y10, Y6
+	VMULPS       256(DI), Y11, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -21120,791 +22569,175 @@ vpos1:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y6
-	VBROADCASTSS 64(DX)(R8*4), Y7
-	VBROADCASTSS 128(DX)(R8*4), Y8
-	VBROADCASTSS 192(DX)(R8*4), Y9
-	VBROADCASTSS 256(DX)(R8*4), Y10
-	VBROADCASTSS 320(DX)(R8*4), Y11
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
 	VMOVUPS      (BX), Y15
-	VFMADD231PS  Y6, Y15, Y0
-	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 160(DI)
+	VMOVUPS      Y5, 192(DI)
+	VMOVUPS      Y6, 224(DI)
+	VMOVUPS      Y7, 256(DI)
+	ADDQ         $0x00000140, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VMULPS       (DI), Y8, Y0
+	VMULPS       160(DI), Y8, Y1
+	VMULPS       320(DI), Y8, Y2
+	VMULPS       480(DI), Y8, Y3
+	VMULPS       640(DI), Y8, Y4
+	VMULPS       800(DI), Y8, Y5
+	VMULPS       960(DI), Y8, Y6
+	VMULPS       1120(DI), Y8, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VMOVUPS      64(BX), Y15
 	VFMADD231PS  Y8, Y15, Y2
-	VFMADD231PS  Y9, Y15, Y3
-	VFMADD231PS  Y10, Y15, Y4
-	VFMADD231PS  Y11, Y15, Y5
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VMOVUPS      128(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VMOVUPS      160(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VMOVUPS      192(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VMOVUPS      224(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
-	ADDQ         $0x000000c0, DI
-	ADDQ         $0x00000020, R11
+	ADDQ         $0x20, R8
 	DECQ         R12
-	JNZ          vone
-	VZEROUPPER
-	RET
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 160(DI)
+	VMOVUPS      Y2, 320(DI)
+	VMOVUPS      Y3, 480(DI)
+	VMOVUPS      Y4, 640(DI)
+	VMOVUPS      Y5, 800(DI)
+	VMOVUPS      Y6, 960(DI)
+	VMOVUPS      Y7, 1120(DI)
+	ADDQ         $0x00000500, DI
+	ADDQ         $0x00000100, R11
+	DECQ         R9
+	JNZ          vgroupr4
 
-// func attendF32AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·attendF32AVX2x7(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
 
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
-
-single:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
-
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
-	PREFETCHT0 (R14)
-	PREFETCHT0 64(R14)
-	PREFETCHT0 128(R14)
-	PREFETCHT0 192(R14)
-	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
-
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
-	VFMADD231PS  192(R8), Y14, Y6
-	ADDQ         $0x20, AX
-	ADDQ         $0x000000e0, R8
-	DECQ         R11
-	JNZ          chunk1
-	VEXTRACTF128 $0x01, Y0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
-	VEXTRACTF128 $0x01, Y4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 384(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
-
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
-	MOVQ         s+64(FP), DX
-	MOVQ         ml+16(FP), R8
-	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-	VPBROADCASTD 20(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 320(DX), Y4, Y0
-	VBLENDVPS    Y2, 352(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 20(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 320(DX)
-	VMOVUPS      Y1, 352(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       52(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 52(R8)
-	VMOVSS       X5, 20(R8)
-	VMOVSS       X9, 532(DX)
-	VPBROADCASTD 24(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 384(DX), Y4, Y0
-	VBLENDVPS    Y2, 416(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 24(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 384(DX)
-	VMOVUPS      Y1, 416(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       56(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 56(R8)
-	VMOVSS       X5, 24(R8)
-	VMOVSS       X9, 536(DX)
-
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-
-vone:
-	VMOVUPS      (DI), Y0
-	VBROADCASTSS 512(DX), Y7
-	VMULPS       Y7, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y8
-	VMULPS       Y8, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y9
-	VMULPS       Y9, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y10
-	VMULPS       Y10, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y11
-	VMULPS       Y11, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 532(DX), Y12
-	VMULPS       Y12, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 536(DX), Y13
-	VMULPS       Y13, Y6, Y6
+voner4:
+	VBROADCASTSS 528(DX), Y1
+	VMULPS       (DI), Y1, Y0
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vpos1r4:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpf1r4
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -21912,59 +22745,44 @@ vpos1:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpf1:
-	VBROADCASTSS (DX)(R8*4), Y7
-	VBROADCASTSS 64(DX)(R8*4), Y8
-	VBROADCASTSS 128(DX)(R8*4), Y9
-	VBROADCASTSS 192(DX)(R8*4), Y10
-	VBROADCASTSS 256(DX)(R8*4), Y11
-	VBROADCASTSS 320(DX)(R8*4), Y12
-	VBROADCASTSS 384(DX)(R8*4), Y13
+vpf1r4:
+	VBROADCASTSS 16(R8), Y1
 	VMOVUPS      (BX), Y15
-	VFMADD231PS  Y7, Y15, Y0
-	VFMADD231PS  Y8, Y15, Y1
-	VFMADD231PS  Y9, Y15, Y2
-	VFMADD231PS  Y10, Y15, Y3
-	VFMADD231PS  Y11, Y15, Y4
-	VFMADD231PS  Y12, Y15, Y5
-	VFMADD231PS  Y13, Y15, Y6
+	VFMADD231PS  Y1, Y15, Y0
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      Y6, 192(DI)
-	ADDQ         $0x000000e0, DI
-	ADDQ         $0x00000020, R11
+	ADDQ         $0x20, R8
 	DECQ         R12
-	JNZ          vone
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// func attendF32AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·attendF32AVX2x8(SB), NOSPLIT, $0-96
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
-	SHLQ         $0x05, R13
-	VBROADCASTSS scale+56(FP), Y13
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
+TEXT ·attendF32AVX2x6(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
 	MOVQ  kn+80(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
 
-single:
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -21973,831 +22791,774 @@ single:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   R10, AX
-	MOVQ   SI, R8
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
 	MOVQ   R13, R11
 	SHRQ   $0x05, R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R12
 
-kpf1:
-	VMOVUPS      (AX), Y14
-	VFMADD231PS  (R8), Y14, Y0
-	VFMADD231PS  32(R8), Y14, Y1
-	VFMADD231PS  64(R8), Y14, Y2
-	VFMADD231PS  96(R8), Y14, Y3
-	VFMADD231PS  128(R8), Y14, Y4
-	VFMADD231PS  160(R8), Y14, Y5
-	VFMADD231PS  192(R8), Y14, Y6
-	VFMADD231PS  224(R8), Y14, Y7
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
 	ADDQ         $0x20, AX
-	ADDQ         $0x00000100, R8
+	ADDQ         $0x000000c0, R8
 	DECQ         R11
-	JNZ          chunk1
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
-	VPERMILPS    $0x4e, X0, X12
-	VADDPS       X12, X0, X0
-	VPERMILPS    $0xb1, X0, X12
-	VADDPS       X12, X0, X0
-	VMULSS       X13, X0, X0
-	VMOVSS       X0, (DX)
-	VEXTRACTF128 $0x01, Y1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0x4e, X1, X12
-	VADDPS       X12, X1, X1
-	VPERMILPS    $0xb1, X1, X12
-	VADDPS       X12, X1, X1
-	VMULSS       X13, X1, X1
-	VMOVSS       X1, 64(DX)
-	VEXTRACTF128 $0x01, Y2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0x4e, X2, X12
-	VADDPS       X12, X2, X2
-	VPERMILPS    $0xb1, X2, X12
-	VADDPS       X12, X2, X2
-	VMULSS       X13, X2, X2
-	VMOVSS       X2, 128(DX)
-	VEXTRACTF128 $0x01, Y3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0x4e, X3, X12
-	VADDPS       X12, X3, X3
-	VPERMILPS    $0xb1, X3, X12
-	VADDPS       X12, X3, X3
-	VMULSS       X13, X3, X3
-	VMOVSS       X3, 192(DX)
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
-	VPERMILPS    $0x4e, X4, X12
-	VADDPS       X12, X4, X4
-	VPERMILPS    $0xb1, X4, X12
-	VADDPS       X12, X4, X4
-	VMULSS       X13, X4, X4
-	VMOVSS       X4, 256(DX)
-	VEXTRACTF128 $0x01, Y5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0x4e, X5, X12
-	VADDPS       X12, X5, X5
-	VPERMILPS    $0xb1, X5, X12
-	VADDPS       X12, X5, X5
-	VMULSS       X13, X5, X5
-	VMOVSS       X5, 320(DX)
-	VEXTRACTF128 $0x01, Y6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0x4e, X6, X12
-	VADDPS       X12, X6, X6
-	VPERMILPS    $0xb1, X6, X12
-	VADDPS       X12, X6, X6
-	VMULSS       X13, X6, X6
-	VMOVSS       X6, 384(DX)
-	VEXTRACTF128 $0x01, Y7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0x4e, X7, X12
-	VADDPS       X12, X7, X7
-	VPERMILPS    $0xb1, X7, X12
-	VADDPS       X12, X7, X7
-	VMULSS       X13, X7, X7
-	VMOVSS       X7, 448(DX)
-	ADDQ         $0x04, DX
-	ADDQ         R13, R10
-	DECQ         CX
-	JNZ          single
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
 
-	// Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (AX)(R13*2), Y10
+	VMOVUPS      (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 48(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 80(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ         s+64(FP), DX
 	MOVQ         ml+16(FP), R8
 	MOVQ         lim+72(FP), AX
-	VMOVUPS      exp8_neg_inf<>+0(SB), Y4
-	VPBROADCASTD (AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, (DX), Y4, Y0
-	VBLENDVPS    Y2, 32(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS (R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, (DX)
-	VMOVUPS      Y1, 32(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       32(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 32(R8)
-	VMOVSS       X5, (R8)
-	VMOVSS       X9, 512(DX)
-	VPBROADCASTD 4(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 64(DX), Y4, Y0
-	VBLENDVPS    Y2, 96(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 4(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 64(DX)
-	VMOVUPS      Y1, 96(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       36(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 36(R8)
-	VMOVSS       X5, 4(R8)
-	VMOVSS       X9, 516(DX)
-	VPBROADCASTD 8(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 128(DX), Y4, Y0
-	VBLENDVPS    Y2, 160(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 8(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 128(DX)
-	VMOVUPS      Y1, 160(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       40(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 40(R8)
-	VMOVSS       X5, 8(R8)
-	VMOVSS       X9, 520(DX)
-	VPBROADCASTD 12(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 192(DX), Y4, Y0
-	VBLENDVPS    Y2, 224(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 12(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 192(DX)
-	VMOVUPS      Y1, 224(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       44(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 44(R8)
-	VMOVSS       X5, 12(R8)
-	VMOVSS       X9, 524(DX)
-	VPBROADCASTD 16(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 256(DX), Y4, Y0
-	VBLENDVPS    Y2, 288(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 16(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 256(DX)
-	VMOVUPS      Y1, 288(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       48(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 48(R8)
-	VMOVSS       X5, 16(R8)
-	VMOVSS       X9, 528(DX)
-	VPBROADCASTD 20(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 320(DX), Y4, Y0
-	VBLENDVPS    Y2, 352(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 20(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 320(DX)
-	VMOVUPS      Y1, 352(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       52(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 52(R8)
-	VMOVSS       X5, 20(R8)
-	VMOVSS       X9, 532(DX)
-	VPBROADCASTD 24(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 384(DX), Y4, Y0
-	VBLENDVPS    Y2, 416(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 24(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 384(DX)
-	VMOVUPS      Y1, 416(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       56(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 56(R8)
-	VMOVSS       X5, 24(R8)
-	VMOVSS       X9, 536(DX)
-	VPBROADCASTD 28(AX), Y2
-	VPCMPGTD     attn_lane_iota<>+0(SB), Y2, Y3
-	VPCMPGTD     attn_lane_iota<>+32(SB), Y2, Y2
-	VBLENDVPS    Y3, 448(DX), Y4, Y0
-	VBLENDVPS    Y2, 480(DX), Y4, Y1
-	VMAXPS       Y1, Y0, Y5
-	VEXTRACTF128 $0x01, Y5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0x4e, X5, X6
-	VMAXPS       X6, X5, X5
-	VPERMILPS    $0xb1, X5, X6
-	VMAXPS       X6, X5, X5
-	VBROADCASTSS X5, Y5
-	VBROADCASTSS 28(R8), Y9
-	VMAXPS       Y5, Y9, Y5
-	VSUBPS       Y5, Y9, Y9
-	VSUBPS       Y5, Y0, Y0
-	VSUBPS       Y5, Y1, Y1
-	VMAXPS       exp8_min<>+0(SB), Y9, Y9
-	VMULPS       exp8_log2e<>+0(SB), Y9, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y9
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y9
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y9, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y9
-	VMAXPS       exp8_min<>+0(SB), Y0, Y0
-	VMULPS       exp8_log2e<>+0(SB), Y0, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y0
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y0
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y0, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y0
-	VMAXPS       exp8_min<>+0(SB), Y1, Y1
-	VMULPS       exp8_log2e<>+0(SB), Y1, Y7
-	VROUNDPS     $0x00, Y7, Y7
-	VFNMADD231PS exp8_c1<>+0(SB), Y7, Y1
-	VFNMADD231PS exp8_c2<>+0(SB), Y7, Y1
-	VMOVUPS      exp8_p0<>+0(SB), Y8
-	VFMADD213PS  exp8_p1<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p2<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p3<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p4<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_p5<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VFMADD213PS  exp8_one<>+0(SB), Y1, Y8
-	VCVTPS2DQ    Y7, Y7
-	VPSLLD       $0x17, Y7, Y7
-	VPADDD       exp8_one<>+0(SB), Y7, Y7
-	VMULPS       Y7, Y8, Y1
-	VANDPS       Y3, Y0, Y0
-	VANDPS       Y2, Y1, Y1
-	VMOVUPS      Y0, 448(DX)
-	VMOVUPS      Y1, 480(DX)
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0x4e, X0, X6
-	VADDPS       X6, X0, X0
-	VPERMILPS    $0xb1, X0, X6
-	VADDPS       X6, X0, X0
-	VMOVSS       60(R8), X10
-	VFMADD213SS  X0, X9, X10
-	VMOVSS       X10, 60(R8)
-	VMOVSS       X5, 28(R8)
-	VMOVSS       X9, 540(DX)
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.
-	MOVQ  cnt+48(FP), CX
-	MOVQ  acc+0(FP), DI
-	MOVQ  v+40(FP), R11
-	MOVQ  vn+88(FP), R10
-	MOVQ  CX, SI
-	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
 
-vone:
-	VMOVUPS      (DI), Y0
+vgroupr0:
 	VBROADCASTSS 512(DX), Y8
-	VMULPS       Y8, Y0, Y0
-	VMOVUPS      32(DI), Y1
-	VBROADCASTSS 516(DX), Y8
-	VMULPS       Y8, Y1, Y1
-	VMOVUPS      64(DI), Y2
-	VBROADCASTSS 520(DX), Y8
-	VMULPS       Y8, Y2, Y2
-	VMOVUPS      96(DI), Y3
-	VBROADCASTSS 524(DX), Y8
-	VMULPS       Y8, Y3, Y3
-	VMOVUPS      128(DI), Y4
-	VBROADCASTSS 528(DX), Y8
-	VMULPS       Y8, Y4, Y4
-	VMOVUPS      160(DI), Y5
-	VBROADCASTSS 532(DX), Y8
-	VMULPS       Y8, Y5, Y5
-	VMOVUPS      192(DI), Y6
-	VBROADCASTSS 536(DX), Y8
-	VMULPS       Y8, Y6, Y6
-	VMOVUPS      224(DI), Y7
-	VBROADCASTSS 540(DX), Y8
-	VMULPS       Y8, Y7, Y7
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       192(DI), Y8, Y4
+	VMULPS       224(DI), Y9, Y5
+	VMULPS       256(DI), Y10, Y6
+	VMULPS       288(DI), Y11, Y7
 	MOVQ         R11, BX
-	XORL         R8, R8
+	MOVQ         DX, R8
+	MOVQ         CX, R12
 
-vpos1:
+vposGr0:
 	CMPQ       SI, $0x00
-	JLE        vpf1
+	JLE        vpfGr0
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
 	PREFETCHT0 128(R10)
@@ -22805,39 +23566,2218 @@ vpos1:
 	ADDQ       $0x00000100, R10
 	SUBQ       $0x00000100, SI
 
-vpf1:
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
 	VMOVUPS      (BX), Y15
-	VBROADCASTSS (DX)(R8*4), Y8
 	VFMADD231PS  Y8, Y15, Y0
-	VBROADCASTSS 64(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y1
-	VBROADCASTSS 128(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y2
-	VBROADCASTSS 192(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y3
-	VBROADCASTSS 256(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y4
-	VBROADCASTSS 320(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y5
-	VBROADCASTSS 384(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y6
-	VBROADCASTSS 448(DX)(R8*4), Y8
-	VFMADD231PS  Y8, Y15, Y7
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
 	VMOVUPS      Y0, (DI)
 	VMOVUPS      Y1, 32(DI)
 	VMOVUPS      Y2, 64(DI)
 	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      Y4, 192(DI)
+	VMOVUPS      Y5, 224(DI)
+	VMOVUPS      Y6, 256(DI)
+	VMOVUPS      Y7, 288(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       192(DI), Y8, Y2
+	VMULPS       224(DI), Y9, Y3
+	VMULPS       384(DI), Y8, Y4
+	VMULPS       416(DI), Y9, Y5
+	VMULPS       576(DI), Y8, Y6
+	VMULPS       608(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VMOVUPS      64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 384(DI)
+	VMOVUPS      Y5, 416(DI)
+	VMOVUPS      Y6, 576(DI)
+	VMOVUPS      Y7, 608(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y2
+	VBROADCASTSS 532(DX), Y3
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y2
+	VBROADCASTSS 20(R8), Y3
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x7(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y9
+	VMOVUPS      (AX)(R13*1), Y10
+	VMOVUPS      (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 48(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       224(DI), Y8, Y4
+	VMULPS       256(DI), Y9, Y5
+	VMULPS       288(DI), Y10, Y6
+	VMULPS       320(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 224(DI)
+	VMOVUPS      Y5, 256(DI)
+	VMOVUPS      Y6, 288(DI)
+	VMOVUPS      Y7, 320(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y6
+	VBROADCASTSS 532(DX), Y7
+	VBROADCASTSS 536(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       224(DI), Y6, Y3
+	VMULPS       256(DI), Y7, Y4
+	VMULPS       288(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y6
+	VBROADCASTSS 20(R8), Y7
+	VBROADCASTSS 24(R8), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y3
+	VBROADCASTSS 532(DX), Y4
+	VBROADCASTSS 536(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y3
+	VBROADCASTSS 20(R8), Y4
+	VBROADCASTSS 24(R8), Y5
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x8(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 48(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VBROADCASTSS 536(DX), Y10
+	VBROADCASTSS 540(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VBROADCASTSS 24(R8), Y10
+	VBROADCASTSS 28(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
 	DECQ         R12
-	JNZ          vone
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y4
+	VBROADCASTSS 532(DX), Y5
+	VBROADCASTSS 536(DX), Y6
+	VBROADCASTSS 540(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y4
+	VBROADCASTSS 20(R8), Y5
+	VBROADCASTSS 24(R8), Y6
+	VBROADCASTSS 28(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
 	VZEROUPPER
 	RET

@@ -392,27 +392,13 @@ func vexp8(x, n, t reg.VecPhysical) {
 	VMULPS(n, t, x)
 }
 
-// hreduce8 leaves in the low lane of x the max (max=true) or sum of the 8
-// lanes of y (x is y's xmm view), using t as a temporary.
-func hreduce8(y, t reg.VecPhysical, max bool) {
-	op := func(a, b, d Op) {
-		if max {
-			VMAXPS(a, b, d)
-		} else {
-			VADDPS(a, b, d)
-		}
-	}
-	x := y.AsX()
-	VEXTRACTF128(U8(1), y, t.AsX())
-	op(t.AsX(), x, x)
-	VPERMILPS(U8(0x4e), x, t.AsX())
-	op(t.AsX(), x, x)
-	VPERMILPS(U8(0xb1), x, t.AsX())
-	op(t.AsX(), x, x)
-}
-
 // genAttnBlock2 emits the AVX2 online-softmax update of nq query rows over
-// one block of cnt ≤ 16 cached positions.
+// one block of cnt ≤ 16 cached positions. Rows are taken in groups of up to
+// 4: the score loop keeps P keys of a chunk in registers and each row's
+// query chunk once, so every load feeds several FMAs; the softmax runs on
+// all 8 rows at once, one vector per position (scores are stored
+// position-major); the value loop keeps each position's row weights in
+// registers over G chunks of the head.
 func genAttnBlock2(nq int, f16 bool) {
 	t, ld, csz, csh := "F32", "f32", 32, uint8(5) // csz: bytes of 8 cached elements, csh its log2
 	if f16 {
@@ -424,30 +410,22 @@ func genAttnBlock2(nq int, f16 bool) {
 	Doc(fmt.Sprintf("%s advances the online softmax of %d query rows by cnt (1…16)", name, nq),
 		fmt.Sprintf("cached positions: k and v hold cnt rows of 8·nch %s elements.", ld),
 		"q and acc are chunk-interleaved: element 8i+j of row h is at [(i*nq+h)*8+j].",
-		"ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];",
-		"row h sees only the first lim[h] ≤ cnt positions (the rest are masked);",
-		"s is scratch of 8·16+8 floats. For each row h, over p < lim[h]:",
+		"ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]",
+		"for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for",
+		"h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:",
 		"",
 		"\tsc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')",
 		"\tl = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'",
 		"",
 		"Every row must see at least one position in its first call (m finite).",
 		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
-	ACC := Load(Param("acc"), reg.RDI)
-	Q := Load(Param("q"), reg.RSI)
-	NCH := Load(Param("nch"), reg.R9)
-	K := Load(Param("k"), reg.R10)
-	CNT := Load(Param("cnt"), reg.RCX)
-	S := Load(Param("s"), reg.RDX)
 	RS := reg.R13 // row stride of k and v in bytes
-	MOVQ(NCH, RS)
+	Load(Param("nch"), RS)
 	SHLQ(U8(csh), RS)
 	sc, err := Param("scale").Resolve()
 	if err != nil {
 		panic(err)
 	}
-	VBROADCASTSS(sc.Addr, reg.Y13)
-
 	load := func(m Mem, y reg.VecPhysical) {
 		if f16 {
 			VCVTPH2PS(m, y)
@@ -455,223 +433,254 @@ func genAttnBlock2(nq int, f16 bool) {
 			VMOVUPS(m, y)
 		}
 	}
-
-	Comment("Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.")
+	pfLines := 2 * csz / 16 // 2 (f16) or 4 (f32) lines per iteration
 	KN := Load(Param("kn"), reg.R14)
-	KREM := reg.R9
+	KREM := reg.R12
 	Load(Param("cnt"), KREM)
 	IMULQ(RS, KREM)
-	pfLines := 2 * csz / 16 // 2 (f16) or 4 (f32) lines per iteration
-	P := attn2Positions(nq)
-	scoreGroup := func(P int, sfx string) {
-		acc := func(p, h int) reg.VecPhysical { return Y(p*nq + h) }
-		for p := range P {
-			for h := range nq {
-				VXORPS(acc(p, h), acc(p, h), acc(p, h))
-			}
-		}
-		bases := []reg.Register{reg.RAX, reg.RBX, reg.R12}[:(P+2)/3]
-		for i, r := range bases {
-			if i == 0 {
-				MOVQ(K, r)
-			} else {
-				LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
-				ADDQ(RS, r)
-			}
-		}
-		MOVQ(Q, reg.R8)
-		MOVQ(RS, reg.R11)
-		SHRQ(U8(csh), reg.R11) // nch
-		Label("chunk" + sfx)
-		prefetch(KN, KREM, pfLines, "kpf"+sfx)
-		for p := range P {
-			ky := []reg.VecPhysical{reg.Y14, reg.Y15}[p%2]
-			load(xRowAddr(bases, RS, p, 0), ky)
-			for h := range nq {
-				VFMADD231PS(M(reg.R8, 32*h), ky, acc(p, h))
-			}
-		}
-		for _, r := range bases {
-			ADDQ(U8(csz), r)
-		}
-		ADDQ(U32(32*nq), reg.R8)
-		DECQ(reg.R11)
-		JNZ(LabelRef("chunk" + sfx))
-		for p := range P {
-			for h := range nq {
-				hreduce8(acc(p, h), reg.Y12, false)
-				VMULSS(reg.X13, acc(p, h).AsX(), acc(p, h).AsX())
-				VMOVSS(acc(p, h).AsX(), M(S, 64*h+4*p))
-			}
-		}
-		ADDQ(U8(4*P), S)
-		for range P {
-			ADDQ(RS, K)
-		}
-	}
-	if P > 1 {
-		Label("group")
-		CMPQ(CNT, U8(P))
-		JL(LabelRef("single"))
-		scoreGroup(P, "P")
-		SUBQ(U8(P), CNT)
-		JMP(LabelRef("group"))
-		Label("single")
-		TESTQ(CNT, CNT)
-		JZ(LabelRef("scored"))
-	} else {
-		Label("single")
-	}
-	scoreGroup(1, "1")
-	DECQ(CNT)
-	JNZ(LabelRef("single"))
-	Label("scored")
-
-	Comment("Softmax step per row over the 16 scores of s (positions ≥ lim[h] masked off).")
-	Load(Param("s"), S)
-	ML := Load(Param("ml"), reg.R8)
-	LIM := Load(Param("lim"), reg.RAX)
-	VMOVUPS(exp8.negInf, reg.Y4)
-	for h := range nq {
-		VPBROADCASTD(M(LIM, 4*h), reg.Y2)
-		VPCMPGTD(exp8.iota, reg.Y2, reg.Y3)            // lanes 0-7: p < lim
-		VPCMPGTD(exp8.iota.Offset(32), reg.Y2, reg.Y2) // lanes 8-15
-		VBLENDVPS(reg.Y3, M(S, 64*h), reg.Y4, reg.Y0)  // scores, -Inf where masked
-		VBLENDVPS(reg.Y2, M(S, 64*h+32), reg.Y4, reg.Y1)
-		VMAXPS(reg.Y1, reg.Y0, reg.Y5)
-		hreduce8(reg.Y5, reg.Y6, true)
-		VBROADCASTSS(reg.X5, reg.Y5)
-		VBROADCASTSS(M(ML, 4*h), reg.Y9) // m
-		VMAXPS(reg.Y5, reg.Y9, reg.Y5)   // m'
-		VSUBPS(reg.Y5, reg.Y9, reg.Y9)   // m - m'
-		VSUBPS(reg.Y5, reg.Y0, reg.Y0)   // sc - m'
-		VSUBPS(reg.Y5, reg.Y1, reg.Y1)
-		vexp8(reg.Y9, reg.Y7, reg.Y8) // c
-		vexp8(reg.Y0, reg.Y7, reg.Y8) // w
-		vexp8(reg.Y1, reg.Y7, reg.Y8)
-		VANDPS(reg.Y3, reg.Y0, reg.Y0)
-		VANDPS(reg.Y2, reg.Y1, reg.Y1)
-		VMOVUPS(reg.Y0, M(S, 64*h))
-		VMOVUPS(reg.Y1, M(S, 64*h+32))
-		VADDPS(reg.Y1, reg.Y0, reg.Y0)
-		hreduce8(reg.Y0, reg.Y6, false)
-		VMOVSS(M(ML, 32+4*h), reg.X10)
-		VFMADD213SS(reg.X0, reg.X9, reg.X10) // l = l·c + Σw
-		VMOVSS(reg.X10, M(ML, 32+4*h))
-		VMOVSS(reg.X5, M(ML, 4*h))
-		VMOVSS(reg.X9, M(S, 64*8+4*h))
-	}
-
-	Comment("acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 8-element chunks at a time.")
-	Load(Param("cnt"), CNT)
-	Load(Param("acc"), ACC)
-	V := Load(Param("v"), reg.R11)
-	G := attn2Chunks(nq)
-	hoist := G*nq+nq+1 <= 16 // the weights of a position stay in registers
 	VN := Load(Param("vn"), reg.R10)
 	VREM := reg.RSI
-	MOVQ(CNT, VREM)
+	Load(Param("cnt"), VREM)
 	IMULQ(RS, VREM)
-	valueGroup := func(G int, sfx string) {
-		acc := func(c, h int) reg.VecPhysical { return Y(c*nq + h) }
-		w := func(h int) reg.VecPhysical { // broadcast weight of row h
-			if hoist {
-				return Y(G*nq + h)
-			}
-			return Y(G * nq)
-		}
-		loads := []reg.VecPhysical{reg.Y15}
-		if G*nq+nq+2 <= 16 || !hoist {
-			loads = append(loads, reg.Y14)
-		}
-		for c := range G {
-			for h := range nq {
-				VMOVUPS(M(ACC, 32*(c*nq+h)), acc(c, h))
-				VBROADCASTSS(M(S, 64*8+4*h), w(h))
-				VMULPS(w(h), acc(c, h), acc(c, h))
-			}
-		}
-		MOVQ(V, reg.RBX)
-		XORL(reg.R8L, reg.R8L)
-		Label("vpos" + sfx)
-		prefetch(VN, VREM, pfLines, "vpf"+sfx)
-		wAt := func(h int) Mem { return Mem{Base: S, Index: reg.R8, Scale: 4, Disp: 64 * h} }
-		if hoist {
-			for h := range nq {
-				VBROADCASTSS(wAt(h), w(h))
-			}
-		}
-		for c := range G {
-			vy := loads[c%len(loads)]
-			load(M(reg.RBX, csz*c), vy)
-			for h := range nq {
-				if !hoist {
-					VBROADCASTSS(wAt(h), w(h))
+
+	Comment("Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.")
+	for h0 := 0; h0 < nq; h0 += 4 {
+		R := min(4, nq-h0)
+		P := attn2Positions(R)
+		K := Load(Param("k"), reg.RCX)
+		S := Load(Param("s"), reg.RDX)
+		CNT := Load(Param("cnt"), reg.R9)
+		scoreGroup := func(P int, sfx string) {
+			acc := func(p, h int) reg.VecPhysical { return Y(p*R + h) }
+			kreg := func(p int) reg.VecPhysical { return Y(R*P + p) }
+			for p := range P {
+				for h := range R {
+					VXORPS(acc(p, h), acc(p, h), acc(p, h))
 				}
-				VFMADD231PS(w(h), vy, acc(c, h))
+			}
+			bases := []reg.Register{reg.RAX, reg.RBX}[:(P+2)/3]
+			for i, r := range bases {
+				if i == 0 {
+					MOVQ(K, r)
+				} else {
+					LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
+					ADDQ(RS, r)
+				}
+			}
+			Load(Param("q"), reg.R8)
+			if h0 > 0 {
+				ADDQ(U32(32*h0), reg.R8)
+			}
+			MOVQ(RS, reg.R11)
+			SHRQ(U8(csh), reg.R11) // nch
+			Label("chunk" + sfx)
+			prefetch(KN, KREM, pfLines, "kpf"+sfx)
+			for p := range P {
+				load(xRowAddr(bases, RS, p, 0), kreg(p))
+			}
+			for h := range R {
+				VMOVUPS(M(reg.R8, 32*h), reg.Y15)
+				for p := range P {
+					VFMADD231PS(reg.Y15, kreg(p), acc(p, h))
+				}
+			}
+			for _, r := range bases {
+				ADDQ(U8(csz), r)
+			}
+			ADDQ(U32(32*nq), reg.R8)
+			DECQ(reg.R11)
+			JNZ(LabelRef("chunk" + sfx))
+			VBROADCASTSS(sc.Addr, reg.Y15)
+			for p := range P {
+				reduce4(acc, p, R, kreg(0))
+				VMULPS(reg.X15, acc(p, 0).AsX(), acc(p, 0).AsX())
+				VMOVUPS(acc(p, 0).AsX(), M(S, 32*p+4*h0))
+			}
+			ADDQ(U8(32*P), S)
+			for range P {
+				ADDQ(RS, K)
 			}
 		}
-		ADDQ(RS, reg.RBX)
-		INCQ(reg.R8)
-		CMPQ(reg.R8, CNT)
-		JL(LabelRef("vpos" + sfx))
-		for c := range G {
-			for h := range nq {
-				VMOVUPS(acc(c, h), M(ACC, 32*(c*nq+h)))
-			}
+		g := fmt.Sprintf("r%d", h0)
+		if P > 1 {
+			Label("group" + g)
+			CMPQ(CNT, U8(P))
+			JL(LabelRef("single" + g))
+			scoreGroup(P, "P"+g)
+			SUBQ(U8(P), CNT)
+			JMP(LabelRef("group" + g))
+			Label("single" + g)
+			TESTQ(CNT, CNT)
+			JZ(LabelRef("scored" + g))
+		} else {
+			Label("single" + g)
 		}
-		ADDQ(U32(32*G*nq), ACC)
-		ADDQ(U32(csz*G), V)
+		scoreGroup(1, "1"+g)
+		DECQ(CNT)
+		JNZ(LabelRef("single" + g))
+		Label("scored" + g)
 	}
-	MOVQ(RS, reg.R12)
-	SHRQ(U8(csh), reg.R12) // nch
-	if G > 1 {
-		MOVQ(reg.R12, reg.R9)
-		ANDQ(U8(G-1), reg.R9) // chunks left for the one-at-a-time loop
-		SHRQ(U8(log2(G)), reg.R12)
-		JZ(LabelRef("vtail"))
-		Label("vgroup")
-		valueGroup(G, "G")
-		DECQ(reg.R12)
-		JNZ(LabelRef("vgroup"))
-		Label("vtail")
-		MOVQ(reg.R9, reg.R12)
-		TESTQ(reg.R12, reg.R12)
-		JZ(LabelRef("done"))
+
+	Comment("Softmax step of all 8 rows at once, one vector of rows per position;")
+	Comment("position p of row h counts if p < lim[h].")
+	S := Load(Param("s"), reg.RDX)
+	ML := Load(Param("ml"), reg.R8)
+	LIM := Load(Param("lim"), reg.RAX)
+	VMOVDQU(M(LIM, 0), reg.Y8)          // lim
+	VMOVUPS(M(ML, 0), reg.Y9)           // m
+	VPCMPEQD(reg.Y11, reg.Y11, reg.Y11) // -1 in every lane
+	VMOVUPS(exp8.negInf, reg.Y12)
+	VMOVAPS(reg.Y9, reg.Y5)
+	VPXOR(reg.Y10, reg.Y10, reg.Y10) // p
+	for p := range 16 {
+		VPCMPGTD(reg.Y10, reg.Y8, reg.Y2) // p < lim
+		VBLENDVPS(reg.Y2, M(S, 32*p), reg.Y12, reg.Y3)
+		VMAXPS(reg.Y3, reg.Y5, reg.Y5)
+		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
 	}
-	Label("vone")
-	valueGroup(1, "1")
-	DECQ(reg.R12)
-	JNZ(LabelRef("vone"))
-	Label("done")
+	VMOVUPS(reg.Y5, M(ML, 0))      // m'
+	VSUBPS(reg.Y5, reg.Y9, reg.Y6) // m - m'
+	vexp8(reg.Y6, reg.Y0, reg.Y1)  // c
+	VMOVUPS(reg.Y6, M(S, 32*16))
+	VXORPS(reg.Y7, reg.Y7, reg.Y7) // Σw
+	VPXOR(reg.Y10, reg.Y10, reg.Y10)
+	for p := range 16 {
+		VPCMPGTD(reg.Y10, reg.Y8, reg.Y2)
+		VBLENDVPS(reg.Y2, M(S, 32*p), reg.Y12, reg.Y3)
+		VSUBPS(reg.Y5, reg.Y3, reg.Y3)
+		vexp8(reg.Y3, reg.Y0, reg.Y1)
+		VANDPS(reg.Y2, reg.Y3, reg.Y3)
+		VMOVUPS(reg.Y3, M(S, 32*p))
+		VADDPS(reg.Y3, reg.Y7, reg.Y7)
+		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
+	}
+	VMOVUPS(M(ML, 32), reg.Y4)
+	VFMADD213PS(reg.Y7, reg.Y6, reg.Y4) // l = l·c + Σw
+	VMOVUPS(reg.Y4, M(ML, 32))
+
+	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.")
+	for h0 := 0; h0 < nq; h0 += 4 {
+		R := min(4, nq-h0)
+		G := attn2Chunks(R)
+		ACC := Load(Param("acc"), reg.RDI)
+		if h0 > 0 {
+			ADDQ(U32(32*h0), ACC)
+		}
+		V := Load(Param("v"), reg.R11)
+		CNT := Load(Param("cnt"), reg.RCX)
+		valueGroup := func(G int, sfx string) {
+			acc := func(c, h int) reg.VecPhysical { return Y(c*R + h) }
+			w := func(h int) reg.VecPhysical { return Y(G*R + h) }
+			loads := []reg.VecPhysical{reg.Y15}
+			if G*R+R+2 <= 16 {
+				loads = append(loads, reg.Y14)
+			}
+			for h := range R {
+				VBROADCASTSS(M(S, 32*16+4*(h0+h)), w(h))
+			}
+			for c := range G {
+				for h := range R {
+					VMULPS(M(ACC, 32*(c*nq+h)), w(h), acc(c, h))
+				}
+			}
+			MOVQ(V, reg.RBX)
+			MOVQ(S, reg.R8)
+			MOVQ(CNT, reg.R12)
+			Label("vpos" + sfx)
+			prefetch(VN, VREM, pfLines, "vpf"+sfx)
+			for h := range R {
+				VBROADCASTSS(M(reg.R8, 4*(h0+h)), w(h))
+			}
+			for c := range G {
+				vy := loads[c%len(loads)]
+				load(M(reg.RBX, csz*c), vy)
+				for h := range R {
+					VFMADD231PS(w(h), vy, acc(c, h))
+				}
+			}
+			ADDQ(RS, reg.RBX)
+			ADDQ(U8(32), reg.R8)
+			DECQ(reg.R12)
+			JNZ(LabelRef("vpos" + sfx))
+			for c := range G {
+				for h := range R {
+					VMOVUPS(acc(c, h), M(ACC, 32*(c*nq+h)))
+				}
+			}
+			ADDQ(U32(32*G*nq), ACC)
+			ADDQ(U32(csz*G), V)
+		}
+		g := fmt.Sprintf("r%d", h0)
+		MOVQ(RS, reg.R9)
+		SHRQ(U8(csh), reg.R9) // nch
+		if G > 1 {
+			MOVQ(reg.R9, reg.RAX)
+			ANDQ(U8(G-1), reg.RAX) // chunks left for the one-at-a-time loop
+			SHRQ(U8(log2(G)), reg.R9)
+			JZ(LabelRef("vtail" + g))
+			Label("vgroup" + g)
+			valueGroup(G, "G"+g)
+			DECQ(reg.R9)
+			JNZ(LabelRef("vgroup" + g))
+			Label("vtail" + g)
+			MOVQ(reg.RAX, reg.R9)
+			TESTQ(reg.R9, reg.R9)
+			JZ(LabelRef("vdone" + g))
+		}
+		Label("vone" + g)
+		valueGroup(1, "1"+g)
+		DECQ(reg.R9)
+		JNZ(LabelRef("vone" + g))
+		Label("vdone" + g)
+	}
 	VZEROUPPER()
 	RET()
 }
 
-// attn2Positions is how many positions the AVX2 score loop handles at once
-// for nq rows: P·nq ≤ 12 accumulators (Y12-Y15 are temporaries).
-func attn2Positions(nq int) int {
-	switch {
-	case nq == 1:
-		return 8
-	case nq <= 3:
-		return 4
-	case nq <= 6:
-		return 2
+// reduce4 leaves in the low 4 lanes of acc(p, 0) the sums of the 8 lanes of
+// acc(p, h) for h < R ≤ 4 (lane h; lanes ≥ R are left arbitrary), using t as
+// a temporary.
+func reduce4(acc func(p, h int) reg.VecPhysical, p, R int, t reg.VecPhysical) {
+	a0 := acc(p, 0)
+	switch R {
+	case 1:
+		VHADDPS(a0, a0, a0)
+		VHADDPS(a0, a0, a0)
+	case 2:
+		VHADDPS(acc(p, 1), a0, a0)
+		VHADDPS(a0, a0, a0)
+	case 3:
+		a2 := acc(p, 2)
+		VHADDPS(acc(p, 1), a0, a0)
+		VHADDPS(a2, a2, a2)
+		VHADDPS(a2, a0, a0)
+	default:
+		a2 := acc(p, 2)
+		VHADDPS(acc(p, 1), a0, a0)
+		VHADDPS(acc(p, 3), a2, a2)
+		VHADDPS(a2, a0, a0)
 	}
-	return 1
+	VEXTRACTF128(U8(1), a0, t.AsX())
+	VADDPS(t.AsX(), a0.AsX(), a0.AsX())
+}
+
+// attn2Positions is how many positions the AVX2 score loop handles at once
+// for a group of R rows: R·P accumulators and P keys in registers (≤ 15).
+func attn2Positions(R int) int {
+	if R >= 3 {
+		return 3
+	}
+	return 4
 }
 
 // attn2Chunks is how many 8-element chunks of the head the AVX2 value loop
-// accumulates at once.
-func attn2Chunks(nq int) int {
-	switch {
-	case nq == 1:
+// accumulates at once for a group of R rows (G·R accumulators, R weights).
+func attn2Chunks(R int) int {
+	switch R {
+	case 1:
 		return 8
-	case nq == 2:
+	case 2:
 		return 4
-	case nq <= 4:
-		return 2
 	}
-	return 1
+	return 2
 }
