@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/draftd/draftd/internal/dtype"
 )
@@ -54,6 +55,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 				out := make([]float32, len(q))
 				scale := float32(1 / math.Sqrt(hd))
 				l := 0
+				cpu0 := ProcessCPU()
 				for b.Loop() {
 					ks, vs := keys[l%layers], vals[l%layers]
 					pool.ForEach(seqs*kvHeads, 1, func(lo, hi int) {
@@ -66,6 +68,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 				sec := b.Elapsed().Seconds() / float64(b.N)
 				b.ReportMetric(float64(perHead*seqs*kvHeads)/sec/1e9, "kvGB/s")
 				b.ReportMetric(sec*1e3, "ms/layer")
+				reportCPU(b, cpu0)
 			})
 		}
 	}
@@ -89,6 +92,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			out := make([]float32, len(q))
 			scale := float32(1 / math.Sqrt(hd))
 			tasks := chunk / tokPerTask * kvHeads
+			cpu0 := ProcessCPU()
 			for b.Loop() {
 				for p0 := 0; p0 < n; p0 += chunk {
 					pool.ForEach(tasks, 1, func(lo, hi int) {
@@ -106,6 +110,17 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			flops := float64(n) * float64(n+1) / 2 * kvHeads * nq * 2 * hd * 2
 			b.ReportMetric(flops/sec/1e9, "GFLOP/s")
 			b.ReportMetric(sec*1e3, "ms/layer")
+			reportCPU(b, cpu0)
 		})
 	}
+}
+
+// reportCPU reports the process CPU time per iteration since cpu0
+// (cpu-ms/op): on a shared machine, cpu-ms/op ÷ threads estimates the wall
+// time a quiet machine would give (an upper bound: idle pool workers spin).
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	if cpu0 == 0 {
+		return
+	}
+	b.ReportMetric(float64(ProcessCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/kernels"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/testmodel"
 )
@@ -39,6 +40,7 @@ func BenchmarkPrefill(b *testing.B) {
 					for i := range blocks {
 						blocks[i] = m.NewBlock()
 					}
+					cpu0 := kernels.ProcessCPU()
 					for b.Loop() {
 						for p := 0; p < n; p += prefillChunk {
 							s := &model.Seq{Tokens: prompt[p:min(n, p+prefillChunk)], Pos: p, Blocks: blocks}
@@ -50,6 +52,9 @@ func BenchmarkPrefill(b *testing.B) {
 					sec := b.Elapsed().Seconds() / float64(b.N)
 					b.ReportMetric(float64(n)/sec, "tok/s")
 					b.ReportMetric(sec*1e3, "ms/prompt")
+					if cpu0 != 0 {
+						b.ReportMetric(float64(kernels.ProcessCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+					}
 				})
 			}
 		})
