@@ -1,5 +1,7 @@
 //go:build !unix
 
+// Process CPU time where getrusage is not available: not measured.
+
 package kernels
 
 import "time"

@@ -1,5 +1,7 @@
 //go:build unix
 
+// Process CPU time for benchmarks on Unix; not a timer for tests.
+
 package kernels
 
 import (

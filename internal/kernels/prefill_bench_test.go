@@ -1,3 +1,6 @@
+// BenchmarkPrefill: a cold prompt through a real (random) 0.6B-shaped model,
+// as the engine prefills it; not a kernel benchmark (see attention_bench_test.go
+// for the attention share).
 package kernels_test
 
 import (
