@@ -55,7 +55,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 				out := make([]float32, len(q))
 				scale := float32(1 / math.Sqrt(hd))
 				l := 0
-				cpu0 := ProcessCPU()
+				cpu0 := processCPU()
 				for b.Loop() {
 					ks, vs := keys[l%layers], vals[l%layers]
 					pool.ForEach(seqs*kvHeads, 1, func(lo, hi int) {
@@ -92,7 +92,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			out := make([]float32, len(q))
 			scale := float32(1 / math.Sqrt(hd))
 			tasks := chunk / tokPerTask * kvHeads
-			cpu0 := ProcessCPU()
+			cpu0 := processCPU()
 			for b.Loop() {
 				for p0 := 0; p0 < n; p0 += chunk {
 					pool.ForEach(tasks, 1, func(lo, hi int) {
@@ -122,5 +122,5 @@ func reportCPU(b *testing.B, cpu0 time.Duration) {
 	if cpu0 == 0 {
 		return
 	}
-	b.ReportMetric(float64(ProcessCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 }

@@ -1,7 +1,5 @@
 //go:build unix
 
-// Process CPU time for benchmarks on Unix; not a timer for tests.
-
 package kernels
 
 import (
@@ -9,10 +7,9 @@ import (
 	"time"
 )
 
-// ProcessCPU is the CPU time (user + system) this process has used, for
-// benchmarks that report the compute they cost as well as the wall time
-// (on a shared machine the wall time also counts waiting for a core).
-func ProcessCPU() time.Duration {
+// processCPU is the user+system CPU time of the process so far: on a shared
+// host, work per CPU-second is steadier than work per wall second.
+func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
