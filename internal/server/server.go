@@ -32,6 +32,9 @@ type Backend interface {
 	// Draft is engine.Engine.Draft: the greedy continuation of tokens,
 	// n tokens long (already shortened to fit the model's maximum context).
 	Draft(ctx context.Context, tokens []int, n int) (engine.Result, error)
+	// DraftStrategy is Draft with the named drafting strategy, one of
+	// Info().Strategies, instead of the backend's default.
+	DraftStrategy(ctx context.Context, tokens []int, n int, strategy string) (engine.Result, error)
 	// Stats is a snapshot of the engine's gauges, for /metrics.
 	Stats() engine.Stats
 	// Info describes the model and engine, for /v1/info and validation.
@@ -62,6 +65,10 @@ type BackendInfo struct {
 	Model        string         `json:"model"`
 	MaxDraftLen  int            `json:"max_draft_len"`
 	Strategy     string         `json:"strategy"`
+	Strategies   []string       `json:"strategies"`  // names a request may give; must include "model"
+	TrustMatch   int            `json:"trust_match"` // hybrid's options (internal/draft)
+	MinMatch     int            `json:"min_match"`
+	LookupChoice string         `json:"lookup_choice"`
 	Kernels      string         `json:"kernels"`
 	Threads      int            `json:"threads"`
 	KVCacheType  string         `json:"kv_cache_type"`
@@ -168,7 +175,8 @@ type Server struct {
 type backend struct {
 	d    Backend
 	lim  limits
-	info []byte // GET /v1/info answer
+	info []byte   // GET /v1/info answer
+	strs []string // the strategies a request may name
 }
 
 // New returns a server in the loading state.
