@@ -1,0 +1,184 @@
+package model_test
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/draftd/draftd/internal/model"
+)
+
+// writeConfig writes the shipped tiny model's config.json with overrides
+// (a nil value deletes the key) and returns its path.
+func writeConfig(t *testing.T, name string, over map[string]any) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(modelsDir, name, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range over {
+		if v == nil {
+			delete(cfg, k)
+		} else {
+			cfg[k] = v
+		}
+	}
+	path := filepath.Join(t.TempDir(), "config.json")
+	if data, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var llama3 = map[string]any{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+	"high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+func with(m map[string]any, k string, v any) map[string]any {
+	out := map[string]any{k: v}
+	for mk, mv := range m {
+		if mk != k {
+			out[mk] = mv
+		}
+	}
+	return out
+}
+
+// TestHFConfigRejects checks that every config.json feature the forward pass
+// does not implement is a clear error naming it, not a silently wrong model.
+func TestHFConfigRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name, model string
+		over        map[string]any
+		want        string
+		unsupported bool
+	}{
+		{"rope linear", "tiny-llama-f32", map[string]any{"rope_scaling": map[string]any{"type": "linear", "factor": 2.0}}, `"linear"`, true},
+		{"rope dynamic", "tiny-llama-f32", map[string]any{"rope_scaling": map[string]any{"rope_type": "dynamic", "factor": 2.0}}, "dynamic", true},
+		{"rope yarn", "tiny-qwen3-f32", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}, "yarn", true},
+		{"rope longrope", "tiny-llama-f32", map[string]any{"rope_parameters": map[string]any{"rope_type": "longrope", "long_factor": []float64{1}}}, "longrope", true},
+		{"llama3 on qwen3", "tiny-qwen3-f32", map[string]any{"rope_scaling": llama3}, "llama3", true},
+		{"llama3 on qwen2", "tiny-qwen2-bf16", map[string]any{"rope_scaling": llama3}, "llama3", true},
+		{"llama3 without factor", "tiny-llama-f32", map[string]any{"rope_scaling": with(llama3, "factor", nil)}, "missing factor", false},
+		{"llama3 extra key", "tiny-llama-f32", map[string]any{"rope_scaling": with(llama3, "beta_fast", 32)}, "beta_fast", true},
+		{"llama3 factor < 1", "tiny-llama-f32", map[string]any{"rope_scaling": with(llama3, "factor", 0.5)}, "factor 0.5", false},
+		{"llama3 high ≤ low", "tiny-llama-f32", map[string]any{"rope_scaling": with(llama3, "high_freq_factor", 1.0)}, "high_freq_factor", false},
+		{"llama3 partial rotary", "tiny-llama-f32", map[string]any{"rope_scaling": with(llama3, "partial_rotary_factor", 0.5)}, "partial_rotary_factor", true},
+		{"rope_theta conflict", "tiny-qwen3-f32", map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1e4}}, "conflicts", false},
+		{"sliding window", "tiny-qwen2-bf16", map[string]any{"use_sliding_window": true}, "use_sliding_window", true},
+		{"sliding layer types", "tiny-qwen3-f32", map[string]any{"layer_types": []string{"full_attention", "sliding_attention"}}, "sliding_attention", true},
+		{"moe", "tiny-qwen3-f32", map[string]any{"num_experts": 8}, "mixture-of-experts", true},
+		{"qwen3 moe type", "tiny-qwen3-f32", map[string]any{"model_type": "qwen3_moe", "architectures": nil}, "qwen3_moe", true},
+		{"mistral", "tiny-llama-f32", map[string]any{"model_type": "mistral", "architectures": []string{"MistralForCausalLM"}}, "mistral", true},
+		{"families disagree", "tiny-qwen3-f32", map[string]any{"model_type": "qwen2"}, "different families", false},
+		{"no family", "tiny-qwen3-f32", map[string]any{"model_type": nil, "architectures": nil}, "model_type", false},
+		{"attention bias on llama", "tiny-llama-f32", map[string]any{"attention_bias": true}, "attention_bias", true},
+		{"mlp bias", "tiny-llama-f32", map[string]any{"mlp_bias": true}, "mlp_bias", true},
+		{"gelu", "tiny-llama-f32", map[string]any{"hidden_act": "gelu"}, "gelu", true},
+		{"fractional layers", "tiny-qwen3-f32", map[string]any{"num_hidden_layers": 2.5}, "num_hidden_layers", false},
+		{"odd head_dim", "tiny-llama-f32", map[string]any{"head_dim": 15}, "head_dim 15", false},
+		{"heads not a multiple", "tiny-llama-f32", map[string]any{"num_key_value_heads": 3}, "num_key_value_heads", false},
+		{"negative vocab", "tiny-llama-f32", map[string]any{"vocab_size": -1}, "vocab_size", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := model.ConfigFromHF(writeConfig(t, tc.model, tc.over))
+			if err == nil {
+				t.Fatalf("accepted; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("have %q; want it to contain %q", err, tc.want)
+			}
+			if tc.unsupported && !errors.Is(err, model.ErrUnsupported) {
+				t.Errorf("error %q does not wrap ErrUnsupported", err)
+			}
+		})
+	}
+}
+
+// TestHFConfigFamilies checks the family chosen from model_type and
+// architectures, HF's class defaults for absent keys, and the llama3
+// scaling parameters.
+func TestHFConfigFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		name, model string
+		over        map[string]any
+		arch        string
+		headDim     int
+		kvHeads     int
+	}{
+		{"qwen3 by both", "tiny-qwen3-f32", nil, model.ArchQwen3, 32, 2},
+		{"qwen3 by architectures", "tiny-qwen3-f32", map[string]any{"model_type": nil}, model.ArchQwen3, 32, 2},
+		{"qwen3 by model_type", "tiny-qwen3-f32", map[string]any{"architectures": nil}, model.ArchQwen3, 32, 2},
+		{"qwen3 default head_dim 128", "tiny-qwen3-f32", map[string]any{"head_dim": nil}, model.ArchQwen3, 128, 2},
+		{"qwen3 default kv heads 32", "tiny-qwen3-f32", map[string]any{"num_key_value_heads": nil, "num_attention_heads": 32}, model.ArchQwen3, 32, 32},
+		{"qwen2", "tiny-qwen2-bf16", nil, model.ArchQwen2, 16, 2},
+		{"llama derived head_dim", "tiny-llama-f32", map[string]any{"head_dim": nil}, model.ArchLlama, 16, 2},
+		{"llama absent kv heads", "tiny-llama-f32", map[string]any{"num_key_value_heads": nil}, model.ArchLlama, 16, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := model.ConfigFromHF(writeConfig(t, tc.model, tc.over))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Arch != tc.arch || c.HeadDim != tc.headDim || c.KVHeads != tc.kvHeads {
+				t.Errorf("arch, head_dim, kv heads: have %s, %d, %d; want %s, %d, %d", c.Arch, c.HeadDim, c.KVHeads, tc.arch, tc.headDim, tc.kvHeads)
+			}
+			fam, ok := model.FamilyOf(c.Arch)
+			if !ok || c.QKNorm != fam.QKNorm || c.QKVBias != fam.QKVBias {
+				t.Errorf("flags q/k norm %v, q/k/v bias %v; want the family's", c.QKNorm, c.QKVBias)
+			}
+		})
+	}
+	c, err := model.ConfigFromHF(writeConfig(t, "tiny-llama-f32", map[string]any{"rope_scaling": nil, "rope_parameters": with(llama3, "rope_theta", 1e6)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := model.Llama3RoPE{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPos: 8192}
+	if c.Llama3 == nil || *c.Llama3 != want {
+		t.Errorf("rope_parameters llama3: have %+v; want %+v", c.Llama3, want)
+	}
+}
+
+// TestLlama3GGUFAndHFAgree checks that the shipped Llama 3.x model's two
+// forms of the same scaling — the HF rope_scaling formula and llama.cpp's
+// rope_freqs divisors in the GGUF — give the same frequencies, and that the
+// scaling changes them (the golden test compares both with numpy).
+func TestLlama3GGUFAndHFAgree(t *testing.T) {
+	hf, err := model.LoadConfig(filepath.Join(modelsDir, "tiny-llama3-bf16"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gg, err := model.LoadConfig(filepath.Join(modelsDir, "tiny-llama3-bf16.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hf.Llama3 == nil || gg.RoPEFreqFactors == nil {
+		t.Fatalf("scaling: HF %+v, GGUF factors %v; want both set", hf.Llama3, gg.RoPEFreqFactors)
+	}
+	a, b := hf.InvFreq(), gg.InvFreq()
+	plain := *hf
+	plain.Llama3 = nil
+	p := plain.InvFreq()
+	changed := 0
+	for i := range a {
+		if d := math.Abs(float64(a[i]-b[i])) / float64(a[i]); d > 1e-6 {
+			t.Errorf("inv_freq[%d]: HF %g, GGUF %g", i, a[i], b[i])
+		}
+		if a[i] != p[i] {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Error("llama3 scaling changed no frequency")
+	}
+}
