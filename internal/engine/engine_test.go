@@ -136,6 +136,7 @@ type convStats struct {
 
 func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, prefix []int, n int, exactPrefill bool, st *convStats) {
 	ctxTokens := slices.Clone(prefix)
+	ref := &refConv{m: m}
 	expect := -1 // prefill count the cache must give, once known
 	accepted := 0
 	for len(ctxTokens) < m.MaxContext {
@@ -144,7 +145,7 @@ func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, pref
 			t.Errorf("Draft(len %d): %v", len(ctxTokens), err)
 			return
 		}
-		if !checkDraft(t, m, ctxTokens, n, res.Draft) {
+		if !ref.check(t, ctxTokens, n, res.Draft) {
 			return
 		}
 		if res.PrefillTokens+res.CachedTokens != len(ctxTokens) {
