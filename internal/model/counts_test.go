@@ -41,11 +41,18 @@ func TestAbsurdCounts(t *testing.T) {
 		name, path, want string
 	}
 	var cases []tc
-	ggufBase := filepath.Join(modelsDir, "tiny-qwen3-f32.gguf")
-	for _, o := range []struct {
+	type override struct {
 		key   string
 		value any
-	}{
+	}
+	add := func(format string, overrides []override, write func(path, key string, value any)) {
+		for _, o := range overrides {
+			path := filepath.Join(dir, fmt.Sprintf("%d-%s", len(cases), format))
+			write(path, o.key, o.value)
+			cases = append(cases, tc{fmt.Sprintf("%s/%s=%v", format, o.key, o.value), path, o.key})
+		}
+	}
+	add("gguf", []override{
 		{"qwen3.block_count", uint32(1_000_000)},
 		{"qwen3.block_count", uint32(1<<32 - 1)},
 		{"qwen3.block_count", uint64(1 << 32)},
@@ -57,16 +64,10 @@ func TestAbsurdCounts(t *testing.T) {
 		{"qwen3.embedding_length", uint64(1 << 40)},
 		{"qwen3.feed_forward_length", uint64(1 << 40)},
 		{"qwen3.context_length", uint64(1 << 32)},
-	} {
-		path := filepath.Join(dir, fmt.Sprintf("%d.gguf", len(cases)))
-		writeGGUFWith(t, ggufBase, path, o.key, o.value)
-		cases = append(cases, tc{fmt.Sprintf("gguf/%s=%v", o.key, o.value), path, o.key})
-	}
-	hfBase := filepath.Join(modelsDir, "tiny-qwen3-f32")
-	for _, o := range []struct {
-		key   string
-		value any
-	}{
+	}, func(path, key string, value any) {
+		writeGGUFWith(t, filepath.Join(modelsDir, "tiny-qwen3-f32.gguf"), path, key, value)
+	})
+	add("hf", []override{
 		{"num_hidden_layers", 1_000_000},
 		{"num_hidden_layers", int64(1 << 32)},
 		{"num_hidden_layers", 100},
@@ -77,11 +78,9 @@ func TestAbsurdCounts(t *testing.T) {
 		{"intermediate_size", int64(1 << 40)},
 		{"vocab_size", int64(1 << 40)},
 		{"max_position_embeddings", int64(1 << 32)},
-	} {
-		path := filepath.Join(dir, fmt.Sprintf("hf%d", len(cases)))
-		writeHFWith(t, hfBase, path, o.key, o.value)
-		cases = append(cases, tc{fmt.Sprintf("hf/%s=%v", o.key, o.value), path, o.key})
-	}
+	}, func(path, key string, value any) {
+		writeHFWith(t, filepath.Join(modelsDir, "tiny-qwen3-f32"), path, key, value)
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -144,7 +145,7 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 		case !ok:
 			fail(fmt.Errorf("%s: missing tensor %s", src.path(), name))
 			return t, name, false
-		case !equalShape(t.shape, shape):
+		case !slices.Equal(t.shape, shape):
 			fail(fmt.Errorf("%s: tensor %s has shape %v, want %v", src.path(), name, t.shape, shape))
 			return t, name, false
 		}
@@ -223,18 +224,6 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 	}
 	m.init(opt)
 	return m, nil
-}
-
-func equalShape(have, want []int) bool {
-	if len(have) != len(want) {
-		return false
-	}
-	for i := range have {
-		if have[i] != want[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // runParallel runs jobs on up to threads goroutines (≤ 0: all cores) and
