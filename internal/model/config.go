@@ -9,6 +9,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Config holds one decoder's hyper-parameters.
@@ -108,9 +109,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: both rope_scaling llama3 and rope_freqs factors")
 	}
 	if c.Llama3 != nil {
+		if !slices.Contains(fam.RoPEScaling, "llama3") {
+			return fmt.Errorf("%w: rope_scaling llama3 in a %s model", ErrUnsupported, fam.Arch)
+		}
 		if err := c.Llama3.validate(); err != nil {
 			return err
 		}
+	}
+	if c.RoPEFreqFactors != nil && !fam.GGUFRoPEFreqs {
+		return fmt.Errorf("%w: rope_freqs factors in a %s model", ErrUnsupported, fam.Arch)
 	}
 	if c.RoPEFreqFactors != nil && len(c.RoPEFreqFactors) != c.HeadDim/2 {
 		return fmt.Errorf("config: %d rope_freqs factors for head_dim %d; want %d", len(c.RoPEFreqFactors), c.HeadDim, c.HeadDim/2)
