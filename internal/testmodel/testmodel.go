@@ -124,8 +124,7 @@ func (s Spec) hfType() dtype.Type {
 type weight struct {
 	name   string
 	shape  []int     // HF order
-	vals   []float32 // exactly representable in the storage type; nil for a matrix of a GGUF-only gen
-	enc    []byte    // a matrix encoded in the spec's Type
+	vals   []float32 // exactly representable in the storage type
 	matrix bool
 }
 
@@ -135,10 +134,8 @@ func rng(seed uint64, name string) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, h.Sum64()))
 }
 
-// gen builds every tensor of the spec, in file order. Without vals, the
-// values of matrices are not kept (only their encoding in s.Type): the GGUF
-// writer needs no more, and a 0.6B-shaped model then takes half the memory.
-func (s Spec) gen(vals bool) ([]weight, error) {
+// gen builds every tensor of the spec, in file order.
+func (s Spec) gen() ([]weight, error) {
 	if s.Hidden%dtype.QK != 0 || s.Intermediate%dtype.QK != 0 || (s.Heads*s.HeadDim)%dtype.QK != 0 {
 		return nil, fmt.Errorf("testmodel %s: hidden, intermediate and heads·head_dim must be multiples of %d", s.Name, dtype.QK)
 	}
@@ -158,12 +155,10 @@ func (s Spec) gen(vals bool) ([]weight, error) {
 		if err != nil {
 			return err
 		}
-		if !vals {
-			v = nil
-		} else if err := dtype.Dequantize(s.Type, v, enc); err != nil {
+		if err := dtype.Dequantize(s.Type, v, enc); err != nil {
 			return err
 		}
-		ws = append(ws, weight{name: name, shape: []int{rows, cols}, vals: v, enc: enc, matrix: true})
+		ws = append(ws, weight{name: name, shape: []int{rows, cols}, vals: v, matrix: true})
 		return nil
 	}
 	// vector draws values on a grid of 1/64 that f16 and bf16 hold exactly.

@@ -24,7 +24,7 @@ type MetaWriter func(w *gguf.Writer) error
 // WriteGGUF writes the model as one GGUF file in llama.cpp's layout: matrices
 // in s.Type, 1-D tensors in F32, llama Q/K rows permuted for interleaved RoPE.
 func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
-	ws, err := s.gen(false)
+	ws, err := s.gen()
 	if err != nil {
 		return err
 	}
@@ -71,10 +71,12 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 		}
 	}
 	for _, t := range ws {
-		typ, data := dtype.F32, t.enc
+		typ := dtype.F32
 		if t.matrix {
 			typ = s.Type
-		} else if data, err = dtype.Quantize(typ, nil, t.vals); err != nil {
+		}
+		data, err := dtype.Quantize(typ, nil, t.vals)
+		if err != nil {
 			return err
 		}
 		name := model.GGUFName(t.name)
@@ -133,7 +135,7 @@ func llamaCppRoPEFactors(s Spec) []float32 {
 // WriteHF writes config.json and the weights as safetensors into dir, in the
 // dtype that holds the spec's numbers exactly (F32 for quantized specs).
 func (s Spec) WriteHF(dir string) error {
-	ws, err := s.gen(true)
+	ws, err := s.gen()
 	if err != nil {
 		return err
 	}
