@@ -30,10 +30,6 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 	}
 	w := gguf.NewWriter()
 	a := s.Arch
-	fam, ok := model.FamilyOf(a)
-	if !ok {
-		return fmt.Errorf("testmodel %s: unknown architecture %q", s.Name, a)
-	}
 	ftype := map[dtype.Type]uint32{dtype.F32: 0, dtype.F16: 1, dtype.Q4_0: 2, dtype.Q8_0: 7, dtype.BF16: 32}[s.Type]
 	meta := []struct {
 		k string
@@ -80,7 +76,7 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 			return err
 		}
 		name := model.GGUFName(t.name)
-		if fam.GGUFPermutedQK && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
+		if a == model.ArchLlama && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
 			heads := s.Heads
 			if strings.HasSuffix(name, "attn_k.weight") {
 				heads = s.KVHeads
