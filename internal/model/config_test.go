@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/gguf"
 	"github.com/draftd/draftd/internal/model"
 )
 
@@ -180,5 +182,103 @@ func TestLlama3GGUFAndHFAgree(t *testing.T) {
 	}
 	if changed == 0 {
 		t.Error("llama3 scaling changed no frequency")
+	}
+}
+
+// extraTensor is an F32 tensor added to a rewritten GGUF.
+type extraTensor struct {
+	name string
+	vals []float32
+}
+
+// rewriteGGUF copies the GGUF at src to dst with the metadata in kv set (a
+// nil value deletes the key) and the tensors in add appended.
+func rewriteGGUF(t *testing.T, src, dst string, kv map[string]any, add []extraTensor) {
+	t.Helper()
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, e := range f.KV {
+		v, ok := kv[e.Key]
+		if !ok {
+			v = e.Value
+		}
+		if v != nil {
+			if err := w.Add(e.Key, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for k, v := range kv {
+		if _, had := f.Value(k); !had && v != nil {
+			if err := w.Add(k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, ti := range f.Tensors {
+		if err := w.AddTensor(ti.Name, ti.Type, ti.Shape, ti.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range add {
+		data, err := dtype.Quantize(dtype.F32, nil, e.vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.AddTensor(e.name, dtype.F32, []uint64{uint64(len(e.vals))}, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteFile(dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGGUFRejects checks the GGUF side: tensors and metadata of features a
+// family does not have are errors naming them, as is a malformed rope_freqs.
+func TestGGUFRejects(t *testing.T) {
+	ones := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = 1
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name, model string
+		kv          map[string]any
+		add         []extraTensor
+		want        string
+		unsupported bool
+	}{
+		{"rope_freqs in qwen3", "tiny-qwen3-f32", nil, []extraTensor{{"rope_freqs.weight", ones(16)}}, "rope_freqs.weight in a qwen3 model", true},
+		{"q bias in llama", "tiny-llama-f32", nil, []extraTensor{{"blk.0.attn_q.bias", ones(64)}}, "blk.0.attn_q.bias", true},
+		{"o bias", "tiny-qwen2-bf16", nil, []extraTensor{{"blk.0.attn_output.bias", ones(64)}}, "o_proj bias", true},
+		{"rope scaling linear", "tiny-llama-f32", map[string]any{"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": float32(2)}, nil, "rope scaling", true},
+		{"sliding window", "tiny-qwen2-bf16", map[string]any{"qwen2.attention.sliding_window": uint32(64)}, nil, "sliding-window", true},
+		{"unknown architecture", "tiny-llama-f32", map[string]any{"general.architecture": "mistral"}, nil, `"mistral"`, true},
+		{"rope_freqs shape", "tiny-llama-f32", nil, []extraTensor{{"rope_freqs.weight", ones(9)}}, "want [8]", false},
+		{"rope_freqs zero", "tiny-llama-f32", nil, []extraTensor{{"rope_freqs.weight", append(ones(7), 0)}}, "positive finite divisor", false},
+		{"missing eps", "tiny-qwen3-f32", map[string]any{"qwen3.attention.layer_norm_rms_epsilon": nil}, nil, "layer_norm_rms_epsilon", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			rewriteGGUF(t, filepath.Join(modelsDir, tc.model+".gguf"), path, tc.kv, tc.add)
+			m, err := model.Load(path, model.Options{Threads: 1})
+			if err == nil {
+				m.Close()
+				t.Fatalf("loaded; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("have %q; want it to contain %q", err, tc.want)
+			}
+			if tc.unsupported && !errors.Is(err, model.ErrUnsupported) {
+				t.Errorf("error %q does not wrap ErrUnsupported", err)
+			}
+		})
 	}
 }

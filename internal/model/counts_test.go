@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/draftd/draftd/internal/gguf"
 	"github.com/draftd/draftd/internal/model"
 )
 
@@ -132,29 +131,7 @@ func loadCrafted(path string) {
 // writeGGUFWith copies the GGUF at src to dst with key set to value.
 func writeGGUFWith(t *testing.T, src, dst, key string, value any) {
 	t.Helper()
-	f, err := gguf.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w := gguf.NewWriter()
-	for _, kv := range f.KV {
-		v := kv.Value
-		if kv.Key == key {
-			v = value
-		}
-		if err := w.Add(kv.Key, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, ti := range f.Tensors {
-		if err := w.AddTensor(ti.Name, ti.Type, ti.Shape, ti.Data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.WriteFile(dst); err != nil {
-		t.Fatal(err)
-	}
+	rewriteGGUF(t, src, dst, map[string]any{key: value}, nil)
 }
 
 // writeHFWith copies the HF directory src to dst with config.json's key set
