@@ -33,8 +33,14 @@ func (j hfJSON) get(key string, dst any) (bool, error) {
 	return true, nil
 }
 
+// maxConfigBytes bounds config.json (real ones are a few kB).
+const maxConfigBytes = 16 << 20
+
 // ConfigFromHF reads and validates an HF config.json.
 func ConfigFromHF(path string) (*Config, error) {
+	if st, err := os.Stat(path); err == nil && st.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("%s: %d bytes; a config.json is at most %d", path, st.Size(), maxConfigBytes)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -107,6 +107,16 @@ func TestHFConfigRejects(t *testing.T) {
 	}
 }
 
+func TestHFConfigTooLarge(t *testing.T) {
+	path := writeConfig(t, "tiny-qwen3-f32", nil)
+	if err := os.Truncate(path, 16<<20+1); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	if _, err := model.ConfigFromHF(path); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("a 16 MiB config.json: have %v; want a size error", err)
+	}
+}
+
 // TestHFConfigFamilies checks the family chosen from model_type and
 // architectures, HF's class defaults for absent keys, and the llama3
 // scaling parameters.
