@@ -3,6 +3,7 @@ package model_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -288,6 +289,66 @@ func TestGGUFRejects(t *testing.T) {
 			}
 			if tc.unsupported && !errors.Is(err, model.ErrUnsupported) {
 				t.Errorf("error %q does not wrap ErrUnsupported", err)
+			}
+		})
+	}
+}
+
+// TestRealConfigs parses the config.json files of the drafters users pick
+// (copied from their Hugging Face repositories, numbers only).
+func TestRealConfigs(t *testing.T) {
+	for _, tc := range []struct {
+		name, json string
+		want       model.Config
+	}{
+		{"Llama-3.2-1B", `{"architectures":["LlamaForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
+			"bos_token_id":128000,"eos_token_id":[128001,128008,128009],"head_dim":64,"hidden_act":"silu",
+			"hidden_size":2048,"initializer_range":0.02,"intermediate_size":8192,"max_position_embeddings":131072,
+			"mlp_bias":false,"model_type":"llama","num_attention_heads":32,"num_hidden_layers":16,
+			"num_key_value_heads":8,"pretraining_tp":1,"rms_norm_eps":1e-05,"rope_scaling":{"factor":32.0,
+			"high_freq_factor":4.0,"low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},
+			"rope_theta":500000.0,"tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,"vocab_size":128256}`,
+			model.Config{Arch: model.ArchLlama, Hidden: 2048, Intermediate: 8192, Layers: 16, Heads: 32, KVHeads: 8,
+				HeadDim: 64, Vocab: 128256, MaxContext: 131072, RMSEps: 1e-5, RopeTheta: 500000, TiedEmbed: true,
+				Llama3: &model.Llama3RoPE{Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPos: 8192},
+				BOS: 128000, EOS: 128001}},
+		{"Qwen3-0.6B", `{"architectures":["Qwen3ForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
+			"bos_token_id":151643,"eos_token_id":151645,"head_dim":128,"hidden_act":"silu","hidden_size":1024,
+			"initializer_range":0.02,"intermediate_size":3072,"max_position_embeddings":40960,"max_window_layers":28,
+			"model_type":"qwen3","num_attention_heads":16,"num_hidden_layers":28,"num_key_value_heads":8,
+			"rms_norm_eps":1e-06,"rope_scaling":null,"rope_theta":1000000,"sliding_window":null,
+			"tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,"use_sliding_window":false,"vocab_size":151936}`,
+			model.Config{Arch: model.ArchQwen3, Hidden: 1024, Intermediate: 3072, Layers: 28, Heads: 16, KVHeads: 8,
+				HeadDim: 128, Vocab: 151936, MaxContext: 40960, RMSEps: 1e-6, RopeTheta: 1e6, TiedEmbed: true, QKNorm: true,
+				BOS: 151643, EOS: 151645}},
+		{"Qwen2.5-0.5B", `{"architectures":["Qwen2ForCausalLM"],"attention_dropout":0.0,"bos_token_id":151643,
+			"eos_token_id":151643,"hidden_act":"silu","hidden_size":896,"initializer_range":0.02,"intermediate_size":4864,
+			"max_position_embeddings":32768,"max_window_layers":24,"model_type":"qwen2","num_attention_heads":14,
+			"num_hidden_layers":24,"num_key_value_heads":2,"rms_norm_eps":1e-06,"rope_theta":1000000.0,
+			"sliding_window":32768,"tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,
+			"use_sliding_window":false,"vocab_size":151936}`,
+			model.Config{Arch: model.ArchQwen2, Hidden: 896, Intermediate: 4864, Layers: 24, Heads: 14, KVHeads: 2,
+				HeadDim: 64, Vocab: 151936, MaxContext: 32768, RMSEps: 1e-6, RopeTheta: 1e6, TiedEmbed: true, QKVBias: true,
+				BOS: 151643, EOS: 151643}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.json")
+			if err := os.WriteFile(path, []byte(tc.json), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, err := model.ConfigFromHF(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			have, want := *c, tc.want
+			if (have.Llama3 == nil) != (want.Llama3 == nil) || (have.Llama3 != nil && *have.Llama3 != *want.Llama3) {
+				t.Errorf("llama3: have %+v; want %+v", have.Llama3, want.Llama3)
+			}
+			have.Llama3, want.Llama3 = nil, nil
+			h, w := fmt.Sprintf("%+v", have), fmt.Sprintf("%+v", want)
+			h, w = h[:strings.Index(h, " keys:")], w[:strings.Index(w, " keys:")] // the unexported key names
+			if h != w {
+				t.Errorf("have %s\nwant %s", h, w)
 			}
 		})
 	}
