@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // hfJSON is a parsed config.json: every top-level key, undecoded.
@@ -41,7 +43,7 @@ func ConfigFromHF(path string) (*Config, error) {
 	if st, err := os.Stat(path); err == nil && st.Size() > maxConfigBytes {
 		return nil, fmt.Errorf("%s: %d bytes; a config.json is at most %d", path, st.Size(), maxConfigBytes)
 	}
-	data, err := os.ReadFile(path)
+	data, err := fileio.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

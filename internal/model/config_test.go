@@ -311,7 +311,7 @@ func TestRealConfigs(t *testing.T) {
 			model.Config{Arch: model.ArchLlama, Hidden: 2048, Intermediate: 8192, Layers: 16, Heads: 32, KVHeads: 8,
 				HeadDim: 64, Vocab: 128256, MaxContext: 131072, RMSEps: 1e-5, RopeTheta: 500000, TiedEmbed: true,
 				Llama3: &model.Llama3RoPE{Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPos: 8192},
-				BOS: 128000, EOS: 128001}},
+				BOS:    128000, EOS: 128001}},
 		{"Qwen3-0.6B", `{"architectures":["Qwen3ForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
 			"bos_token_id":151643,"eos_token_id":151645,"head_dim":128,"hidden_act":"silu","hidden_size":1024,
 			"initializer_range":0.02,"intermediate_size":3072,"max_position_embeddings":40960,"max_window_layers":28,

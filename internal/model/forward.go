@@ -93,7 +93,7 @@ func (m *Model) Forward(seqs []*Seq) error { return m.forward(seqs, nil) }
 // forward runs one step. allLogits, when non-nil, asks for the logits of
 // every new token of the single sequence in seqs, (n, vocab), instead of
 // greedy ids: the view the fidelity tests compare with the numpy reference
-// (export_test.go); the serving path never materialises logits.
+// (PrefillLogits, logits.go); the serving path never materialises logits.
 func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 	T, end, err := m.check(seqs)
 	if err != nil || T == 0 {

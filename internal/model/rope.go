@@ -74,3 +74,33 @@ func (m *Model) ropeUpTo(n int) {
 	}
 	m.rope = t
 }
+
+// RoPEFreqDivisors is the RoPE scaling as llama.cpp stores it in GGUF: the
+// rope_freqs tensor (headDim/2 divisors of theta^(-2i/d)) that its converter
+// writes for rope_scaling llama3 (convert_hf_to_gguf.py,
+// LlamaModel.generate_extra_tensors: 1 for kept wavelengths, factor for
+// divided ones, 1/((1-s)/factor + s) in between); nil without scaling.
+func (c *Config) RoPEFreqDivisors() []float32 {
+	if c.RoPEFreqFactors != nil {
+		return append([]float32(nil), c.RoPEFreqFactors...)
+	}
+	r := c.Llama3
+	if r == nil {
+		return nil
+	}
+	out := make([]float32, c.HeadDim/2) // (headDim/2)
+	for i := range out {
+		invFreq := float64(float32(1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim))))
+		wavelen := 2 * math.Pi / invFreq
+		switch {
+		case wavelen < r.OriginalMaxPos/r.HighFreqFactor:
+			out[i] = 1
+		case wavelen > r.OriginalMaxPos/r.LowFreqFactor:
+			out[i] = float32(r.Factor)
+		default:
+			s := (r.OriginalMaxPos/wavelen - r.LowFreqFactor) / (r.HighFreqFactor - r.LowFreqFactor)
+			out[i] = float32(1 / ((1-s)/r.Factor + s))
+		}
+	}
+	return out
+}

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // MaxIndexLen bounds model.safetensors.index.json (one line per tensor:
@@ -48,7 +50,7 @@ func OpenDir(dir string) (*Dir, error) {
 	if st, err := os.Stat(indexPath); err == nil && st.Size() > MaxIndexLen {
 		return nil, fmt.Errorf("safetensors %s: %w: %d bytes; an index is at most %d", indexPath, ErrFormat, st.Size(), MaxIndexLen)
 	}
-	raw, err := os.ReadFile(indexPath)
+	raw, err := fileio.ReadFile(indexPath)
 	switch {
 	case err == nil:
 		var idx index

@@ -1,10 +1,11 @@
-// Test-only access to the model's internals for the package's external
-// tests (package model_test).
+// PrefillLogits: the logits of every position of a prompt, the view in which
+// a model is compared with an independent reference (the numpy golden
+// files, a converted copy of the same model). Not the serving path, which
+// never materialises logits (Forward computes greedy ids only).
 package model
 
 // PrefillLogits runs prompt through a fresh sequence and returns the logits
-// after every prompt position, (len(prompt), vocab): the view the fidelity
-// tests compare with the numpy reference.
+// after every prompt position, (len(prompt), vocab).
 func (m *Model) PrefillLogits(prompt []int) ([]float32, error) {
 	var blocks []*Block
 	for range (len(prompt) + BlockSize - 1) / BlockSize {
