@@ -91,17 +91,27 @@ func (m *Model) check(seqs []*Seq) (total, end int, err error) {
 // Forward runs one step over seqs (see Seq).
 func (m *Model) Forward(seqs []*Seq) error { return m.forward(seqs, nil) }
 
-// forward runs one step. allLogits, when non-nil, asks for the logits of
-// every new token of the single sequence in seqs, (n, vocab), instead of
-// greedy ids: the view the fidelity tests compare with the numpy reference
-// (PrefillLogits, logits.go); the serving path never materialises logits.
+// ForwardLogits runs one step over seqs like Forward, but instead of greedy
+// ids it writes the logits of every new token of every sequence into logits,
+// (total new tokens, vocab) in sequence order: the view in which a model is
+// compared with an independent reference (the numpy golden files, a
+// converted copy of the same model). The serving path never materialises
+// logits.
+func (m *Model) ForwardLogits(seqs []*Seq, logits []float32) error {
+	if logits == nil {
+		return fmt.Errorf("%w: ForwardLogits without a logits buffer", ErrInput)
+	}
+	return m.forward(seqs, logits)
+}
+
+// forward runs one step; allLogits selects ForwardLogits's output.
 func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 	T, end, err := m.check(seqs)
 	if err != nil || T == 0 {
 		return err
 	}
-	if allLogits != nil && (len(seqs) != 1 || len(allLogits) != T*m.Vocab) {
-		return fmt.Errorf("%w: all-logits step over %d sequences with a buffer of %d floats; want 1 and %d", ErrInput, len(seqs), len(allLogits), T*m.Vocab)
+	if allLogits != nil && len(allLogits) != T*m.Vocab {
+		return fmt.Errorf("%w: logits buffer of %d floats for %d new tokens; want %d", ErrInput, len(allLogits), T, T*m.Vocab)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

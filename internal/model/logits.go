@@ -1,7 +1,5 @@
-// PrefillLogits: the logits of every position of a prompt, the view in which
-// a model is compared with an independent reference (the numpy golden
-// files, a converted copy of the same model). Not the serving path, which
-// never materialises logits (Forward computes greedy ids only).
+// PrefillLogits: the logits of every position of a prompt, through
+// ForwardLogits, for comparisons with a reference. Not the serving path.
 package model
 
 // PrefillLogits runs prompt through a fresh sequence and returns the logits
@@ -12,6 +10,6 @@ func (m *Model) PrefillLogits(prompt []int) ([]float32, error) {
 		blocks = append(blocks, m.NewBlock())
 	}
 	logits := make([]float32, len(prompt)*m.Vocab) // (len(prompt), vocab)
-	err := m.forward([]*Seq{{Tokens: prompt, Blocks: blocks}}, logits)
+	err := m.ForwardLogits([]*Seq{{Tokens: prompt, Blocks: blocks}}, logits)
 	return logits, err
 }
