@@ -21,7 +21,7 @@ func init() {
 
 func runTestModel(ctx context.Context, args []string) error {
 	fs := newFlags("testmodel", "testmodel (--gguf FILE | --hf DIR) [--shape S] [--type T] [flags]", "")
-	shape := fs.String("shape", "qwen3-0.6b", "qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2 or tiny-llama")
+	shape := fs.String("shape", "qwen3-0.6b", "qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2, tiny-llama or tiny-llama3")
 	typ := fs.String("type", "q8_0", "matrix storage type: f32, f16, bf16, q8_0 or q4_0")
 	out := fs.String("gguf", "", "write the GGUF file here")
 	hf := fs.String("hf", "", "write the HF safetensors directory here")

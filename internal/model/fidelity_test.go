@@ -124,15 +124,11 @@ func maxPrefillDiff(t *testing.T, m *model.Model, c goldenCase) float64 {
 
 // prefill returns the logits (len(prompt), vocab) of every prompt position.
 func prefill(t *testing.T, m *model.Model, prompt []int) []float32 {
-	var blocks []*model.Block
-	for range (len(prompt) + model.BlockSize - 1) / model.BlockSize {
-		blocks = append(blocks, m.NewBlock())
-	}
-	s := &model.Seq{Tokens: prompt, Blocks: blocks, AllLogits: true, Logits: make([]float32, len(prompt)*m.Vocab)}
-	if err := m.Forward([]*model.Seq{s}); err != nil {
+	logits, err := m.PrefillLogits(prompt)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Logits
+	return logits
 }
 
 // checkModel compares prefill logits (max and mean |diff|) and the greedy

@@ -1,8 +1,11 @@
-// Package model is draftd's decoder: Qwen3, Qwen2 and Llama as one forward
-// pass with per-architecture flags (DESIGN §4), bound to weights from a GGUF
-// file or an HF safetensors directory. It does not schedule requests or own
-// the KV cache's lifetime (internal/engine and internal/kvcache do); it only
-// reads and writes the KV blocks a caller hands it.
+// Package model is draftd's decoder: one forward pass (forward.go) shared by
+// every model family, each family declared by one small file
+// (family_qwen3.go, family_qwen2.go, family_llama.go: names, config keys,
+// tensor names and forward-pass flags; DESIGN §4), bound to weights from a
+// GGUF file (load_gguf.go) or an HF safetensors directory (load_hf.go). It
+// does not schedule requests or own the KV cache's lifetime
+// (internal/engine and internal/kvcache do); it only reads and writes the KV
+// blocks a caller hands it.
 package model
 
 import (
@@ -41,10 +44,11 @@ type Model struct {
 	WeightBytes int64          // bytes of stored weights
 	TypeCounts  map[string]int // tensors per storage type
 
-	src   source
-	kvF32 bool
-	pool  *kernels.Pool
-	rope  *kernels.RoPETable
+	src     source
+	kvF32   bool
+	pool    *kernels.Pool
+	invFreq []float32          // (headDim/2) RoPE inverse frequencies
+	rope    *kernels.RoPETable // cos/sin of the positions used so far (ropeUpTo)
 
 	mu sync.Mutex
 	sc scratch
@@ -52,7 +56,7 @@ type Model struct {
 
 func (m *Model) init(opt Options) {
 	m.pool = kernels.NewPool(opt.Threads)
-	m.rope = kernels.NewRoPETable(m.HeadDim, m.MaxContext, m.RopeTheta)
+	m.invFreq = m.InvFreq()
 }
 
 // Close releases the worker pool and the file mapping. The model must not be

@@ -84,15 +84,11 @@ func load(t *testing.T, path string) *model.Model {
 
 // logits is the prefill of prompt: (len(prompt), vocab).
 func logits(t *testing.T, m *model.Model, prompt []int) []float32 {
-	var blocks []*model.Block
-	for range (len(prompt) + model.BlockSize - 1) / model.BlockSize {
-		blocks = append(blocks, m.NewBlock())
-	}
-	s := &model.Seq{Tokens: prompt, Blocks: blocks, AllLogits: true, Logits: make([]float32, len(prompt)*m.Vocab)}
-	if err := m.Forward([]*model.Seq{s}); err != nil {
+	l, err := m.PrefillLogits(prompt)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Logits
+	return l
 }
 
 // sameGreedy checks that two models give identical greedy continuations and
@@ -283,7 +279,7 @@ func TestPrepareFP8(t *testing.T) {
 // the HF directory with the same numbers converted to Q8_0 (llama included:
 // its GGUF rows are already permuted), and keeps the source's metadata.
 func TestRequantizeGGUF(t *testing.T) {
-	for _, name := range []string{"tiny-qwen3-f32", "tiny-llama-f32", "tiny-qwen2-bf16"} {
+	for _, name := range []string{"tiny-qwen3-f32", "tiny-llama-f32", "tiny-qwen2-bf16", "tiny-llama3-bf16"} {
 		t.Run(name, func(t *testing.T) {
 			fromGGUF := prepare(t, filepath.Join(modelsDir, name+".gguf"), "q8_0")
 			fromHF := prepare(t, filepath.Join(modelsDir, name), "q8_0")

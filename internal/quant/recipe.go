@@ -178,12 +178,13 @@ func (r Recipe) Plan(tensors []TensorSpec, nLayers int) ([]dtype.Type, error) {
 		if tied && name == "token_embd.weight" {
 			name = "output.weight"
 		}
+		if len(t.Shape) < 2 { // norms, biases, llama.cpp's rope_freqs
+			out[i] = dtype.F32
+			continue
+		}
 		typ, err := r.tensorType(name, nLayers)
 		if err != nil {
 			return nil, err
-		}
-		if len(t.Shape) < 2 {
-			typ = dtype.F32
 		}
 		if bs, _ := blockSize(typ); t.Shape[0]%uint64(bs) != 0 {
 			if typ == typeQ6K && t.Shape[0]%dtype.QK == 0 {

@@ -8,8 +8,9 @@ import (
 )
 
 // Shipped lists the tiny models committed under testdata/models: qwen3 in
-// every weight type, qwen2 (q/k/v bias, untied, sharded HF files) and llama
-// (GGUF Q/K row permutation) in a float and a quantized type.
+// every weight type, qwen2 (q/k/v bias, untied, sharded HF files), llama
+// (GGUF Q/K row permutation) in a float and a quantized type, and a
+// Llama 3.x-style llama (tied, rope_scaling llama3 / GGUF rope_freqs).
 func Shipped() []Spec {
 	var s []Spec
 	for _, t := range dtype.Types {
@@ -18,6 +19,6 @@ func Shipped() []Spec {
 	q2 := Tiny(model.ArchQwen2, dtype.BF16)
 	q2.Shards = 2
 	s = append(s, q2, Tiny(model.ArchQwen2, dtype.Q4_0))
-	s = append(s, Tiny(model.ArchLlama, dtype.F32), Tiny(model.ArchLlama, dtype.Q8_0))
+	s = append(s, Tiny(model.ArchLlama, dtype.F32), Tiny(model.ArchLlama, dtype.Q8_0), TinyLlama3(dtype.BF16))
 	return s
 }

@@ -41,6 +41,10 @@ type Spec struct {
 	// down_proj) of layer i by Decay^i, so that the model truncated to its
 	// first layers is a close approximation of the whole (a demo drafter).
 	Decay float64
+	// Llama3, when set, is the Llama 3.x RoPE scaling of the model: HF
+	// rope_scaling {rope_type: llama3, ...}, and in GGUF llama.cpp's
+	// rope_freqs tensor.
+	Llama3 *model.Llama3RoPE
 }
 
 // Tiny is the small model of each architecture used by fidelity tests.
@@ -51,6 +55,18 @@ func Tiny(arch string, t dtype.Type) Spec {
 		s.HeadDim, s.Tied = 32, true // head_dim independent of hidden/heads
 	}
 	s.Name = fmt.Sprintf("tiny-%s-%s", arch, lower(t.String()))
+	return s
+}
+
+// TinyLlama3 is the small Llama 3.x-style model: tied embeddings (as
+// Llama-3.2-1B/3B) and rope_scaling llama3, with an original context of 64
+// positions so that the three frequency bands of the scaling (kept,
+// smoothed, divided) all occur within the 256-position context.
+func TinyLlama3(t dtype.Type) Spec {
+	s := Tiny(model.ArchLlama, t)
+	s.Name = "tiny-llama3-" + lower(t.String())
+	s.Tied = true
+	s.Llama3 = &model.Llama3RoPE{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPos: 64}
 	return s
 }
 
@@ -79,8 +95,10 @@ func ByName(shape string, t dtype.Type) (Spec, error) {
 		return Tiny(model.ArchQwen2, t), nil
 	case "tiny-llama":
 		return Tiny(model.ArchLlama, t), nil
+	case "tiny-llama3":
+		return TinyLlama3(t), nil
 	}
-	return Spec{}, fmt.Errorf("unknown model shape %q (want qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2 or tiny-llama)", shape)
+	return Spec{}, fmt.Errorf("unknown model shape %q (want qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2, tiny-llama or tiny-llama3)", shape)
 }
 
 func lower(s string) string {
@@ -120,6 +138,10 @@ func rng(seed uint64, name string) *rand.Rand {
 func (s Spec) gen() ([]weight, error) {
 	if s.Hidden%dtype.QK != 0 || s.Intermediate%dtype.QK != 0 || (s.Heads*s.HeadDim)%dtype.QK != 0 {
 		return nil, fmt.Errorf("testmodel %s: hidden, intermediate and heads·head_dim must be multiples of %d", s.Name, dtype.QK)
+	}
+	fam, ok := model.FamilyOf(s.Arch)
+	if !ok {
+		return nil, fmt.Errorf("testmodel %s: unknown architecture %q", s.Name, s.Arch)
 	}
 	var ws []weight
 	// matrix draws N(0, std²) and rounds through the storage type.
@@ -175,12 +197,12 @@ func (s Spec) gen() ([]weight, error) {
 				return nil, err
 			}
 		}
-		if s.Arch == model.ArchQwen2 {
+		if fam.QKVBias {
 			vector(p+"self_attn.q_proj.bias", q, 0, 0.5)
 			vector(p+"self_attn.k_proj.bias", kv, 0, 0.5)
 			vector(p+"self_attn.v_proj.bias", kv, 0, 0.5)
 		}
-		if s.Arch == model.ArchQwen3 {
+		if fam.QKNorm {
 			vector(p+"self_attn.q_norm.weight", s.HeadDim, 1, 0.5)
 			vector(p+"self_attn.k_norm.weight", s.HeadDim, 1, 0.5)
 		}

@@ -3,6 +3,8 @@ package testmodel
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,9 @@ import (
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/safetensors"
 )
+
+// ropeTheta is the RoPE base of every generated model.
+const ropeTheta = 1e6
 
 // MetaWriter adds extra metadata (e.g. a tokenizer) to a GGUF being written.
 type MetaWriter func(w *gguf.Writer) error
@@ -39,7 +44,7 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 		{a + ".block_count", uint32(s.Layers)},
 		{a + ".attention.head_count", uint32(s.Heads)},
 		{a + ".attention.head_count_kv", uint32(s.KVHeads)},
-		{a + ".rope.freq_base", float32(1e6)},
+		{a + ".rope.freq_base", float32(ropeTheta)},
 		{a + ".attention.layer_norm_rms_epsilon", float32(1e-6)},
 	}
 	if a == model.ArchQwen3 || s.HeadDim != s.Hidden/s.Heads {
@@ -86,7 +91,41 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 			return err
 		}
 	}
+	if s.Llama3 != nil {
+		data, err := dtype.Quantize(dtype.F32, nil, llamaCppRoPEFactors(s))
+		if err != nil {
+			return err
+		}
+		if err := w.AddTensor("rope_freqs.weight", dtype.F32, []uint64{uint64(s.HeadDim / 2)}, data); err != nil {
+			return err
+		}
+	}
 	return w.WriteFile(path)
+}
+
+// llamaCppRoPEFactors are the divisors of the RoPE frequencies that
+// llama.cpp's converter writes as rope_freqs for rope_scaling llama3
+// (convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors), computed in
+// float32 as it does, from the spec's own original_max_position_embeddings.
+func llamaCppRoPEFactors(s Spec) []float32 {
+	r := s.Llama3
+	lowWavelen := r.OriginalMaxPos / r.LowFreqFactor
+	highWavelen := r.OriginalMaxPos / r.HighFreqFactor
+	out := make([]float32, s.HeadDim/2)
+	for i := range out {
+		freq := float32(1 / math.Pow(ropeTheta, float64(2*i)/float64(s.HeadDim)))
+		wavelen := 2 * math.Pi / float64(freq)
+		switch {
+		case wavelen < highWavelen:
+			out[i] = 1
+		case wavelen > lowWavelen:
+			out[i] = float32(r.Factor)
+		default:
+			smooth := (r.OriginalMaxPos/wavelen - r.LowFreqFactor) / (r.HighFreqFactor - r.LowFreqFactor)
+			out[i] = float32(1 / ((1-smooth)/r.Factor + smooth))
+		}
+	}
+	return out
 }
 
 // WriteHF writes config.json and the weights as safetensors into dir, in the
@@ -98,6 +137,10 @@ func (s Spec) WriteHF(dir string) error {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	fam, ok := model.FamilyOf(s.Arch)
+	if !ok {
+		return fmt.Errorf("testmodel %s: unknown architecture %q", s.Name, s.Arch)
 	}
 	ht := s.hfType()
 	stName := map[dtype.Type]string{dtype.F32: "F32", dtype.F16: "F16", dtype.BF16: "BF16"}[ht]
@@ -139,11 +182,11 @@ func (s Spec) WriteHF(dir string) error {
 		"vocab_size":              s.Vocab,
 		"max_position_embeddings": s.MaxContext,
 		"rms_norm_eps":            1e-6,
-		"rope_theta":              1e6,
+		"rope_theta":              ropeTheta,
 		"rope_scaling":            nil,
 		"tie_word_embeddings":     s.Tied,
 		"hidden_act":              "silu",
-		"attention_bias":          s.Arch == model.ArchQwen2,
+		"attention_bias":          fam.QKVBias,
 		"torch_dtype":             torchDType,
 		// Not an HF key: tells the numpy reference that the GGUF copy holds
 		// these numbers in this type (so llama.cpp-style activation rounding applies).
@@ -151,6 +194,10 @@ func (s Spec) WriteHF(dir string) error {
 	}
 	if s.Arch == model.ArchQwen2 {
 		cfg["use_sliding_window"] = false
+	}
+	if r := s.Llama3; r != nil {
+		cfg["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": r.Factor, "low_freq_factor": r.LowFreqFactor,
+			"high_freq_factor": r.HighFreqFactor, "original_max_position_embeddings": r.OriginalMaxPos}
 	}
 	data, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

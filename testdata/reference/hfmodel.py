@@ -2,8 +2,9 @@
 
 Written from the Hugging Face transformers formulas (modeling_qwen3/qwen2/llama): RMSNorm,
 NeoX (rotate_half) RoPE, GQA causal softmax attention, SiLU-gated MLP, final norm, lm_head.
-Everything is float64. Not an inference engine: no batching, no quantization, no rope
-scaling, no sliding windows; anything unimplemented raises Unsupported.
+Everything is float64. RoPE scaling: only rope_type "llama3" (transformers
+_compute_llama3_parameters). Not an inference engine: no batching, no quantization, no
+other rope scaling, no sliding windows; anything unimplemented raises Unsupported.
 """
 import json
 import os
@@ -91,7 +92,8 @@ class Config:
             raise Unsupported("%s: mlp_bias true (HF %s has no MLP bias)" % (kind, kind))
         self.qk_norm = kind == "qwen3"
 
-        self.rope_theta = self._rope_theta(cfg)
+        self.rope_theta, self.llama3 = self._rope(cfg)
+        self.inv_freq = rope_inv_freq(self.head_dim, self.rope_theta, self.llama3)
 
         if cfg.get("use_sliding_window"):
             raise Unsupported("use_sliding_window true")
@@ -105,11 +107,15 @@ class Config:
         if prf is not None and float(prf) != 1.0:
             raise Unsupported("partial_rotary_factor %r" % prf)
 
-    @staticmethod
-    def _rope_theta(cfg):
+    LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+    def _rope(self, cfg):
+        """(rope_theta, llama3 parameters or None)."""
         theta = cfg.get("rope_theta")
+        llama3 = None
         # transformers >= 5 stores RoPE in rope_parameters (rope_scaling is its alias); a dict
-        # that only says "default" (+ rope_theta) is plain RoPE, anything else is scaling.
+        # that only says "default" (+ rope_theta) is plain RoPE; "llama3" (Llama 3.x, llama
+        # only) is implemented; anything else is scaling this reference does not know.
         for key in ("rope_scaling", "rope_parameters"):
             rp = cfg.get(key)
             if rp is None:
@@ -117,7 +123,15 @@ class Config:
             if not isinstance(rp, dict):
                 raise Unsupported("%s %r" % (key, rp))
             rtype = rp.get("rope_type", rp.get("type", "default"))
-            extra = set(rp) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+            known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+            if rtype == "llama3" and self.kind == "llama":
+                missing = [k for k in self.LLAMA3_KEYS if rp.get(k) is None]
+                if missing:
+                    raise Unsupported("%s llama3 without %s" % (key, missing))
+                llama3 = {k: float(rp[k]) for k in self.LLAMA3_KEYS}
+                known |= set(self.LLAMA3_KEYS)
+                rtype = "default"
+            extra = set(rp) - known
             prf = rp.get("partial_rotary_factor", 1.0)
             if rtype != "default" or extra or float(prf) != 1.0:
                 raise Unsupported("%s %s (rope scaling not implemented)" % (key, json.dumps(rp, sort_keys=True)))
@@ -125,7 +139,7 @@ class Config:
                 if theta is not None and float(rp["rope_theta"]) != float(theta):
                     raise Unsupported("rope_theta %r conflicts with %s.rope_theta %r" % (theta, key, rp["rope_theta"]))
                 theta = rp["rope_theta"]
-        return float(theta if theta is not None else 10000.0)
+        return float(theta if theta is not None else 10000.0), llama3
 
 
 def expected_shapes(c):
@@ -187,9 +201,28 @@ def silu(x):
     return x * (0.5 * (1.0 + np.tanh(0.5 * x)))  # x*sigmoid(x) without exp overflow
 
 
-def rope_cos_sin(positions, head_dim, theta):
-    """cos, sin of shape (T, head_dim): angles p*inv_freq repeated for both halves."""
+def rope_inv_freq(head_dim, theta, llama3=None):
+    """inv_freq (head_dim/2,) = theta^(-2i/d); with llama3 parameters, rescaled as
+    transformers' _compute_llama3_parameters: wavelengths 2*pi/inv_freq shorter than
+    original_max_position_embeddings/high_freq_factor are kept, longer than
+    original_max_position_embeddings/low_freq_factor are divided by factor, and in between
+    inv_freq is (1 - s)*inv_freq/factor + s*inv_freq with
+    s = (original_max_position_embeddings/wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    if llama3 is None:
+        return inv_freq
+    factor, low, high, old = (llama3[k] for k in Config.LLAMA3_KEYS)
+    if not (factor >= 1 and 0 < low < high and old >= 1):
+        raise Unsupported("rope_scaling llama3 parameters %r" % (llama3,))
+    wavelen = 2 * np.pi / inv_freq
+    smooth = (old / wavelen - low) / (high - low)
+    scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    return np.where(medium, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+
+
+def rope_cos_sin(positions, inv_freq):
+    """cos, sin of shape (T, head_dim): angles p*inv_freq repeated for both halves."""
     ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
     ang = np.concatenate([ang, ang], axis=-1)
     return np.cos(ang), np.sin(ang)
@@ -261,7 +294,7 @@ class Model:
         T = len(ids)
         p0 = cache.length if cache is not None else 0
         S = p0 + T
-        cos, sin = rope_cos_sin(np.arange(p0, S), c.head_dim, c.rope_theta)
+        cos, sin = rope_cos_sin(np.arange(p0, S), c.inv_freq)
         group = c.n_heads // c.n_kv
         scale = c.head_dim ** -0.5
         # query at absolute position p0+i may see keys at positions <= p0+i
