@@ -83,7 +83,7 @@ func (s *seq) propose(seqs []*model.Seq) []*model.Seq {
 		s.pre = model.Seq{Tokens: s.ms.Tokens[:s.known-1], Pos: s.pos, Blocks: s.lease.Blocks}
 		seqs = append(seqs, &s.pre)
 	}
-	s.ms.Tokens, s.ms.Pos, s.ms.AllLogits = s.feed, last, true
+	s.ms.Tokens, s.ms.Pos, s.ms.ArgmaxAll = s.feed, last, true
 	return append(seqs, &s.ms)
 }
 
@@ -107,7 +107,7 @@ func (s *seq) advance() {
 	s.all = append(s.all, s.feed[1:1+kept]...)
 	s.all = append(s.all, g[kept])
 	s.pos += s.known + kept
-	s.nprop, s.ms.AllLogits, s.pre.Tokens = 0, false, nil
+	s.nprop, s.ms.ArgmaxAll, s.pre.Tokens = 0, false, nil
 }
 
 // sources reports where the draft's tokens came from.

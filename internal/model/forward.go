@@ -24,6 +24,12 @@ type Seq struct {
 	// Next is set to the greedy id (argmax, ties to the lowest id) after the
 	// last new token.
 	Next int
+
+	// ArgmaxAll asks for the greedy id after every new token, not only the
+	// last (the hybrid strategy verifies proposed tokens this way); the ids
+	// go into NextAll.
+	ArgmaxAll bool
+	NextAll   []int // (n) with ArgmaxAll: greedy id after each new token
 }
 
 // ErrInput marks a Forward call with inconsistent sequences (a caller bug or
@@ -169,21 +175,43 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		kernels.MatMul(m.pool, allLogits, m.Output, sc.x, T)
 		return nil
 	}
-	// Final norm and LM head on the last token of each sequence; greedy ids
-	// only: the LM head never materialises the logits.
-	R := len(seqs)
+	// Final norm and LM head on the last token of each sequence (every token
+	// of an ArgmaxAll sequence); greedy ids only: the LM head never
+	// materialises the logits.
+	R := 0
+	for _, s := range seqs {
+		R += outRows(s)
+	}
 	sc.out = grow(sc.out, R*c.Hidden)
-	t = 0
-	for r, s := range seqs {
+	t, r := 0, 0
+	for _, s := range seqs {
 		t += len(s.Tokens)
-		kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[(t-1)*c.Hidden:t*c.Hidden], m.OutNorm, c.RMSEps)
+		for i := t - outRows(s); i < t; i++ {
+			kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[i*c.Hidden:(i+1)*c.Hidden], m.OutNorm, c.RMSEps)
+			r++
+		}
 	}
 	sc.ids = growInt(sc.ids, R)
 	kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
-	for r, s := range seqs {
-		s.Next = sc.ids[r]
+	r = 0
+	for _, s := range seqs {
+		n := outRows(s)
+		if s.ArgmaxAll {
+			s.NextAll = append(s.NextAll[:0], sc.ids[r:r+n]...)
+		}
+		r += n
+		s.Next = sc.ids[r-1]
 	}
 	return nil
+}
+
+// outRows is the number of LM-head rows s asks for: 1, or every new token
+// with ArgmaxAll.
+func outRows(s *Seq) int {
+	if s.ArgmaxAll {
+		return len(s.Tokens)
+	}
+	return 1
 }
 
 // storeKV writes one position's k and v (kvHeads, headDim) into block b at
