@@ -1,0 +1,8 @@
+//go:build !purego
+
+// K-quant dispatch for builds without assembly: the plain-Go kernel only.
+package kernels
+
+func kpack(m *Matrix) any { return nil }
+
+func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool { return false }
