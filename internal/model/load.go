@@ -109,7 +109,7 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 			errs = append(errs, fmt.Errorf("%s: tensor %s has shape %v, want [%d %d]", src.path(), name, t.shape, rows, cols))
 			return
 		}
-		m.countWeights(t.typ, rows*cols, len(t.data))
+		m.countWeights(name, t.typ, rows*cols, len(t.data))
 		jobs = append(jobs, func() error {
 			w, err := kernels.NewMatrix(t.typ, rows, cols, t.data)
 			if err != nil {
@@ -137,7 +137,7 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 			errs = append(errs, fmt.Errorf("%s: tensor %s: %w", src.path(), name, err))
 			return nil
 		}
-		m.countWeights(t.typ, n, len(t.data))
+		m.countWeights(name, t.typ, n, len(t.data))
 		return v
 	}
 	h, q, kv, ff := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
@@ -211,10 +211,11 @@ func runParallel(jobs []func() error, threads int) error {
 	return errors.Join(errs...)
 }
 
-func (m *Model) countWeights(t dtype.Type, n, bytes int) {
+func (m *Model) countWeights(name string, t dtype.Type, n, bytes int) {
 	if m.TypeCounts == nil {
 		m.TypeCounts = map[string]int{}
 	}
+	m.Tensors = append(m.Tensors, TensorInfo{Name: name, Type: t, Params: int64(n), Bytes: int64(bytes)})
 	m.TypeCounts[t.String()]++
 	m.Params += int64(n)
 	m.WeightBytes += int64(bytes)
@@ -271,7 +272,7 @@ func (s *ggufSource) lookup(hf string) (tensor, bool, error) {
 		return tensor{}, false, nil
 	}
 	if !ti.Type.Supported() {
-		return tensor{}, false, fmt.Errorf("%s: tensor %s has type %v; draftd computes with F32, F16, BF16, Q8_0 and Q4_0", s.f.Path, name, ti.Type)
+		return tensor{}, false, fmt.Errorf("%s: tensor %s has type %s; draftd computes with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q2_K…Q6_K (not IQ types)", s.f.Path, name, gguf.TypeName(ti.Type))
 	}
 	shape := make([]int, len(ti.Shape)) // ggml order (ne0 innermost) reversed to HF order
 	for i, d := range ti.Shape {

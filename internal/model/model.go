@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/kernels"
 )
 
@@ -40,6 +41,7 @@ type Model struct {
 	Params      int64          // number of weights
 	WeightBytes int64          // bytes of stored weights
 	TypeCounts  map[string]int // tensors per storage type
+	Tensors     []TensorInfo   // every bound tensor, in binding order
 
 	src   source
 	kvF32 bool
@@ -70,6 +72,13 @@ func (m *Model) Threads() int { return m.pool.Threads() }
 
 // KVF32 reports whether the KV cache is kept in f32 (else f16).
 func (m *Model) KVF32() bool { return m.kvF32 }
+
+// TensorInfo describes one stored tensor of a loaded model (HF name).
+type TensorInfo struct {
+	Name          string
+	Type          dtype.Type
+	Params, Bytes int64
+}
 
 // Block holds the keys and values of BlockSize consecutive positions for
 // every layer. Exactly one of the f16 pair and the f32 pair is allocated.

@@ -35,6 +35,14 @@ type Spec struct {
 	MaxContext   int
 	Tied         bool
 	Type         dtype.Type // storage type of the matrices in the GGUF file
+	// Recipe, when set, chooses each matrix's type instead: a llama.cpp mix
+	// ("q4_k_m", see TensorType) or "kmix" (every K-quant and Q4_1/Q5_0/Q5_1
+	// type on some matrix, for tests). Type is then the recipe's base type.
+	Recipe string
+	// RefGGUF makes WriteHF write only config.json, pointing the numpy
+	// reference at the GGUF file (../Name.gguf) for the weights: the shipped
+	// K-quant models, whose F32 copy would be large.
+	RefGGUF bool
 	Seed         uint64
 	Shards       int // HF safetensors shards (≤ 1: one model.safetensors)
 	// Decay, when in (0, 1), scales the residual contributions (o_proj and
@@ -52,6 +60,60 @@ func Tiny(arch string, t dtype.Type) Spec {
 	}
 	s.Name = fmt.Sprintf("tiny-%s-%s", arch, lower(t.String()))
 	return s
+}
+
+// TinyK is the smallest qwen3 whose every matrix has rows of 256 (the
+// K-quant super-block), with one layer, in a recipe (see Spec.Recipe) or type name.
+func TinyK(recipe string) (Spec, error) {
+	s := Spec{Arch: model.ArchQwen3, Hidden: 256, Intermediate: 256, Layers: 1, Heads: 4, KVHeads: 1,
+		HeadDim: 64, Vocab: 256, MaxContext: 256, Tied: true, Seed: 3}
+	s.Name = "tiny-qwen3k-" + recipe
+	s.RefGGUF = true
+	return s.WithRecipe(recipe)
+}
+
+// WithRecipe sets the matrix types from a recipe or type name (Spec.Recipe).
+func (s Spec) WithRecipe(recipe string) (Spec, error) {
+	if recipe == "kmix" {
+		s.Recipe, s.Type = recipe, dtype.Q4_K
+		return s, nil
+	}
+	t, err := TensorType(recipe, "blk.0.attn_q.weight", 1)
+	if err != nil {
+		return s, err
+	}
+	if _, perr := dtype.Parse(recipe); perr == nil {
+		s.Recipe, s.Type = "", t
+	} else {
+		s.Recipe, s.Type = recipe, t
+	}
+	return s, nil
+}
+
+// kmixTypes gives the i-th matrix of a "kmix" spec (file order: embedding,
+// then per layer q, k, v, o, gate, up, down) its type.
+var kmixTypes = []dtype.Type{dtype.Q4_1, dtype.Q2_K, dtype.Q3_K, dtype.Q5_0, dtype.Q4_K, dtype.Q5_K, dtype.Q5_1, dtype.Q6_K}
+
+// matrixType is the storage type of the i-th matrix (HF name hf, cols columns).
+func (s Spec) matrixType(i int, hf string, cols int) (dtype.Type, error) {
+	switch s.Recipe {
+	case "":
+		return s.Type, nil
+	case "kmix":
+		return kmixTypes[i%len(kmixTypes)], nil
+	}
+	name := model.GGUFName(hf)
+	if s.Tied && name == "token_embd.weight" {
+		name = "output.weight" // the tied embedding is the output matrix
+	}
+	t, err := TensorType(s.Recipe, name, s.Layers)
+	if err != nil {
+		return 0, err
+	}
+	if cols%t.BlockSize() != 0 { // llama.cpp's fallback for short rows
+		t = map[dtype.Type]dtype.Type{dtype.Q2_K: dtype.Q4_0, dtype.Q3_K: dtype.Q4_0, dtype.Q4_K: dtype.Q5_0, dtype.Q5_K: dtype.Q5_1, dtype.Q6_K: dtype.Q8_0}[t]
+	}
+	return t, nil
 }
 
 // Qwen3_06B has the shapes of Qwen3-0.6B.
@@ -108,6 +170,7 @@ type weight struct {
 	shape  []int     // HF order
 	vals   []float32 // exactly representable in the storage type
 	matrix bool
+	typ    dtype.Type // storage type in the GGUF file
 }
 
 func rng(seed uint64, name string) *rand.Rand {
@@ -123,20 +186,26 @@ func (s Spec) gen() ([]weight, error) {
 	}
 	var ws []weight
 	// matrix draws N(0, std²) and rounds through the storage type.
+	nmat := 0
 	matrix := func(name string, rows, cols int, std float64) error {
+		typ, err := s.matrixType(nmat, name, cols)
+		if err != nil {
+			return err
+		}
+		nmat++
 		r := rng(s.Seed, name)
 		v := make([]float32, rows*cols)
 		for i := range v {
 			v[i] = float32(r.NormFloat64() * std)
 		}
-		enc, err := dtype.Quantize(s.Type, nil, v)
+		enc, err := dtype.Quantize(typ, nil, v)
 		if err != nil {
+			return fmt.Errorf("testmodel %s: %s: %w", s.Name, name, err)
+		}
+		if err := dtype.Dequantize(typ, v, enc); err != nil {
 			return err
 		}
-		if err := dtype.Dequantize(s.Type, v, enc); err != nil {
-			return err
-		}
-		ws = append(ws, weight{name: name, shape: []int{rows, cols}, vals: v, matrix: true})
+		ws = append(ws, weight{name: name, shape: []int{rows, cols}, vals: v, matrix: true, typ: typ})
 		return nil
 	}
 	// vector draws values on a grid of 1/64 that f16 and bf16 hold exactly.
