@@ -20,8 +20,8 @@ func TestDequantizeKHandBuilt(t *testing.T) {
 		want float32
 	}{
 		{"q4_1 high nibble", Q4_1, func(b []byte) { f16(b, 0.5); f16(b[2:], -3); b[4+9] = 0xd0 }, 25, 0.5*13 - 3},
-		{"q5_0 5th bit", Q5_0, func(b []byte) { f16(b, 2); b[2+3] = 0x80 /* bit 31 */; b[6+15] = 0x40 }, 31, 2 * (16 + 4 - 16)},
-		{"q5_1 low", Q5_1, func(b []byte) { f16(b, 0.25); f16(b[2:], 1); b[4] = 0x04 /* bit 2 */; b[8+2] = 0x07 }, 2, 0.25*23 + 1},
+		{"q5_0 5th bit", Q5_0, func(b []byte) { f16(b, 2); b[2+3] = 0x80; /* bit 31 */ b[6+15] = 0x40 }, 31, 2 * (16 + 4 - 16)},
+		{"q5_1 low", Q5_1, func(b []byte) { f16(b, 0.25); f16(b[2:], 1); b[4] = 0x04; /* bit 2 */ b[8+2] = 0x07 }, 2, 0.25*23 + 1},
 		// Q2_K weight 200 = half 1, j 2, l 8: qs[32+8] bits 4–5, scale index 8+4+0 = 12.
 		{"q2_k", Q2_K, func(b []byte) { b[12] = 0x3a; b[16+40] = 0x20; f16(b[80:], 0.5); f16(b[82:], 0.25) }, 200, 0.5*10*2 - 0.25*3},
 		// Q3_K weight 150 = half 1, j 0, l 22: qs[32+22] bits 0–1, hmask[22] bit 4, scale 8+0+1 = 9:

@@ -43,8 +43,8 @@ type Spec struct {
 	// reference at the GGUF file (../Name.gguf) for the weights: the shipped
 	// K-quant models, whose F32 copy would be large.
 	RefGGUF bool
-	Seed         uint64
-	Shards       int // HF safetensors shards (≤ 1: one model.safetensors)
+	Seed    uint64
+	Shards  int // HF safetensors shards (≤ 1: one model.safetensors)
 	// Decay, when in (0, 1), scales the residual contributions (o_proj and
 	// down_proj) of layer i by Decay^i, so that the model truncated to its
 	// first layers is a close approximation of the whole (a demo drafter).
