@@ -42,6 +42,7 @@ type kActs struct {
 	d               []float32 // (batch, nblk) block scales (Q8_0/Q8_1: the f16 scale, widened)
 	bsums           []int16   // (batch, nblk·16) K-quants: sums of each 16 quants
 	s               []float32 // (batch, nblk) Q8_1: f16(d·Σq), widened
+	kb              []int16   // block sums in the order a fast kernel wants (kquant_amd64.go), or nil
 }
 
 func (a *kActs) row(b int) ([]int8, []float32, []int16, []float32) {
@@ -84,6 +85,7 @@ func quantizeKActs(t dtype.Type, x []float32, batch, cols int) *kActs {
 			}
 		}
 	}
+	kernelSums(t, a, batch)
 	return a
 }
 

@@ -1,8 +1,112 @@
 //go:build !purego
 
-// K-quant dispatch for builds without assembly: the plain-Go kernel only.
+// K-quant dispatch on amd64: Q4_K and Q6_K weights are repacked at load into
+// the AVX2 kernels' block layout and multiplied by kquant_amd64.s; other
+// K-quant and Q4_1/Q5_0/Q5_1 weights run the plain-Go kernel. The same AVX2
+// kernels serve AVX-512 machines (there are no AVX-512 K-quant kernels: the
+// development machine has no AVX-512 to test them on).
+//
+// Kernel block layouts (one row's blocks are contiguous, rows follow each other):
+//
+//	Q4_K (148 B): d f16, dmin f16, the 8 sub-block scales as bytes, the 8
+//	      mins as bytes, then ggml's 128 bytes of nibbles unchanged.
+//	Q6_K (210 B): ggml's block with its 16 int8 scales reordered per half of
+//	      128 weights as s0 s2 s4 s6 s1 s3 s5 s7 (so that one shuffle gives the
+//	      two scales of 32 consecutive weights); ql, qh and d unchanged.
+//
+// The activation sums the kernels take (kActs.kb) follow the same orders:
+// per-32 sums for Q4_K, per-16 sums reordered like the scales for Q6_K.
 package kernels
 
-func kpack(m *Matrix) any { return nil }
+import (
+	"github.com/draftd/draftd/internal/dtype"
+)
 
-func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool { return false }
+const kMaxNB = 4 // activation rows per kernel call (see _asm/kquant.go)
+
+type kKernel func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+var (
+	q4kK = [...]kKernel{nil, q4kAVX2x1, q4kAVX2x2, q4kAVX2x3, q4kAVX2x4}
+	q6kK = [...]kKernel{nil, q6kAVX2x1, q6kAVX2x2, q6kAVX2x3, q6kAVX2x4}
+)
+
+// kpacked is a Q4_K/Q6_K matrix in the kernel layout.
+type kpacked struct {
+	data     []byte // (Rows, rowBytes)
+	rowBytes int
+}
+
+// q6kOrder is the kernel position of each of a half's 8 scales.
+var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
+
+func kpack(m *Matrix) any {
+	if !hasAVX2 || (m.Type != dtype.Q4_K && m.Type != dtype.Q6_K) {
+		return nil
+	}
+	nblk := m.Cols / dtype.QKK
+	bb := map[dtype.Type]int{dtype.Q4_K: 148, dtype.Q6_K: 210}[m.Type]
+	pk := &kpacked{rowBytes: nblk * bb}
+	pk.data = alignedBytes(m.Rows * pk.rowBytes)
+	for r := range m.Rows {
+		src := m.Row(r)
+		for i := range nblk {
+			dst := pk.data[r*pk.rowBytes+i*bb : r*pk.rowBytes+(i+1)*bb]
+			if m.Type == dtype.Q4_K {
+				s := src[i*144 : (i+1)*144]
+				copy(dst[:4], s[:4])
+				for j := range 8 {
+					dst[4+j], dst[12+j] = dtype.ScaleMinK4(j, s[4:16])
+				}
+				copy(dst[20:], s[16:])
+			} else {
+				s := src[i*210 : (i+1)*210]
+				copy(dst, s)
+				for h := range 2 {
+					for k := range 8 {
+						dst[192+8*h+q6kOrder[k]] = s[192+8*h+k]
+					}
+				}
+			}
+		}
+	}
+	return pk
+}
+
+// kernelSums fills a.kb for the kernels of type t (see the file comment).
+func kernelSums(t dtype.Type, a *kActs, batch int) {
+	switch t {
+	case dtype.Q4_K:
+		a.kb = make([]int16, batch*a.nblk*8)
+		for i := range a.kb {
+			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
+		}
+	case dtype.Q6_K:
+		a.kb = make([]int16, batch*a.nblk*16)
+		for i := 0; i < len(a.kb); i += 8 {
+			for k := range 8 {
+				a.kb[i+q6kOrder[k]] = a.bsums[i+k]
+			}
+		}
+	}
+}
+
+func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool {
+	pk, _ := w.packed.(*kpacked)
+	if pk == nil || impl < implAVX2 || a.kb == nil {
+		return false
+	}
+	ks, kbn := &q4kK, 8*a.nblk
+	if w.Type == dtype.Q6_K {
+		ks, kbn = &q6kK, 16*a.nblk
+	}
+	for r := lo; r < hi; r++ {
+		wr := &pk.data[r*pk.rowBytes]
+		for b0 := 0; b0 < batch; b0 += kMaxNB {
+			nb := min(kMaxNB, batch-b0)
+			ks[nb](wr, a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk,
+				&a.kb[b0*kbn], 2*kbn, &y[b0*ystride+r-base], 4*ystride)
+		}
+	}
+	return true
+}

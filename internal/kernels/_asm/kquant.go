@@ -1,0 +1,234 @@
+package main
+
+// AVX2 K-quant kernels (VPMADDUBSW/VPMADDWD): one weight row in the
+// kernel layout of ../kquant_amd64.go against 1…4 Q8_K activation rows.
+// There are no AVX-512 K-quant kernels: AVX-512 machines run these.
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+const kMaxNB = 4 // activation rows per K-quant kernel call (mirrored in kquant_amd64.go)
+
+func genKQuant() {
+	// shufK4[j]: broadcast word j of each 128-bit lane to the whole lane.
+	// shufK6[j]: word j in the low lane, word 4+j in the high lane.
+	var shufK4, shufK6 [8]Mem
+	for j := range 8 {
+		shufK4[j] = GLOBL(fmt.Sprintf("shufK4_%d", j), RODATA|NOPTR)
+		for i := range 32 {
+			DATA(i, U8(2*j+i%2))
+		}
+	}
+	for j := range 4 {
+		shufK6[j] = GLOBL(fmt.Sprintf("shufK6_%d", j), RODATA|NOPTR)
+		for i := range 32 {
+			w := j
+			if i >= 16 {
+				w = 4 + j
+			}
+			DATA(i, U8(2*w+i%2))
+		}
+	}
+	mask30 := GLOBL("mask30", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x30303030))
+	}
+	for nb := 1; nb <= kMaxNB; nb++ {
+		genK(nb, "q4k", shufK4[:])
+	}
+	for nb := 1; nb <= kMaxNB; nb++ {
+		genK(nb, "q6k", append(shufK6[:4], mask30))
+	}
+}
+
+// kRegs are the general registers of a K-quant kernel: row b of the
+// activations is at X + b·XS (b < 3) or X3 (b = 3), likewise XD/XD3 for the
+// block scales and XB/XB3 for the block sums.
+type kRegs struct {
+	W, N, X, XS, X3, XD, DS, XD3, XB, BS, XB3 reg.Register
+}
+
+func (k kRegs) row(base, stride, base3 reg.Register, b, disp int) Mem {
+	if b == 3 {
+		return M(base3, disp)
+	}
+	m := M(base, disp)
+	if b > 0 {
+		m.Index, m.Scale = stride, uint8(b)
+	}
+	return m
+}
+
+func genK(nb int, t string, consts []Mem) {
+	name := fmt.Sprintf("%sAVX2x%d", t, nb)
+	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)")
+	Pragma("noescape")
+	switch t {
+	case "q4k":
+		Doc(fmt.Sprintf("%s sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout", name),
+			fmt.Sprintf("blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < %d:", nb),
+			"its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums",
+			"(8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds",
+			"d·d_x·Σ_j sc_j·(q·x)_j − dmin·d_x·Σ_j m_j·bsum_j, in 8 float lanes summed at the end.")
+	case "q6k":
+		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
+			"blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16",
+			"sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)",
+			"with q the unsigned 6-bit quants.")
+	}
+	k := kRegs{W: reg.RSI, N: reg.RCX, X: reg.RDI, XS: reg.R9, X3: reg.R13, XD: reg.R8, DS: reg.R10, XD3: reg.RDX,
+		XB: reg.R11, BS: reg.R12, XB3: reg.RBX}
+	Load(Param("w"), k.W)
+	Load(Param("nblk"), k.N)
+	Load(Param("x"), k.X)
+	Load(Param("xstride"), k.XS)
+	Load(Param("xd"), k.XD)
+	Load(Param("dstride"), k.DS)
+	Load(Param("xb"), k.XB)
+	Load(Param("bstride"), k.BS)
+	LEAQ(Mem{Base: k.X, Index: k.XS, Scale: 2}, k.X3)
+	ADDQ(k.XS, k.X3)
+	LEAQ(Mem{Base: k.XD, Index: k.DS, Scale: 2}, k.XD3)
+	ADDQ(k.DS, k.XD3)
+	LEAQ(Mem{Base: k.XB, Index: k.BS, Scale: 2}, k.XB3)
+	ADDQ(k.BS, k.XB3)
+	acc := func(b int) reg.VecPhysical { return Y(b) }
+	facc := func(b int) reg.VecPhysical { return Y(4 + b) }
+	for b := range nb {
+		VPXOR(facc(b), facc(b), facc(b))
+	}
+	MOVL(U32(0x0f0f0f0f), reg.EAX)
+	VMOVD(reg.EAX, reg.X15)
+	VPBROADCASTD(reg.X15, reg.Y15) // Y15: 0x0f bytes
+	Label("block")
+	for b := range nb {
+		VPXOR(acc(b), acc(b), acc(b))
+	}
+	xq := func(b, disp int) Mem { return k.row(k.X, k.XS, k.X3, b, disp) }
+	xd := func(b int) Mem { return k.row(k.XD, k.DS, k.XD3, b, 0) }
+	xb := func(b int) Mem { return k.row(k.XB, k.BS, k.XB3, b, 0) }
+	if t == "q4k" {
+		Comment("block: d, dmin f16; 8 scales, 8 mins u8; 128 bytes of nibbles")
+		VPMOVZXBW(M(k.W, 4), reg.X14)
+		VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14) // Y14: scales as words, both lanes
+		for c := range 4 {
+			Commentf("weights %d…%d: sub-block %d in the low nibbles, %d in the high", 64*c, 64*c+63, 2*c, 2*c+1)
+			VMOVDQU(M(k.W, 20+32*c), reg.Y12)
+			VPSRLW(U8(4), reg.Y12, reg.Y13)
+			VPAND(reg.Y15, reg.Y12, reg.Y12)
+			VPAND(reg.Y15, reg.Y13, reg.Y13)
+			VPSHUFB(consts[2*c], reg.Y14, reg.Y10)
+			VPSHUFB(consts[2*c+1], reg.Y14, reg.Y11)
+			for b := range nb {
+				VPMADDUBSW(xq(b, 64*c), reg.Y12, reg.Y9)
+				VPMADDWD(reg.Y10, reg.Y9, reg.Y9)
+				VPADDD(reg.Y9, acc(b), acc(b))
+				VPMADDUBSW(xq(b, 64*c+32), reg.Y13, reg.Y8)
+				VPMADDWD(reg.Y11, reg.Y8, reg.Y8)
+				VPADDD(reg.Y8, acc(b), acc(b))
+			}
+		}
+		VPMOVZXBW(M(k.W, 12), reg.X14) // mins as words
+		VMOVD(M(k.W, 0), reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10) // [d, dmin, 0, 0]
+		for b := range nb {
+			VBROADCASTSS(xd(b), reg.X11)
+			VMULPS(reg.X10, reg.X11, reg.X11) // [d·dx, dmin·dx, 0, 0]
+			VBROADCASTSS(reg.X11, reg.Y12)
+			VCVTDQ2PS(acc(b), acc(b))
+			VFMADD231PS(reg.Y12, acc(b), facc(b))
+			VPMADDWD(xb(b), reg.X14, reg.X9) // Σ m_j·bsum_j in 4 lanes, upper lanes zero
+			VCVTDQ2PS(reg.Y9, reg.Y9)
+			VMOVSHDUP(reg.X11, reg.X13)
+			VBROADCASTSS(reg.X13, reg.Y13)
+			VFNMADD231PS(reg.Y13, reg.Y9, facc(b))
+		}
+		ADDQ(U32(148), k.W)
+		ADDQ(U32(16), k.XB)
+		ADDQ(U32(16), k.XB3)
+	} else {
+		Comment("block: ql[128], qh[64], scales[16] (per half: even then odd), d f16")
+		for h := range 2 {
+			VMOVDQU(M(k.W, 64*h), reg.Y12)
+			VMOVDQU(M(k.W, 64*h+32), reg.Y13)
+			VMOVDQU(M(k.W, 128+32*h), reg.Y11)
+			VPMOVSXBW(M(k.W, 192+8*h), reg.X14)
+			VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14)
+			for j := range 4 {
+				Commentf("weights %d…%d", 128*h+32*j, 128*h+32*j+31)
+				lo, sh := reg.Y12, 4-2*j // low nibbles of ql0/ql1, then high nibbles
+				if j%2 == 1 {
+					lo = reg.Y13
+				}
+				if j < 2 {
+					VPAND(reg.Y15, lo, reg.Y10)
+				} else {
+					VPSRLW(U8(4), lo, reg.Y10)
+					VPAND(reg.Y15, reg.Y10, reg.Y10)
+				}
+				switch {
+				case sh > 0:
+					VPSLLW(U8(sh), reg.Y11, reg.Y9)
+					VPAND(consts[4], reg.Y9, reg.Y9)
+				case sh == 0:
+					VPAND(consts[4], reg.Y11, reg.Y9)
+				default:
+					VPSRLW(U8(-sh), reg.Y11, reg.Y9)
+					VPAND(consts[4], reg.Y9, reg.Y9)
+				}
+				VPOR(reg.Y9, reg.Y10, reg.Y10)
+				VPSHUFB(consts[j], reg.Y14, reg.Y9)
+				for b := range nb {
+					VPMADDUBSW(xq(b, 128*h+32*j), reg.Y10, reg.Y8)
+					VPMADDWD(reg.Y9, reg.Y8, reg.Y8)
+					VPADDD(reg.Y8, acc(b), acc(b))
+				}
+			}
+		}
+		VPMOVSXBW(M(k.W, 192), reg.Y14) // all 16 scales as words
+		MOVWLZX(M(k.W, 208), reg.EAX)
+		VMOVD(reg.EAX, reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10)
+		for b := range nb {
+			VPMADDWD(xb(b), reg.Y14, reg.Y9)
+			VPSLLD(U8(5), reg.Y9, reg.Y9)
+			VPSUBD(reg.Y9, acc(b), acc(b))
+			VMULSS(xd(b), reg.X10, reg.X11)
+			VBROADCASTSS(reg.X11, reg.Y11)
+			VCVTDQ2PS(acc(b), acc(b))
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
+		}
+		ADDQ(U32(210), k.W)
+		ADDQ(U32(32), k.XB)
+		ADDQ(U32(32), k.XB3)
+	}
+	ADDQ(U32(256), k.X)
+	ADDQ(U32(256), k.X3)
+	ADDQ(U8(4), k.XD)
+	ADDQ(U8(4), k.XD3)
+	DECQ(k.N)
+	JNZ(LabelRef("block"))
+	Yp := Load(Param("y"), reg.RAX)
+	YS := Load(Param("ystride"), reg.R9)
+	for b := range nb {
+		f := facc(b)
+		fx := X(4 + b)
+		VEXTRACTF128(U8(1), f, reg.X8)
+		VADDPS(reg.X8, fx, fx)
+		VMOVHLPS(fx, reg.X8, reg.X8)
+		VADDPS(reg.X8, fx, fx)
+		VMOVSHDUP(fx, reg.X8)
+		VADDSS(reg.X8, fx, fx)
+		VMOVSS(fx, M(Yp, 0))
+		if b+1 < nb {
+			ADDQ(YS, Yp)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
