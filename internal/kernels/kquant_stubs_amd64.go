@@ -8,7 +8,7 @@ package kernels
 // blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 1:
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d·d_x·Σ_j sc_j·(q·x)_j − dmin·d_x·Σ_j m_j·bsum_j, in 8 float lanes summed at the end.
+// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
 //
 //go:noescape
 func q4kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
@@ -17,7 +17,7 @@ func q4kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int
 // blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 2:
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d·d_x·Σ_j sc_j·(q·x)_j − dmin·d_x·Σ_j m_j·bsum_j, in 8 float lanes summed at the end.
+// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
 //
 //go:noescape
 func q4kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
@@ -26,7 +26,7 @@ func q4kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int
 // blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 3:
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d·d_x·Σ_j sc_j·(q·x)_j − dmin·d_x·Σ_j m_j·bsum_j, in 8 float lanes summed at the end.
+// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
 //
 //go:noescape
 func q4kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
@@ -35,7 +35,7 @@ func q4kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int
 // blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 4:
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d·d_x·Σ_j sc_j·(q·x)_j − dmin·d_x·Σ_j m_j·bsum_j, in 8 float lanes summed at the end.
+// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
 //
 //go:noescape
 func q4kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)

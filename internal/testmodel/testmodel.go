@@ -12,10 +12,13 @@
 package testmodel
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 
 	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/model"
@@ -198,7 +201,7 @@ func (s Spec) gen() ([]weight, error) {
 		for i := range v {
 			v[i] = float32(r.NormFloat64() * std)
 		}
-		enc, err := dtype.Quantize(typ, nil, v)
+		enc, err := quantizeRows(typ, v, rows, cols)
 		if err != nil {
 			return fmt.Errorf("testmodel %s: %s: %w", s.Name, name, err)
 		}
@@ -276,4 +279,27 @@ func (s Spec) gen() ([]weight, error) {
 		}
 	}
 	return ws, nil
+}
+
+// quantizeRows is dtype.Quantize of a (rows, cols) matrix, rows split over
+// the CPUs (the K-quant encoders are slow enough for a 1.7B model to matter).
+func quantizeRows(typ dtype.Type, v []float32, rows, cols int) ([]byte, error) {
+	rb, err := typ.RowBytes(cols)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, rows*rb)
+	nw := min(runtime.GOMAXPROCS(0), max(1, rows/64))
+	errs := make([]error, nw)
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo, hi := rows*w/nw, rows*(w+1)/nw
+			_, errs[w] = dtype.Quantize(typ, out[lo*rb:lo*rb:hi*rb], v[lo*cols:hi*cols])
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }

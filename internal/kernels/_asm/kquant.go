@@ -74,7 +74,7 @@ func genK(nb int, t string, consts []Mem) {
 			fmt.Sprintf("blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < %d:", nb),
 			"its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums",
 			"(8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds",
-			"d·d_x·Σ_j sc_j·(q·x)_j − dmin·d_x·Σ_j m_j·bsum_j, in 8 float lanes summed at the end.")
+			"d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.")
 	case "q6k":
 		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
 			"blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16",
@@ -136,17 +136,18 @@ func genK(nb int, t string, consts []Mem) {
 		VPMOVZXBW(M(k.W, 12), reg.X14) // mins as words
 		VMOVD(M(k.W, 0), reg.X10)
 		VCVTPH2PS(reg.X10, reg.X10) // [d, dmin, 0, 0]
+		VBROADCASTSS(reg.X10, reg.Y12)
+		VMOVSHDUP(reg.X10, reg.X13)
+		VBROADCASTSS(reg.X13, reg.Y13)
 		for b := range nb {
-			VBROADCASTSS(xd(b), reg.X11)
-			VMULPS(reg.X10, reg.X11, reg.X11) // [d·dx, dmin·dx, 0, 0]
-			VBROADCASTSS(reg.X11, reg.Y12)
+			Commentf("row %d: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)", b)
 			VCVTDQ2PS(acc(b), acc(b))
-			VFMADD231PS(reg.Y12, acc(b), facc(b))
-			VPMADDWD(xb(b), reg.X14, reg.X9) // Σ m_j·bsum_j in 4 lanes, upper lanes zero
+			VMULPS(reg.Y12, acc(b), acc(b))
+			VPMADDWD(xb(b), reg.X14, reg.X9) // 4 lanes, upper lanes zero
 			VCVTDQ2PS(reg.Y9, reg.Y9)
-			VMOVSHDUP(reg.X11, reg.X13)
-			VBROADCASTSS(reg.X13, reg.Y13)
-			VFNMADD231PS(reg.Y13, reg.Y9, facc(b))
+			VFNMADD231PS(reg.Y13, reg.Y9, acc(b))
+			VBROADCASTSS(xd(b), reg.Y11)
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
 		}
 		ADDQ(U32(148), k.W)
 		ADDQ(U32(16), k.XB)
