@@ -80,6 +80,32 @@ type TensorInfo struct {
 	Params, Bytes int64
 }
 
+// TypeShare is one storage type's part of a model's weights.
+type TypeShare struct {
+	Tensors       int     `json:"tensors"`
+	Params        int64   `json:"parameters"`
+	Bytes         int64   `json:"bytes"`
+	BitsPerWeight float64 `json:"bits_per_weight"`
+}
+
+// Mix is the model's weights by storage type (a K-quant mix such as Q4_K_M
+// holds several).
+func (m *Model) Mix() map[string]TypeShare {
+	mix := map[string]TypeShare{}
+	for _, t := range m.Tensors {
+		s := mix[t.Type.String()]
+		s.Tensors++
+		s.Params += t.Params
+		s.Bytes += t.Bytes
+		s.BitsPerWeight = 8 * float64(s.Bytes) / float64(s.Params)
+		mix[t.Type.String()] = s
+	}
+	return mix
+}
+
+// BitsPerWeight is the storage cost of all weights, in bits per weight.
+func (m *Model) BitsPerWeight() float64 { return 8 * float64(m.WeightBytes) / float64(m.Params) }
+
 // Block holds the keys and values of BlockSize consecutive positions for
 // every layer. Exactly one of the f16 pair and the f32 pair is allocated.
 type Block struct {

@@ -184,28 +184,30 @@ func (s *Server) Close(ctx context.Context) error {
 
 // info is the answer of GET /v1/info.
 type info struct {
-	Architecture string         `json:"architecture"`
-	Parameters   int64          `json:"parameters"`
-	WeightBytes  int64          `json:"weight_bytes"`
-	WeightTypes  map[string]int `json:"weight_types"` // tensors per storage type
-	VocabSize    int            `json:"vocab_size"`
-	MaxContext   int            `json:"max_context"`
-	Hidden       int            `json:"hidden_size"`
-	Layers       int            `json:"num_layers"`
-	Heads        int            `json:"num_heads"`
-	KVHeads      int            `json:"num_kv_heads"`
-	HeadDim      int            `json:"head_dim"`
-	Model        string         `json:"model"`
-	DraftLen     int            `json:"draft_len"`
-	MaxDraftLen  int            `json:"max_draft_len"`
-	Strategy     string         `json:"strategy"`
-	Kernels      string         `json:"kernels"`
-	Threads      int            `json:"threads"`
-	KVCacheType  string         `json:"kv_cache_type"`
-	MaxBatch     int            `json:"max_batch"`
-	MaxQueue     int            `json:"max_queue"`
-	Version      string         `json:"version"`
-	Build        buildInfo      `json:"build"`
+	Architecture  string                     `json:"architecture"`
+	Parameters    int64                      `json:"parameters"`
+	WeightBytes   int64                      `json:"weight_bytes"`
+	WeightTypes   map[string]int             `json:"weight_types"` // tensors per storage type
+	WeightMix     map[string]model.TypeShare `json:"weight_mix"`   // tensors, parameters, bytes, bits/weight per storage type
+	BitsPerWeight float64                    `json:"bits_per_weight"`
+	VocabSize     int                        `json:"vocab_size"`
+	MaxContext    int                        `json:"max_context"`
+	Hidden        int                        `json:"hidden_size"`
+	Layers        int                        `json:"num_layers"`
+	Heads         int                        `json:"num_heads"`
+	KVHeads       int                        `json:"num_kv_heads"`
+	HeadDim       int                        `json:"head_dim"`
+	Model         string                     `json:"model"`
+	DraftLen      int                        `json:"draft_len"`
+	MaxDraftLen   int                        `json:"max_draft_len"`
+	Strategy      string                     `json:"strategy"`
+	Kernels       string                     `json:"kernels"`
+	Threads       int                        `json:"threads"`
+	KVCacheType   string                     `json:"kv_cache_type"`
+	MaxBatch      int                        `json:"max_batch"`
+	MaxQueue      int                        `json:"max_queue"`
+	Version       string                     `json:"version"`
+	Build         buildInfo                  `json:"build"`
 }
 
 type buildInfo struct {
@@ -225,6 +227,7 @@ func (s *Server) info(m *model.Model) info {
 	bi := readBuildInfo()
 	return info{
 		Architecture: m.Arch, Parameters: m.Params, WeightBytes: m.WeightBytes, WeightTypes: m.TypeCounts,
+		WeightMix: m.Mix(), BitsPerWeight: m.BitsPerWeight(),
 		VocabSize: m.Vocab, MaxContext: m.MaxContext, Hidden: m.Hidden, Layers: m.Layers,
 		Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Model: filepath.Base(m.Path()),
 		DraftLen: s.cfg.DraftLen, MaxDraftLen: s.cfg.MaxDraftLen, Strategy: Strategy,
