@@ -1,6 +1,6 @@
 //go:build !purego
 
-// K-quant dispatch on amd64: Q4_K and Q6_K weights are repacked at load into
+// K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at load into
 // the AVX2 kernels' block layout and multiplied by kquant_amd64.s; other
 // K-quant and Q4_1/Q5_0/Q5_1 weights run the plain-Go kernel. The same AVX2
 // kernels serve AVX-512 machines (there are no AVX-512 K-quant kernels: the
@@ -10,12 +10,13 @@
 //
 //	Q4_K (148 B): d f16, dmin f16, the 8 sub-block scales as bytes, the 8
 //	      mins as bytes, then ggml's 128 bytes of nibbles unchanged.
+//	Q5_K (180 B): the same with ggml's 32 bytes of 5th bits before the nibbles.
 //	Q6_K (210 B): ggml's block with its 16 int8 scales reordered per half of
 //	      128 weights as s0 s2 s4 s6 s1 s3 s5 s7 (so that one shuffle gives the
 //	      two scales of 32 consecutive weights); ql, qh and d unchanged.
 //
 // The activation sums the kernels take (kActs.kb) follow the same orders:
-// per-32 sums for Q4_K, per-16 sums reordered like the scales for Q6_K.
+// per-32 sums for Q4_K/Q5_K, per-16 sums reordered like the scales for Q6_K.
 package kernels
 
 import (
@@ -28,6 +29,7 @@ type kKernel func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride 
 
 var (
 	q4kK = [...]kKernel{nil, q4kAVX2x1, q4kAVX2x2, q4kAVX2x3, q4kAVX2x4}
+	q5kK = [...]kKernel{nil, q5kAVX2x1, q5kAVX2x2, q5kAVX2x3, q5kAVX2x4}
 	q6kK = [...]kKernel{nil, q6kAVX2x1, q6kAVX2x2, q6kAVX2x3, q6kAVX2x4}
 )
 
@@ -41,24 +43,25 @@ type kpacked struct {
 var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 func kpack(m *Matrix) any {
-	if !hasAVX2 || (m.Type != dtype.Q4_K && m.Type != dtype.Q6_K) {
+	if !hasAVX2 || (m.Type != dtype.Q4_K && m.Type != dtype.Q5_K && m.Type != dtype.Q6_K) {
 		return nil
 	}
 	nblk := m.Cols / dtype.QKK
-	bb := map[dtype.Type]int{dtype.Q4_K: 148, dtype.Q6_K: 210}[m.Type]
+	bb := map[dtype.Type]int{dtype.Q4_K: 148, dtype.Q5_K: 180, dtype.Q6_K: 210}[m.Type]
 	pk := &kpacked{rowBytes: nblk * bb}
 	pk.data = alignedBytes(m.Rows * pk.rowBytes)
 	for r := range m.Rows {
 		src := m.Row(r)
 		for i := range nblk {
 			dst := pk.data[r*pk.rowBytes+i*bb : r*pk.rowBytes+(i+1)*bb]
-			if m.Type == dtype.Q4_K {
-				s := src[i*144 : (i+1)*144]
+			if m.Type != dtype.Q6_K {
+				ob := m.Type.BlockBytes()
+				s := src[i*ob : (i+1)*ob]
 				copy(dst[:4], s[:4])
 				for j := range 8 {
 					dst[4+j], dst[12+j] = dtype.ScaleMinK4(j, s[4:16])
 				}
-				copy(dst[20:], s[16:])
+				copy(dst[20:], s[16:]) // Q5_K: qh, then qs
 			} else {
 				s := src[i*210 : (i+1)*210]
 				copy(dst, s)
@@ -76,7 +79,7 @@ func kpack(m *Matrix) any {
 // kernelSums fills a.kb for the kernels of type t (see the file comment).
 func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
-	case dtype.Q4_K:
+	case dtype.Q4_K, dtype.Q5_K:
 		a.kb = make([]int16, batch*a.nblk*8)
 		for i := range a.kb {
 			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
@@ -97,7 +100,10 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		return false
 	}
 	ks, kbn := &q4kK, 8*a.nblk
-	if w.Type == dtype.Q6_K {
+	switch w.Type {
+	case dtype.Q5_K:
+		ks = &q5kK
+	case dtype.Q6_K:
 		ks, kbn = &q6kK, 16*a.nblk
 	}
 	for r := lo; r < hi; r++ {

@@ -422,6 +422,16 @@ DATA mask30<>+24(SB)/4, $0x30303030
 DATA mask30<>+28(SB)/4, $0x30303030
 GLOBL mask30<>(SB), RODATA|NOPTR, $32
 
+DATA mask01<>+0(SB)/4, $0x01010101
+DATA mask01<>+4(SB)/4, $0x01010101
+DATA mask01<>+8(SB)/4, $0x01010101
+DATA mask01<>+12(SB)/4, $0x01010101
+DATA mask01<>+16(SB)/4, $0x01010101
+DATA mask01<>+20(SB)/4, $0x01010101
+DATA mask01<>+24(SB)/4, $0x01010101
+DATA mask01<>+28(SB)/4, $0x01010101
+GLOBL mask01<>(SB), RODATA|NOPTR, $32
+
 // func q4kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
 TEXT ·q4kAVX2x1(SB), NOSPLIT, $0-80
@@ -447,7 +457,7 @@ TEXT ·q4kAVX2x1(SB), NOSPLIT, $0-80
 block:
 	VPXOR Y0, Y0, Y0
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; 128 bytes of nibbles
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
 	VPMOVZXBW   4(SI), X14
 	VINSERTI128 $0x01, X14, Y14, Y14
 
@@ -569,7 +579,7 @@ block:
 	VPXOR Y0, Y0, Y0
 	VPXOR Y1, Y1, Y1
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; 128 bytes of nibbles
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
 	VPMOVZXBW   4(SI), X14
 	VINSERTI128 $0x01, X14, Y14, Y14
 
@@ -734,7 +744,7 @@ block:
 	VPXOR Y1, Y1, Y1
 	VPXOR Y2, Y2, Y2
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; 128 bytes of nibbles
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
 	VPMOVZXBW   4(SI), X14
 	VINSERTI128 $0x01, X14, Y14, Y14
 
@@ -942,7 +952,7 @@ block:
 	VPXOR Y2, Y2, Y2
 	VPXOR Y3, Y3, Y3
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; 128 bytes of nibbles
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
 	VPMOVZXBW   4(SI), X14
 	VINSERTI128 $0x01, X14, Y14, Y14
 
@@ -1116,6 +1126,884 @@ block:
 	VBROADCASTSS (DX), Y11
 	VFMADD231PS  Y11, Y3, Y7
 	ADDQ         $0x00000094, SI
+	ADDQ         $0x00000010, R11
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMOVHLPS     X6, X8, X8
+	VADDPS       X8, X6, X6
+	VMOVSHDUP    X6, X8
+	VADDSS       X8, X6, X6
+	VMOVSS       X6, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y7, X8
+	VADDPS       X8, X7, X7
+	VMOVHLPS     X7, X8, X8
+	VADDPS       X8, X7, X7
+	VMOVSHDUP    X7, X8
+	VADDSS       X8, X7, X7
+	VMOVSS       X7, (AX)
+	VZEROUPPER
+	RET
+
+// func q5kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q5kAVX2x1(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR Y0, Y0, Y0
+
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
+	VPMOVZXBW   4(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
+	VMOVDQU    52(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPAND      mask01<>+0(SB), Y9, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x01, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
+	VPMADDUBSW (DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 32(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
+	VMOVDQU    84(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x02, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x03, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
+	VPMADDUBSW 64(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 96(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
+	VMOVDQU    116(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x04, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x05, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
+	VPMADDUBSW 128(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 160(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
+	VMOVDQU      148(SI), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        Y15, Y12, Y12
+	VPAND        Y15, Y13, Y13
+	VMOVDQU      20(SI), Y9
+	VPSRLW       $0x06, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y12, Y12
+	VPSRLW       $0x07, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y13, Y13
+	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
+	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
+	VPMADDUBSW   192(DI), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y0, Y0
+	VPMADDUBSW   224(DI), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMOVZXBW    12(SI), X14
+	VMOVD        (SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+
+	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+	ADDQ         $0x000000b4, SI
+	ADDQ         $0x00000010, R11
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	VZEROUPPER
+	RET
+
+// func q5kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q5kAVX2x2(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
+	VPMOVZXBW   4(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
+	VMOVDQU    52(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPAND      mask01<>+0(SB), Y9, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x01, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
+	VPMADDUBSW (DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 32(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
+	VMOVDQU    84(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x02, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x03, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
+	VPMADDUBSW 64(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 96(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
+	VMOVDQU    116(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x04, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x05, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
+	VPMADDUBSW 128(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 160(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
+	VMOVDQU      148(SI), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        Y15, Y12, Y12
+	VPAND        Y15, Y13, Y13
+	VMOVDQU      20(SI), Y9
+	VPSRLW       $0x06, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y12, Y12
+	VPSRLW       $0x07, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y13, Y13
+	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
+	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
+	VPMADDUBSW   192(DI), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y0, Y0
+	VPMADDUBSW   224(DI), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y1, Y1
+	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMOVZXBW    12(SI), X14
+	VMOVD        (SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+
+	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+
+	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y12, Y1, Y1
+	VPMADDWD     (R11)(R12*1), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y1
+	VBROADCASTSS (R8)(R10*1), Y11
+	VFMADD231PS  Y11, Y1, Y5
+	ADDQ         $0x000000b4, SI
+	ADDQ         $0x00000010, R11
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	VZEROUPPER
+	RET
+
+// func q5kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q5kAVX2x3(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
+	VPMOVZXBW   4(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
+	VMOVDQU    52(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPAND      mask01<>+0(SB), Y9, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x01, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
+	VPMADDUBSW (DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 32(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW (DI)(R9*2), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y2, Y2
+	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
+	VMOVDQU    84(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x02, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x03, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
+	VPMADDUBSW 64(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 96(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y2, Y2
+	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
+	VMOVDQU    116(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x04, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x05, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
+	VPMADDUBSW 128(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 160(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y2, Y2
+	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
+	VMOVDQU      148(SI), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        Y15, Y12, Y12
+	VPAND        Y15, Y13, Y13
+	VMOVDQU      20(SI), Y9
+	VPSRLW       $0x06, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y12, Y12
+	VPSRLW       $0x07, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y13, Y13
+	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
+	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
+	VPMADDUBSW   192(DI), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y0, Y0
+	VPMADDUBSW   224(DI), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y1, Y1
+	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMOVZXBW    12(SI), X14
+	VMOVD        (SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+
+	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+
+	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y12, Y1, Y1
+	VPMADDWD     (R11)(R12*1), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y1
+	VBROADCASTSS (R8)(R10*1), Y11
+	VFMADD231PS  Y11, Y1, Y5
+
+	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y12, Y2, Y2
+	VPMADDWD     (R11)(R12*2), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y2
+	VBROADCASTSS (R8)(R10*2), Y11
+	VFMADD231PS  Y11, Y2, Y6
+	ADDQ         $0x000000b4, SI
+	ADDQ         $0x00000010, R11
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMOVHLPS     X6, X8, X8
+	VADDPS       X8, X6, X6
+	VMOVSHDUP    X6, X8
+	VADDSS       X8, X6, X6
+	VMOVSS       X6, (AX)
+	VZEROUPPER
+	RET
+
+// func q5kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q5kAVX2x4(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
+	VPMOVZXBW   4(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
+	VMOVDQU    52(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPAND      mask01<>+0(SB), Y9, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x01, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
+	VPMADDUBSW (DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 32(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW (DI)(R9*2), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y2, Y2
+	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW (R13), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y3, Y3
+	VPMADDUBSW 32(R13), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
+	VMOVDQU    84(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x02, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x03, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
+	VPMADDUBSW 64(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 96(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y2, Y2
+	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 64(R13), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y3, Y3
+	VPMADDUBSW 96(R13), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
+	VMOVDQU    116(SI), Y12
+	VPSRLW     $0x04, Y12, Y13
+	VPAND      Y15, Y12, Y12
+	VPAND      Y15, Y13, Y13
+	VMOVDQU    20(SI), Y9
+	VPSRLW     $0x04, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y12, Y12
+	VPSRLW     $0x05, Y9, Y8
+	VPAND      mask01<>+0(SB), Y8, Y8
+	VPSLLW     $0x04, Y8, Y8
+	VPOR       Y8, Y13, Y13
+	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
+	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
+	VPMADDUBSW 128(DI), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y0, Y0
+	VPMADDUBSW 160(DI), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y1, Y1
+	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y2, Y2
+	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 128(R13), Y12, Y9
+	VPMADDWD   Y10, Y9, Y9
+	VPADDD     Y9, Y3, Y3
+	VPMADDUBSW 160(R13), Y13, Y8
+	VPMADDWD   Y11, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
+	VMOVDQU      148(SI), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        Y15, Y12, Y12
+	VPAND        Y15, Y13, Y13
+	VMOVDQU      20(SI), Y9
+	VPSRLW       $0x06, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y12, Y12
+	VPSRLW       $0x07, Y9, Y8
+	VPAND        mask01<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y13, Y13
+	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
+	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
+	VPMADDUBSW   192(DI), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y0, Y0
+	VPMADDUBSW   224(DI), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y1, Y1
+	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   192(R13), Y12, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VPMADDUBSW   224(R13), Y13, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMOVZXBW    12(SI), X14
+	VMOVD        (SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+
+	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+
+	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y12, Y1, Y1
+	VPMADDWD     (R11)(R12*1), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y1
+	VBROADCASTSS (R8)(R10*1), Y11
+	VFMADD231PS  Y11, Y1, Y5
+
+	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y12, Y2, Y2
+	VPMADDWD     (R11)(R12*2), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y2
+	VBROADCASTSS (R8)(R10*2), Y11
+	VFMADD231PS  Y11, Y2, Y6
+
+	// row 3: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y12, Y3, Y3
+	VPMADDWD     (BX), X14, X9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y3
+	VBROADCASTSS (DX), Y11
+	VFMADD231PS  Y11, Y3, Y7
+	ADDQ         $0x000000b4, SI
 	ADDQ         $0x00000010, R11
 	ADDQ         $0x00000010, BX
 	ADDQ         $0x00000100, DI

@@ -40,6 +40,30 @@ func q4kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int
 //go:noescape
 func q4kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
+// q5kAVX2x1 is q4kAVX2x1 for a Q5_K weight row (180-byte kernel-layout blocks:
+// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+//
+//go:noescape
+func q5kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q5kAVX2x2 is q4kAVX2x2 for a Q5_K weight row (180-byte kernel-layout blocks:
+// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+//
+//go:noescape
+func q5kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q5kAVX2x3 is q4kAVX2x3 for a Q5_K weight row (180-byte kernel-layout blocks:
+// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+//
+//go:noescape
+func q5kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q5kAVX2x4 is q4kAVX2x4 for a Q5_K weight row (180-byte kernel-layout blocks:
+// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+//
+//go:noescape
+func q5kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
 // q6kAVX2x1 is q4kAVX2x1 for a Q6_K weight row (210-byte kernel-layout
 // blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
 // sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)

@@ -38,8 +38,15 @@ func genKQuant() {
 	for i := range 8 {
 		DATA(4*i, U32(0x30303030))
 	}
+	mask01 := GLOBL("mask01", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x01010101))
+	}
 	for nb := 1; nb <= kMaxNB; nb++ {
 		genK(nb, "q4k", shufK4[:])
+	}
+	for nb := 1; nb <= kMaxNB; nb++ {
+		genK(nb, "q5k", append(shufK4[:8:8], mask01))
 	}
 	for nb := 1; nb <= kMaxNB; nb++ {
 		genK(nb, "q6k", append(shufK6[:4], mask30))
@@ -75,6 +82,9 @@ func genK(nb int, t string, consts []Mem) {
 			"its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums",
 			"(8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds",
 			"d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.")
+	case "q5k":
+		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q5_K weight row (180-byte kernel-layout blocks:", name, nb),
+			"the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).")
 	case "q6k":
 		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
 			"blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16",
@@ -112,16 +122,34 @@ func genK(nb int, t string, consts []Mem) {
 	xq := func(b, disp int) Mem { return k.row(k.X, k.XS, k.X3, b, disp) }
 	xd := func(b int) Mem { return k.row(k.XD, k.DS, k.XD3, b, 0) }
 	xb := func(b int) Mem { return k.row(k.XB, k.BS, k.XB3, b, 0) }
-	if t == "q4k" {
-		Comment("block: d, dmin f16; 8 scales, 8 mins u8; 128 bytes of nibbles")
+	if t == "q4k" || t == "q5k" {
+		qs := 20
+		if t == "q5k" {
+			qs = 52
+		}
+		Comment("block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles")
 		VPMOVZXBW(M(k.W, 4), reg.X14)
 		VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14) // Y14: scales as words, both lanes
 		for c := range 4 {
 			Commentf("weights %d…%d: sub-block %d in the low nibbles, %d in the high", 64*c, 64*c+63, 2*c, 2*c+1)
-			VMOVDQU(M(k.W, 20+32*c), reg.Y12)
+			VMOVDQU(M(k.W, qs+32*c), reg.Y12)
 			VPSRLW(U8(4), reg.Y12, reg.Y13)
 			VPAND(reg.Y15, reg.Y12, reg.Y12)
 			VPAND(reg.Y15, reg.Y13, reg.Y13)
+			if t == "q5k" {
+				// 5th bit of weight l of sub-block j: bit j of qh[l], moved to bit 4.
+				VMOVDQU(M(k.W, 20), reg.Y9)
+				for h, dst := range []reg.Register{reg.Y12, reg.Y13} {
+					if sh := 2*c + h; sh > 0 {
+						VPSRLW(U8(sh), reg.Y9, reg.Y8)
+						VPAND(consts[8], reg.Y8, reg.Y8)
+					} else {
+						VPAND(consts[8], reg.Y9, reg.Y8)
+					}
+					VPSLLW(U8(4), reg.Y8, reg.Y8)
+					VPOR(reg.Y8, dst, dst)
+				}
+			}
 			VPSHUFB(consts[2*c], reg.Y14, reg.Y10)
 			VPSHUFB(consts[2*c+1], reg.Y14, reg.Y11)
 			for b := range nb {
@@ -149,7 +177,7 @@ func genK(nb int, t string, consts []Mem) {
 			VBROADCASTSS(xd(b), reg.Y11)
 			VFMADD231PS(reg.Y11, acc(b), facc(b))
 		}
-		ADDQ(U32(148), k.W)
+		ADDQ(U32(qs+128), k.W)
 		ADDQ(U32(16), k.XB)
 		ADDQ(U32(16), k.XB3)
 	} else {
