@@ -198,8 +198,14 @@ func dequantizeK(t Type, dst []float32, src []byte) {
 	}
 }
 
-// nearestInt rounds to the nearest integer, halves to even (ggml's nearest_int).
-func nearestInt(v float32) int { return int(math.RoundToEven(float64(v))) }
+// nearestInt rounds to the nearest integer, halves to even (ggml's nearest_int):
+// adding 1.5·2^23 leaves the rounded integer in the low mantissa bits.
+func nearestInt(v float32) int {
+	if !(v > -4194303 && v < 4194303) {
+		return int(math.RoundToEven(float64(v)))
+	}
+	return int(math.Float32bits(v+12582912)&0x7fffff) - 0x400000
+}
 
 // quantizeK encodes src (a whole number of blocks) as t, appending to dst.
 func quantizeK(t Type, dst []byte, src []float32) []byte {

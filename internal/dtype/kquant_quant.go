@@ -114,12 +114,12 @@ func fitSym(x []float32, nmax int) float32 {
 
 // symErr is the squared error of x coded as d·clamp(round(x/d), lo, hi).
 func symErr(x []float32, d float32, lo, hi int) float32 {
-	var e float32
+	var e, id float32
+	if d != 0 {
+		id = 1 / d
+	}
 	for _, v := range x {
-		q := 0
-		if d != 0 {
-			q = max(lo, min(hi, nearestInt(v/d)))
-		}
+		q := max(lo, min(hi, nearestInt(v*id)))
 		r := d*float32(q) - v
 		e += r * r
 	}
@@ -128,12 +128,12 @@ func symErr(x []float32, d float32, lo, hi int) float32 {
 
 // asymErr is the squared error of x coded as d·clamp(round((x+m)/d), 0, nmax) − m.
 func asymErr(x []float32, d, m float32, nmax int) float32 {
-	var e float32
+	var e, id float32
+	if d != 0 {
+		id = 1 / d
+	}
 	for _, v := range x {
-		q := 0
-		if d != 0 {
-			q = max(0, min(nmax, nearestInt((v+m)/d)))
-		}
+		q := max(0, min(nmax, nearestInt((v+m)*id)))
 		r := d*float32(q) - m - v
 		e += r * r
 	}
@@ -286,9 +286,9 @@ func quantQ45K(t Type, dst []byte, x []float32) []byte {
 		if dd == 0 {
 			continue
 		}
-		dm := dminf * float32(m)
+		dm, idd := dminf*float32(m), 1/dd
 		for l := range 32 {
-			L[32*j+l] = uint8(max(0, min(nmax, nearestInt((x[32*j+l]+dm)/dd))))
+			L[32*j+l] = uint8(max(0, min(nmax, nearestInt((x[32*j+l]+dm)*idd))))
 		}
 	}
 	dst = binary.LittleEndian.AppendUint16(dst, d)
@@ -331,13 +331,12 @@ func quantQ6K(dst []byte, x []float32) []byte {
 		s := min(127, nearestInt(iscale*scales[j]))
 		s = refineSym(x[16*j:16*j+16], df, s, -128, 127, -32, 31)
 		blk[192+j] = byte(int8(s))
-		dd := df * float32(s)
+		var idd float32
+		if dd := df * float32(s); dd != 0 {
+			idd = 1 / dd
+		}
 		for l := range 16 {
-			q := 0
-			if dd != 0 {
-				q = max(-32, min(31, nearestInt(x[16*j+l]/dd)))
-			}
-			L[16*j+l] = uint8(q + 32)
+			L[16*j+l] = uint8(max(-32, min(31, nearestInt(x[16*j+l]*idd))) + 32)
 		}
 	}
 	for e, q := range L {
@@ -383,13 +382,12 @@ func quantQ3K(dst []byte, x []float32) []byte {
 			sc[j-8] |= (u & 0xf) << 4
 		}
 		sc[8+j%4] |= (u >> 4) << (2 * (j / 4))
-		dd := df * float32(s)
+		var idd float32
+		if dd := df * float32(s); dd != 0 {
+			idd = 1 / dd
+		}
 		for l := range 16 {
-			q := 0
-			if dd != 0 {
-				q = max(-4, min(3, nearestInt(x[16*j+l]/dd)))
-			}
-			L[16*j+l] = uint8(q + 4)
+			L[16*j+l] = uint8(max(-4, min(3, nearestInt(x[16*j+l]*idd))) + 4)
 		}
 	}
 	for e, q := range L {
@@ -440,8 +438,9 @@ func quantQ2K(dst []byte, x []float32) []byte {
 		if dd == 0 {
 			continue
 		}
+		idd := 1 / dd
 		for l := range 16 {
-			L[16*j+l] = uint8(max(0, min(3, nearestInt((x[16*j+l]+dm)/dd))))
+			L[16*j+l] = uint8(max(0, min(3, nearestInt((x[16*j+l]+dm)*idd))))
 		}
 	}
 	for e, q := range L {
