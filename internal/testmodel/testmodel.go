@@ -174,6 +174,7 @@ type weight struct {
 	vals   []float32 // exactly representable in the storage type
 	matrix bool
 	typ    dtype.Type // storage type in the GGUF file
+	enc    []byte     // matrices: vals encoded as typ (the GGUF bytes)
 }
 
 func rng(seed uint64, name string) *rand.Rand {
@@ -208,7 +209,7 @@ func (s Spec) gen() ([]weight, error) {
 		if err := dtype.Dequantize(typ, v, enc); err != nil {
 			return err
 		}
-		ws = append(ws, weight{name: name, shape: []int{rows, cols}, vals: v, matrix: true, typ: typ})
+		ws = append(ws, weight{name: name, shape: []int{rows, cols}, vals: v, matrix: true, typ: typ, enc: enc})
 		return nil
 	}
 	// vector draws values on a grid of 1/64 that f16 and bf16 hold exactly.

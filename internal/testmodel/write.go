@@ -71,9 +71,12 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 		if t.matrix {
 			typ = t.typ
 		}
-		data, err := dtype.Quantize(typ, nil, t.vals)
-		if err != nil {
-			return err
+		data := t.enc // the K-quant encoders are not idempotent: write the bytes vals came from
+		if data == nil {
+			var err error
+			if data, err = dtype.Quantize(typ, nil, t.vals); err != nil {
+				return err
+			}
 		}
 		name := model.GGUFName(t.name)
 		if a == model.ArchLlama && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
