@@ -45,46 +45,62 @@ type kActs struct {
 	kb              []int16   // block sums in the order a fast kernel wants (kquant_amd64.go), or nil
 }
 
+// kActsPool recycles activation buffers across MatMul calls.
+var kActsPool = sync.Pool{New: func() any { return new(kActs) }}
+
+// grow returns s resized to n elements, reallocated only when too small.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
 func (a *kActs) row(b int) ([]int8, []float32, []int16, []float32) {
 	q := a.q[b*a.cols : (b+1)*a.cols]
 	d := a.d[b*a.nblk : (b+1)*a.nblk]
 	var bs []int16
 	var s []float32
-	if a.bsums != nil {
+	if len(a.bsums) > 0 {
 		bs = a.bsums[b*a.nblk*16 : (b+1)*a.nblk*16]
 	}
-	if a.s != nil {
+	if len(a.s) > 0 {
 		s = a.s[b*a.nblk : (b+1)*a.nblk]
 	}
 	return q, d, bs, s
 }
 
-// quantizeKActs quantizes the (batch, cols) rows of x for weights of type t.
-func quantizeKActs(t dtype.Type, x []float32, batch, cols int) *kActs {
-	a := &kActs{cols: cols, bsz: t.BlockSize()}
+// quantizeKActs quantizes the (batch, cols) rows of x for weights of type t,
+// rows split over p.
+func quantizeKActs(p *Pool, t dtype.Type, x []float32, batch, cols int) *kActs {
+	a := kActsPool.Get().(*kActs)
+	a.cols, a.bsz = cols, t.BlockSize()
 	a.nblk = cols / a.bsz
-	a.q = make([]int8, batch*cols)
-	a.d = make([]float32, batch*a.nblk)
+	a.q = grow(a.q, batch*cols)
+	a.d = grow(a.d, batch*a.nblk)
+	a.bsums, a.s, a.kb = a.bsums[:0], a.s[:0], a.kb[:0]
 	if t.IsK() {
-		a.bsums = make([]int16, batch*a.nblk*16)
+		a.bsums = grow(a.bsums, batch*a.nblk*16)
 	}
 	if t == dtype.Q4_1 || t == dtype.Q5_1 {
-		a.s = make([]float32, batch*a.nblk)
+		a.s = grow(a.s, batch*a.nblk)
 	}
-	for b := range batch {
-		q, d, bs, s := a.row(b)
-		xr := x[b*cols : (b+1)*cols]
-		for i := range a.nblk {
-			if t.IsK() {
-				quantQ8K(xr[i*256:(i+1)*256], q[i*256:(i+1)*256], &d[i], bs[i*16:(i+1)*16])
-			} else {
-				sum := quantQ8_0(xr[i*32:(i+1)*32], q[i*32:(i+1)*32], &d[i])
-				if s != nil {
-					s[i] = s8_1(sum, xr[i*32:(i+1)*32])
+	p.For(batch, 1, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			q, d, bs, s := a.row(b)
+			xr := x[b*cols : (b+1)*cols]
+			for i := range a.nblk {
+				if t.IsK() {
+					quantQ8K(xr[i*256:(i+1)*256], q[i*256:(i+1)*256], &d[i], bs[i*16:(i+1)*16])
+				} else {
+					sum := quantQ8_0(xr[i*32:(i+1)*32], q[i*32:(i+1)*32], &d[i])
+					if s != nil {
+						s[i] = s8_1(sum, xr[i*32:(i+1)*32])
+					}
 				}
 			}
 		}
-	}
+	})
 	kernelSums(t, a, batch)
 	return a
 }
@@ -149,7 +165,8 @@ func s8_1(sum int, x []float32) float32 {
 
 // kmatmul is MatMul (ids == nil) or MatMulArgmax for the types of this file.
 func kmatmul(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int, ref bool) {
-	a := quantizeKActs(w.Type, x, batch, w.Cols)
+	a := quantizeKActs(p, w.Type, x, batch, w.Cols)
+	defer kActsPool.Put(a)
 	rows := func(y []float32, ystride, lo, hi int) {
 		p.For(hi-lo, 16, func(l, h int) {
 			if ref || !kRowsFast(w, a, y, ystride, batch, lo+l, lo+h, lo) {

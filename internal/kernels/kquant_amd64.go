@@ -80,12 +80,12 @@ func kpack(m *Matrix) any {
 func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
 	case dtype.Q4_K, dtype.Q5_K:
-		a.kb = make([]int16, batch*a.nblk*8)
+		a.kb = grow(a.kb, batch*a.nblk*8)
 		for i := range a.kb {
 			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
 		}
 	case dtype.Q6_K:
-		a.kb = make([]int16, batch*a.nblk*16)
+		a.kb = grow(a.kb, batch*a.nblk*16)
 		for i := 0; i < len(a.kb); i += 8 {
 			for k := range 8 {
 				a.kb[i+q6kOrder[k]] = a.bsums[i+k]
@@ -96,7 +96,7 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 
 func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool {
 	pk, _ := w.packed.(*kpacked)
-	if pk == nil || impl < implAVX2 || a.kb == nil {
+	if pk == nil || impl < implAVX2 || len(a.kb) == 0 {
 		return false
 	}
 	ks, kbn := &q4kK, 8*a.nblk

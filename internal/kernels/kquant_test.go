@@ -19,7 +19,7 @@ func kRefMatMul(typ dtype.Type, w *Matrix, x []float32, batch int) []float64 {
 	if err := dtype.Dequantize(typ, wf, w.Data); err != nil {
 		panic(err)
 	}
-	a := quantizeKActs(typ, x, batch, cols)
+	a := quantizeKActs(nil, typ, x, batch, cols)
 	bs := typ.BlockSize()
 	y := make([]float64, batch*rows)
 	for b := range batch {
