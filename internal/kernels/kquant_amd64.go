@@ -1,8 +1,9 @@
 //go:build !purego
 
 // K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at load into
-// the AVX2 kernels' block layout and multiplied by kquant_amd64.s; other
-// K-quant and Q4_1/Q5_0/Q5_1 weights run the plain-Go kernel. The same AVX2
+// the AVX2 kernels' block layout and multiplied by kquant_amd64.s, as are
+// Q4_1/Q5_0/Q5_1 weights in ggml's own layout; Q2_K and Q3_K run the
+// plain-Go kernel. The same AVX2
 // kernels serve AVX-512 machines (there are no AVX-512 K-quant kernels: the
 // development machine has no AVX-512 to test them on).
 //
@@ -17,6 +18,8 @@
 //
 // The activation sums the kernels take (kActs.kb) follow the same orders:
 // per-32 sums for Q4_K/Q5_K, per-16 sums reordered like the scales for Q6_K.
+// The Q4_1/Q5_0/Q5_1 kernels read ggml's blocks as stored, with unsigned
+// quants: Q5_0's offset of 16 becomes the block term −16·d_x·Σq_x (kActs.c).
 package kernels
 
 import (
@@ -24,6 +27,14 @@ import (
 )
 
 const kMaxNB = 4 // activation rows per kernel call (see _asm/kquant.go)
+
+type lKernel func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+var lKernels = map[dtype.Type]*[kMaxNB + 1]lKernel{
+	dtype.Q4_1: {nil, q41AVX2x1, q41AVX2x2, q41AVX2x3, q41AVX2x4},
+	dtype.Q5_0: {nil, q50AVX2x1, q50AVX2x2, q50AVX2x3, q50AVX2x4},
+	dtype.Q5_1: {nil, q51AVX2x1, q51AVX2x2, q51AVX2x3, q51AVX2x4},
+}
 
 type kKernel func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
@@ -91,10 +102,34 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 				a.kb[i+q6kOrder[k]] = a.bsums[i+k]
 			}
 		}
+	case dtype.Q5_0:
+		// The kernel's unsigned quants need −16·d_x·Σq_x per block.
+		a.c = grow(a.c, batch*a.nblk)
+		for i := range a.c {
+			var sum int32
+			for _, v := range a.q[32*i : 32*i+32] {
+				sum += int32(v)
+			}
+			a.c[i] = -16 * a.d[i] * float32(sum)
+		}
 	}
 }
 
 func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool {
+	if lk := lKernels[w.Type]; lk != nil && impl >= implAVX2 {
+		c := a.s // Q4_1/Q5_1: the s of each Q8_1 block
+		if w.Type == dtype.Q5_0 {
+			c = a.c
+		}
+		for r := lo; r < hi; r++ {
+			wr := &w.Row(r)[0]
+			for b0 := 0; b0 < batch; b0 += kMaxNB {
+				nb := min(kMaxNB, batch-b0)
+				lk[nb](wr, a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk, &c[b0*a.nblk], &y[b0*ystride+r-base], 4*ystride)
+			}
+		}
+		return true
+	}
 	pk, _ := w.packed.(*kpacked)
 	if pk == nil || impl < implAVX2 || len(a.kb) == 0 {
 		return false

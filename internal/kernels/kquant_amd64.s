@@ -2893,3 +2893,1261 @@ block:
 	VMOVSS       X7, (AX)
 	VZEROUPPER
 	RET
+
+DATA qhSpread<>+0(SB)/1, $0x00
+DATA qhSpread<>+1(SB)/1, $0x00
+DATA qhSpread<>+2(SB)/1, $0x00
+DATA qhSpread<>+3(SB)/1, $0x00
+DATA qhSpread<>+4(SB)/1, $0x00
+DATA qhSpread<>+5(SB)/1, $0x00
+DATA qhSpread<>+6(SB)/1, $0x00
+DATA qhSpread<>+7(SB)/1, $0x00
+DATA qhSpread<>+8(SB)/1, $0x01
+DATA qhSpread<>+9(SB)/1, $0x01
+DATA qhSpread<>+10(SB)/1, $0x01
+DATA qhSpread<>+11(SB)/1, $0x01
+DATA qhSpread<>+12(SB)/1, $0x01
+DATA qhSpread<>+13(SB)/1, $0x01
+DATA qhSpread<>+14(SB)/1, $0x01
+DATA qhSpread<>+15(SB)/1, $0x01
+DATA qhSpread<>+16(SB)/1, $0x02
+DATA qhSpread<>+17(SB)/1, $0x02
+DATA qhSpread<>+18(SB)/1, $0x02
+DATA qhSpread<>+19(SB)/1, $0x02
+DATA qhSpread<>+20(SB)/1, $0x02
+DATA qhSpread<>+21(SB)/1, $0x02
+DATA qhSpread<>+22(SB)/1, $0x02
+DATA qhSpread<>+23(SB)/1, $0x02
+DATA qhSpread<>+24(SB)/1, $0x03
+DATA qhSpread<>+25(SB)/1, $0x03
+DATA qhSpread<>+26(SB)/1, $0x03
+DATA qhSpread<>+27(SB)/1, $0x03
+DATA qhSpread<>+28(SB)/1, $0x03
+DATA qhSpread<>+29(SB)/1, $0x03
+DATA qhSpread<>+30(SB)/1, $0x03
+DATA qhSpread<>+31(SB)/1, $0x03
+GLOBL qhSpread<>(SB), RODATA|NOPTR, $32
+
+DATA qhBits<>+0(SB)/1, $0x01
+DATA qhBits<>+1(SB)/1, $0x02
+DATA qhBits<>+2(SB)/1, $0x04
+DATA qhBits<>+3(SB)/1, $0x08
+DATA qhBits<>+4(SB)/1, $0x10
+DATA qhBits<>+5(SB)/1, $0x20
+DATA qhBits<>+6(SB)/1, $0x40
+DATA qhBits<>+7(SB)/1, $0x80
+DATA qhBits<>+8(SB)/1, $0x01
+DATA qhBits<>+9(SB)/1, $0x02
+DATA qhBits<>+10(SB)/1, $0x04
+DATA qhBits<>+11(SB)/1, $0x08
+DATA qhBits<>+12(SB)/1, $0x10
+DATA qhBits<>+13(SB)/1, $0x20
+DATA qhBits<>+14(SB)/1, $0x40
+DATA qhBits<>+15(SB)/1, $0x80
+DATA qhBits<>+16(SB)/1, $0x01
+DATA qhBits<>+17(SB)/1, $0x02
+DATA qhBits<>+18(SB)/1, $0x04
+DATA qhBits<>+19(SB)/1, $0x08
+DATA qhBits<>+20(SB)/1, $0x10
+DATA qhBits<>+21(SB)/1, $0x20
+DATA qhBits<>+22(SB)/1, $0x40
+DATA qhBits<>+23(SB)/1, $0x80
+DATA qhBits<>+24(SB)/1, $0x01
+DATA qhBits<>+25(SB)/1, $0x02
+DATA qhBits<>+26(SB)/1, $0x04
+DATA qhBits<>+27(SB)/1, $0x08
+DATA qhBits<>+28(SB)/1, $0x10
+DATA qhBits<>+29(SB)/1, $0x20
+DATA qhBits<>+30(SB)/1, $0x40
+DATA qhBits<>+31(SB)/1, $0x80
+GLOBL qhBits<>(SB), RODATA|NOPTR, $32
+
+DATA mask10<>+0(SB)/4, $0x10101010
+DATA mask10<>+4(SB)/4, $0x10101010
+DATA mask10<>+8(SB)/4, $0x10101010
+DATA mask10<>+12(SB)/4, $0x10101010
+DATA mask10<>+16(SB)/4, $0x10101010
+DATA mask10<>+20(SB)/4, $0x10101010
+DATA mask10<>+24(SB)/4, $0x10101010
+DATA mask10<>+28(SB)/4, $0x10101010
+GLOBL mask10<>(SB), RODATA|NOPTR, $32
+
+// func q41AVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q41AVX2x1(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU      4(SI), X13
+	VPSRLW       $0x04, X13, X12
+	VINSERTI128  $0x01, X12, Y13, Y13
+	VPAND        Y15, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	ADDQ         $0x00000014, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func q41AVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q41AVX2x2(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU      4(SI), X13
+	VPSRLW       $0x04, X13, X12
+	VINSERTI128  $0x01, X12, Y13, Y13
+	VPAND        Y15, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	ADDQ         $0x00000014, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func q41AVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q41AVX2x3(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU      4(SI), X13
+	VPSRLW       $0x04, X13, X12
+	VINSERTI128  $0x01, X12, Y13, Y13
+	VPAND        Y15, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	VPMADDUBSW   (DI)(R9*2), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y2
+	VFMADD231SS  (R11)(R10*2), X9, X6
+	ADDQ         $0x00000014, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMOVHLPS     X2, X8, X8
+	VADDPS       X8, X2, X2
+	VMOVSHDUP    X2, X8
+	VADDSS       X8, X2, X2
+	VADDSS       X6, X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func q41AVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q41AVX2x4(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y7, Y7, Y7
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU      4(SI), X13
+	VPSRLW       $0x04, X13, X12
+	VINSERTI128  $0x01, X12, Y13, Y13
+	VPAND        Y15, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	VPMADDUBSW   (DI)(R9*2), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y2
+	VFMADD231SS  (R11)(R10*2), X9, X6
+	VPMADDUBSW   (R13), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (DX), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y3
+	VFMADD231SS  (BX), X9, X7
+	ADDQ         $0x00000014, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMOVHLPS     X2, X8, X8
+	VADDPS       X8, X2, X2
+	VMOVSHDUP    X2, X8
+	VADDSS       X8, X2, X2
+	VADDSS       X6, X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y3, X8
+	VADDPS       X8, X3, X3
+	VMOVHLPS     X3, X8, X8
+	VADDPS       X8, X3, X3
+	VMOVSHDUP    X3, X8
+	VADDSS       X8, X3, X3
+	VADDSS       X7, X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func q50AVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q50AVX2x1(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     6(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 2(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	ADDQ         $0x00000016, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func q50AVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q50AVX2x2(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     6(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 2(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	ADDQ         $0x00000016, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func q50AVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q50AVX2x3(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     6(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 2(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	VPMADDUBSW   (DI)(R9*2), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y2
+	VFMADD231SS  (R11)(R10*2), X9, X6
+	ADDQ         $0x00000016, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMOVHLPS     X2, X8, X8
+	VADDPS       X8, X2, X2
+	VMOVSHDUP    X2, X8
+	VADDSS       X8, X2, X2
+	VADDSS       X6, X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func q50AVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q50AVX2x4(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y7, Y7, Y7
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     6(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 2(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	VPMADDUBSW   (DI)(R9*2), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y2
+	VFMADD231SS  (R11)(R10*2), X9, X6
+	VPMADDUBSW   (R13), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (DX), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y3
+	VFMADD231SS  (BX), X9, X7
+	ADDQ         $0x00000016, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMOVHLPS     X2, X8, X8
+	VADDPS       X8, X2, X2
+	VMOVSHDUP    X2, X8
+	VADDSS       X8, X2, X2
+	VADDSS       X6, X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y3, X8
+	VADDPS       X8, X3, X3
+	VMOVHLPS     X3, X8, X8
+	VADDPS       X8, X3, X3
+	VMOVSHDUP    X3, X8
+	VADDSS       X8, X3, X3
+	VADDSS       X7, X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func q51AVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q51AVX2x1(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     8(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 4(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func q51AVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q51AVX2x2(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     8(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 4(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func q51AVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q51AVX2x3(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     8(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 4(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	VPMADDUBSW   (DI)(R9*2), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y2
+	VFMADD231SS  (R11)(R10*2), X9, X6
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMOVHLPS     X2, X8, X8
+	VADDPS       X8, X2, X2
+	VMOVSHDUP    X2, X8
+	VADDSS       X8, X2, X2
+	VADDSS       X6, X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func q51AVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q51AVX2x4(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xc+48(FP), R11
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R10*2), BX
+	ADDQ         R10, BX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y7, Y7, Y7
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+block:
+	// weights 0…15 from the low nibbles, 16…31 from the high nibbles
+	VMOVDQU     8(SI), X13
+	VPSRLW      $0x04, X13, X12
+	VINSERTI128 $0x01, X12, Y13, Y13
+	VPAND       Y15, Y13, Y13
+
+	// 5th bits: bit i of qh → 0x10 in byte i
+	VPBROADCASTD 4(SI), Y12
+	VPSHUFB      qhSpread<>+0(SB), Y12, Y12
+	VPAND        qhBits<>+0(SB), Y12, Y12
+	VPCMPEQB     qhBits<>+0(SB), Y12, Y12
+	VPAND        mask10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y13, Y13
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	MOVWLZX      2(SI), AX
+	VMOVD        AX, X9
+	VCVTPH2PS    X9, X9
+	VPMADDUBSW   (DI), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y0
+	VFMADD231SS  (R11), X9, X4
+	VPMADDUBSW   (DI)(R9*1), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y1
+	VFMADD231SS  (R11)(R10*1), X9, X5
+	VPMADDUBSW   (DI)(R9*2), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y2
+	VFMADD231SS  (R11)(R10*2), X9, X6
+	VPMADDUBSW   (R13), Y13, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULSS       (DX), X10, X11
+	VBROADCASTSS X11, Y11
+	VFMADD231PS  Y11, Y12, Y3
+	VFMADD231SS  (BX), X9, X7
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	ADDQ         $0x04, R11
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+56(FP), AX
+	MOVQ         ystride+64(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X8, X8
+	VADDPS       X8, X0, X0
+	VMOVSHDUP    X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       X4, X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y1, X8
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X8, X8
+	VADDPS       X8, X1, X1
+	VMOVSHDUP    X1, X8
+	VADDSS       X8, X1, X1
+	VADDSS       X5, X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMOVHLPS     X2, X8, X8
+	VADDPS       X8, X2, X2
+	VMOVSHDUP    X2, X8
+	VADDSS       X8, X2, X2
+	VADDSS       X6, X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y3, X8
+	VADDPS       X8, X3, X3
+	VMOVHLPS     X3, X8, X8
+	VADDPS       X8, X3, X3
+	VMOVSHDUP    X3, X8
+	VADDSS       X8, X3, X3
+	VADDSS       X7, X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET

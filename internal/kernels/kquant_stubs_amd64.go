@@ -95,3 +95,111 @@ func q6kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int
 //
 //go:noescape
 func q6kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q41AVX2x1 sets y[b·ystride/4], b < 1, to the dot of one Q4_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q41AVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q41AVX2x2 sets y[b·ystride/4], b < 2, to the dot of one Q4_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q41AVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q41AVX2x3 sets y[b·ystride/4], b < 3, to the dot of one Q4_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q41AVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q41AVX2x4 sets y[b·ystride/4], b < 4, to the dot of one Q4_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q41AVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q50AVX2x1 sets y[b·ystride/4], b < 1, to the dot of one Q5_0 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q50AVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q50AVX2x2 sets y[b·ystride/4], b < 2, to the dot of one Q5_0 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q50AVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q50AVX2x3 sets y[b·ystride/4], b < 3, to the dot of one Q5_0 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q50AVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q50AVX2x4 sets y[b·ystride/4], b < 4, to the dot of one Q5_0 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q50AVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q51AVX2x1 sets y[b·ystride/4], b < 1, to the dot of one Q5_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q51AVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q51AVX2x2 sets y[b·ystride/4], b < 2, to the dot of one Q5_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q51AVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q51AVX2x3 sets y[b·ystride/4], b < 3, to the dot of one Q5_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q51AVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
+
+// q51AVX2x4 sets y[b·ystride/4], b < 4, to the dot of one Q5_1 weight row (nblk blocks
+// as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
+// scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).
+// Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and
+// w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).
+//
+//go:noescape
+func q51AVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
