@@ -2,8 +2,7 @@
 
 // K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at load into
 // the AVX2 kernels' block layout and multiplied by kquant_amd64.s, as are
-// Q4_1/Q5_0/Q5_1 weights in ggml's own layout; Q2_K and Q3_K run the
-// plain-Go kernel. The same AVX2
+// Q4_1/Q5_0/Q5_1 weights in ggml's own layout, and Q2_K/Q3_K repacked. The same AVX2
 // kernels serve AVX-512 machines (there are no AVX-512 K-quant kernels: the
 // development machine has no AVX-512 to test them on).
 //
@@ -12,6 +11,10 @@
 //	Q4_K (148 B): d f16, dmin f16, the 8 sub-block scales as bytes, the 8
 //	      mins as bytes, then ggml's 128 bytes of nibbles unchanged.
 //	Q5_K (180 B): the same with ggml's 32 bytes of 5th bits before the nibbles.
+//	Q3_K (114 B): qs[64], hmask[32], the 16 6-bit scales decoded to int8 (−32…31)
+//	      and reordered as Q6_K's, d f16.
+//	Q2_K (100 B): qs[64], the 16 scales and the 16 mins as bytes, each reordered
+//	      as Q6_K's scales, d, dmin f16.
 //	Q6_K (210 B): ggml's block with its 16 int8 scales reordered per half of
 //	      128 weights as s0 s2 s4 s6 s1 s3 s5 s7 (so that one shuffle gives the
 //	      two scales of 32 consecutive weights); ql, qh and d unchanged.
@@ -42,6 +45,8 @@ var (
 	q4kK = [...]kKernel{nil, q4kAVX2x1, q4kAVX2x2, q4kAVX2x3, q4kAVX2x4}
 	q5kK = [...]kKernel{nil, q5kAVX2x1, q5kAVX2x2, q5kAVX2x3, q5kAVX2x4}
 	q6kK = [...]kKernel{nil, q6kAVX2x1, q6kAVX2x2, q6kAVX2x3, q6kAVX2x4}
+	q3kK = [...]kKernel{nil, q3kAVX2x1, q3kAVX2x2, q3kAVX2x3, q3kAVX2x4}
+	q2kK = [...]kKernel{nil, q2kAVX2x1, q2kAVX2x2, q2kAVX2x3, q2kAVX2x4}
 )
 
 // kpacked is a Q4_K/Q6_K matrix in the kernel layout.
@@ -54,17 +59,41 @@ type kpacked struct {
 var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 func kpack(m *Matrix) any {
-	if !hasAVX2 || (m.Type != dtype.Q4_K && m.Type != dtype.Q5_K && m.Type != dtype.Q6_K) {
+	bb := map[dtype.Type]int{dtype.Q4_K: 148, dtype.Q5_K: 180, dtype.Q6_K: 210, dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
+	if !hasAVX2 || bb == 0 {
 		return nil
 	}
 	nblk := m.Cols / dtype.QKK
-	bb := map[dtype.Type]int{dtype.Q4_K: 148, dtype.Q5_K: 180, dtype.Q6_K: 210}[m.Type]
 	pk := &kpacked{rowBytes: nblk * bb}
 	pk.data = alignedBytes(m.Rows * pk.rowBytes)
 	for r := range m.Rows {
 		src := m.Row(r)
 		for i := range nblk {
 			dst := pk.data[r*pk.rowBytes+i*bb : r*pk.rowBytes+(i+1)*bb]
+			switch m.Type {
+			case dtype.Q3_K:
+				s := src[i*110 : (i+1)*110]
+				copy(dst[:64], s[32:96]) // qs
+				copy(dst[64:96], s[:32]) // hmask
+				for h := range 2 {
+					for k := range 8 {
+						dst[96+8*h+q6kOrder[k]] = byte(int8(dtype.ScaleQ3K(8*h+k, s[96:108])))
+					}
+				}
+				copy(dst[112:], s[108:110])
+				continue
+			case dtype.Q2_K:
+				s := src[i*84 : (i+1)*84]
+				copy(dst[:64], s[16:80]) // qs
+				for h := range 2 {
+					for k := range 8 {
+						dst[64+8*h+q6kOrder[k]] = s[8*h+k] & 0xf
+						dst[80+8*h+q6kOrder[k]] = s[8*h+k] >> 4
+					}
+				}
+				copy(dst[96:], s[80:84])
+				continue
+			}
 			if m.Type != dtype.Q6_K {
 				ob := m.Type.BlockBytes()
 				s := src[i*ob : (i+1)*ob]
@@ -95,7 +124,7 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 		for i := range a.kb {
 			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
 		}
-	case dtype.Q6_K:
+	case dtype.Q6_K, dtype.Q3_K, dtype.Q2_K:
 		a.kb = grow(a.kb, batch*a.nblk*16)
 		for i := 0; i < len(a.kb); i += 8 {
 			for k := range 8 {
@@ -140,6 +169,10 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		ks = &q5kK
 	case dtype.Q6_K:
 		ks, kbn = &q6kK, 16*a.nblk
+	case dtype.Q3_K:
+		ks, kbn = &q3kK, 16*a.nblk
+	case dtype.Q2_K:
+		ks, kbn = &q2kK, 16*a.nblk
 	}
 	for r := lo; r < hi; r++ {
 		wr := &pk.data[r*pk.rowBytes]

@@ -2894,6 +2894,1640 @@ block:
 	VZEROUPPER
 	RET
 
+DATA mask03<>+0(SB)/4, $0x03030303
+DATA mask03<>+4(SB)/4, $0x03030303
+DATA mask03<>+8(SB)/4, $0x03030303
+DATA mask03<>+12(SB)/4, $0x03030303
+DATA mask03<>+16(SB)/4, $0x03030303
+DATA mask03<>+20(SB)/4, $0x03030303
+DATA mask03<>+24(SB)/4, $0x03030303
+DATA mask03<>+28(SB)/4, $0x03030303
+GLOBL mask03<>(SB), RODATA|NOPTR, $32
+
+// func q3kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q3kAVX2x1(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VMOVDQU     (SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   96(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPAND      mask01<>+0(SB), Y13, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x01, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x02, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSRLW      $0x03, Y13, Y9
+	VPAND       mask01<>+0(SB), Y9, Y9
+	VPSLLW      $0x02, Y9, Y9
+	VPOR        Y9, Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VMOVDQU     32(SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   104(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSRLW     $0x04, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x05, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x06, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSRLW       $0x07, Y13, Y9
+	VPAND        mask01<>+0(SB), Y9, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMOVSXBW    96(SI), Y14
+	MOVWLZX      112(SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	VPMADDWD     (R11), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y0, Y0
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y0, Y0
+	VFMADD231PS  Y11, Y0, Y4
+	ADDQ         $0x00000072, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	VZEROUPPER
+	RET
+
+// func q3kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q3kAVX2x2(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VPXOR       Y1, Y1, Y1
+	VMOVDQU     (SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   96(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPAND      mask01<>+0(SB), Y13, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x01, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x02, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSRLW      $0x03, Y13, Y9
+	VPAND       mask01<>+0(SB), Y9, Y9
+	VPSLLW      $0x02, Y9, Y9
+	VPOR        Y9, Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y1, Y1
+	VMOVDQU     32(SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   104(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSRLW     $0x04, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x05, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x06, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSRLW       $0x07, Y13, Y9
+	VPAND        mask01<>+0(SB), Y9, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMOVSXBW    96(SI), Y14
+	MOVWLZX      112(SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	VPMADDWD     (R11), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y0, Y0
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y0, Y0
+	VFMADD231PS  Y11, Y0, Y4
+	VPMADDWD     (R11)(R12*1), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y1, Y1
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y11, Y1, Y5
+	ADDQ         $0x00000072, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	VZEROUPPER
+	RET
+
+// func q3kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q3kAVX2x3(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VPXOR       Y1, Y1, Y1
+	VPXOR       Y2, Y2, Y2
+	VMOVDQU     (SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   96(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPAND      mask01<>+0(SB), Y13, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW (DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x01, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x02, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSRLW      $0x03, Y13, Y9
+	VPAND       mask01<>+0(SB), Y9, Y9
+	VPSLLW      $0x02, Y9, Y9
+	VPOR        Y9, Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y1, Y1
+	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y2, Y2
+	VMOVDQU     32(SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   104(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSRLW     $0x04, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x05, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x06, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSRLW       $0x07, Y13, Y9
+	VPAND        mask01<>+0(SB), Y9, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMOVSXBW    96(SI), Y14
+	MOVWLZX      112(SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	VPMADDWD     (R11), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y0, Y0
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y0, Y0
+	VFMADD231PS  Y11, Y0, Y4
+	VPMADDWD     (R11)(R12*1), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y1, Y1
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y11, Y1, Y5
+	VPMADDWD     (R11)(R12*2), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y2, Y2
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y11, Y2, Y6
+	ADDQ         $0x00000072, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMOVHLPS     X6, X8, X8
+	VADDPS       X8, X6, X6
+	VMOVSHDUP    X6, X8
+	VADDSS       X8, X6, X6
+	VMOVSS       X6, (AX)
+	VZEROUPPER
+	RET
+
+// func q3kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q3kAVX2x4(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VPXOR       Y1, Y1, Y1
+	VPXOR       Y2, Y2, Y2
+	VPXOR       Y3, Y3, Y3
+	VMOVDQU     (SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   96(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPAND      mask01<>+0(SB), Y13, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW (DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW (R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x01, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 32(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x02, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 64(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSRLW      $0x03, Y13, Y9
+	VPAND       mask01<>+0(SB), Y9, Y9
+	VPSLLW      $0x02, Y9, Y9
+	VPOR        Y9, Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y1, Y1
+	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y2, Y2
+	VPMADDUBSW  96(R13), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y3, Y3
+	VMOVDQU     32(SI), Y12
+	VMOVDQU     64(SI), Y13
+	VPMOVSXBW   104(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSRLW     $0x04, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 128(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x05, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 160(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSRLW     $0x06, Y13, Y9
+	VPAND      mask01<>+0(SB), Y9, Y9
+	VPSLLW     $0x02, Y9, Y9
+	VPOR       Y9, Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 192(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSRLW       $0x07, Y13, Y9
+	VPAND        mask01<>+0(SB), Y9, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   224(R13), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMOVSXBW    96(SI), Y14
+	MOVWLZX      112(SI), AX
+	VMOVD        AX, X10
+	VCVTPH2PS    X10, X10
+	VPMADDWD     (R11), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y0, Y0
+	VMULSS       (R8), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y0, Y0
+	VFMADD231PS  Y11, Y0, Y4
+	VPMADDWD     (R11)(R12*1), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y1, Y1
+	VMULSS       (R8)(R10*1), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y11, Y1, Y5
+	VPMADDWD     (R11)(R12*2), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y2, Y2
+	VMULSS       (R8)(R10*2), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y11, Y2, Y6
+	VPMADDWD     (BX), Y14, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y3, Y3
+	VMULSS       (DX), X10, X11
+	VBROADCASTSS X11, Y11
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y11, Y3, Y7
+	ADDQ         $0x00000072, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMOVHLPS     X6, X8, X8
+	VADDPS       X8, X6, X6
+	VMOVSHDUP    X6, X8
+	VADDSS       X8, X6, X6
+	VMOVSS       X6, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y7, X8
+	VADDPS       X8, X7, X7
+	VMOVHLPS     X7, X8, X8
+	VADDPS       X8, X7, X7
+	VMOVSHDUP    X7, X8
+	VADDSS       X8, X7, X7
+	VMOVSS       X7, (AX)
+	VZEROUPPER
+	RET
+
+// func q2kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q2kAVX2x1(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VMOVDQU     (SI), Y12
+	VPMOVZXBW   64(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VMOVDQU     32(SI), Y12
+	VPMOVZXBW   72(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMOVZXBW    80(SI), Y14
+	VMOVD        96(SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+	ADDQ         $0x00000064, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	VZEROUPPER
+	RET
+
+// func q2kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q2kAVX2x2(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VPXOR       Y1, Y1, Y1
+	VMOVDQU     (SI), Y12
+	VPMOVZXBW   64(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y1, Y1
+	VMOVDQU     32(SI), Y12
+	VPMOVZXBW   72(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMOVZXBW    80(SI), Y14
+	VMOVD        96(SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y12, Y1, Y1
+	VPMADDWD     (R11)(R12*1), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y1
+	VBROADCASTSS (R8)(R10*1), Y11
+	VFMADD231PS  Y11, Y1, Y5
+	ADDQ         $0x00000064, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	VZEROUPPER
+	RET
+
+// func q2kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q2kAVX2x3(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VPXOR       Y1, Y1, Y1
+	VPXOR       Y2, Y2, Y2
+	VMOVDQU     (SI), Y12
+	VPMOVZXBW   64(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW (DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y1, Y1
+	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y2, Y2
+	VMOVDQU     32(SI), Y12
+	VPMOVZXBW   72(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMOVZXBW    80(SI), Y14
+	VMOVD        96(SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y12, Y1, Y1
+	VPMADDWD     (R11)(R12*1), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y1
+	VBROADCASTSS (R8)(R10*1), Y11
+	VFMADD231PS  Y11, Y1, Y5
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y12, Y2, Y2
+	VPMADDWD     (R11)(R12*2), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y2
+	VBROADCASTSS (R8)(R10*2), Y11
+	VFMADD231PS  Y11, Y2, Y6
+	ADDQ         $0x00000064, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMOVHLPS     X6, X8, X8
+	VADDPS       X8, X6, X6
+	VMOVSHDUP    X6, X8
+	VADDSS       X8, X6, X6
+	VMOVSS       X6, (AX)
+	VZEROUPPER
+	RET
+
+// func q2kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q2kAVX2x4(SB), NOSPLIT, $0-80
+	MOVQ         w+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         x+16(FP), DI
+	MOVQ         xstride+24(FP), R9
+	MOVQ         xd+32(FP), R8
+	MOVQ         dstride+40(FP), R10
+	MOVQ         xb+48(FP), R11
+	MOVQ         bstride+56(FP), R12
+	LEAQ         (DI)(R9*2), R13
+	ADDQ         R9, R13
+	LEAQ         (R8)(R10*2), DX
+	ADDQ         R10, DX
+	LEAQ         (R11)(R12*2), BX
+	ADDQ         R12, BX
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+block:
+	VPXOR       Y0, Y0, Y0
+	VPXOR       Y1, Y1, Y1
+	VPXOR       Y2, Y2, Y2
+	VPXOR       Y3, Y3, Y3
+	VMOVDQU     (SI), Y12
+	VPMOVZXBW   64(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 0…31
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW (DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW (DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW (DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW (R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 32…63
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 32(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 32(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 64…95
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 64(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 64(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 96…127
+	VPSRLW      $0x06, Y12, Y10
+	VPAND       mask03<>+0(SB), Y10, Y10
+	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW  96(DI), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y0, Y0
+	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y1, Y1
+	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y2, Y2
+	VPMADDUBSW  96(R13), Y10, Y8
+	VPMADDWD    Y9, Y8, Y8
+	VPADDD      Y8, Y3, Y3
+	VMOVDQU     32(SI), Y12
+	VPMOVZXBW   72(SI), X14
+	VINSERTI128 $0x01, X14, Y14, Y14
+
+	// weights 128…159
+	VPAND      mask03<>+0(SB), Y12, Y10
+	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
+	VPMADDUBSW 128(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 128(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 160…191
+	VPSRLW     $0x02, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
+	VPMADDUBSW 160(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 160(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 192…223
+	VPSRLW     $0x04, Y12, Y10
+	VPAND      mask03<>+0(SB), Y10, Y10
+	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
+	VPMADDUBSW 192(DI), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y0, Y0
+	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y1, Y1
+	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y2, Y2
+	VPMADDUBSW 192(R13), Y10, Y8
+	VPMADDWD   Y9, Y8, Y8
+	VPADDD     Y8, Y3, Y3
+
+	// weights 224…255
+	VPSRLW       $0x06, Y12, Y10
+	VPAND        mask03<>+0(SB), Y10, Y10
+	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
+	VPMADDUBSW   224(DI), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y0, Y0
+	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y1, Y1
+	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   224(R13), Y10, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMOVZXBW    80(SI), Y14
+	VMOVD        96(SI), X10
+	VCVTPH2PS    X10, X10
+	VBROADCASTSS X10, Y12
+	VMOVSHDUP    X10, X13
+	VBROADCASTSS X13, Y13
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VPMADDWD     (R11), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y0
+	VBROADCASTSS (R8), Y11
+	VFMADD231PS  Y11, Y0, Y4
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y12, Y1, Y1
+	VPMADDWD     (R11)(R12*1), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y1
+	VBROADCASTSS (R8)(R10*1), Y11
+	VFMADD231PS  Y11, Y1, Y5
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y12, Y2, Y2
+	VPMADDWD     (R11)(R12*2), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y2
+	VBROADCASTSS (R8)(R10*2), Y11
+	VFMADD231PS  Y11, Y2, Y6
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y12, Y3, Y3
+	VPMADDWD     (BX), Y14, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFNMADD231PS Y13, Y9, Y3
+	VBROADCASTSS (DX), Y11
+	VFMADD231PS  Y11, Y3, Y7
+	ADDQ         $0x00000064, SI
+	ADDQ         $0x00000020, R11
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R13
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+64(FP), AX
+	MOVQ         ystride+72(FP), R9
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMOVHLPS     X4, X8, X8
+	VADDPS       X8, X4, X4
+	VMOVSHDUP    X4, X8
+	VADDSS       X8, X4, X4
+	VMOVSS       X4, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y5, X8
+	VADDPS       X8, X5, X5
+	VMOVHLPS     X5, X8, X8
+	VADDPS       X8, X5, X5
+	VMOVSHDUP    X5, X8
+	VADDSS       X8, X5, X5
+	VMOVSS       X5, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMOVHLPS     X6, X8, X8
+	VADDPS       X8, X6, X6
+	VMOVSHDUP    X6, X8
+	VADDSS       X8, X6, X6
+	VMOVSS       X6, (AX)
+	ADDQ         R9, AX
+	VEXTRACTF128 $0x01, Y7, X8
+	VADDPS       X8, X7, X7
+	VMOVHLPS     X7, X8, X8
+	VADDPS       X8, X7, X7
+	VMOVSHDUP    X7, X8
+	VADDSS       X8, X7, X7
+	VMOVSS       X7, (AX)
+	VZEROUPPER
+	RET
+
 DATA qhSpread<>+0(SB)/1, $0x00
 DATA qhSpread<>+1(SB)/1, $0x00
 DATA qhSpread<>+2(SB)/1, $0x00

@@ -96,6 +96,62 @@ func q6kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int
 //go:noescape
 func q6kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
+// q3kAVX2x1 is q6kAVX2x1 for a Q3_K weight row (114-byte kernel-layout
+// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
+// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+//
+//go:noescape
+func q3kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q3kAVX2x2 is q6kAVX2x2 for a Q3_K weight row (114-byte kernel-layout
+// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
+// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+//
+//go:noescape
+func q3kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q3kAVX2x3 is q6kAVX2x3 for a Q3_K weight row (114-byte kernel-layout
+// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
+// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+//
+//go:noescape
+func q3kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q3kAVX2x4 is q6kAVX2x4 for a Q3_K weight row (114-byte kernel-layout
+// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
+// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+//
+//go:noescape
+func q3kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q2kAVX2x1 is q4kAVX2x1 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
+// scales, d, dmin f16) with per-16 quant sums in that order.
+//
+//go:noescape
+func q2kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q2kAVX2x2 is q4kAVX2x2 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
+// scales, d, dmin f16) with per-16 quant sums in that order.
+//
+//go:noescape
+func q2kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q2kAVX2x3 is q4kAVX2x3 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
+// scales, d, dmin f16) with per-16 quant sums in that order.
+//
+//go:noescape
+func q2kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q2kAVX2x4 is q4kAVX2x4 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
+// scales, d, dmin f16) with per-16 quant sums in that order.
+//
+//go:noescape
+func q2kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
 // q41AVX2x1 sets y[b·ystride/4], b < 1, to the dot of one Q4_1 weight row (nblk blocks
 // as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block
 // scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).

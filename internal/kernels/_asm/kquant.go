@@ -49,7 +49,16 @@ func genKQuant() {
 		genK(nb, "q5k", append(shufK4[:8:8], mask01))
 	}
 	for nb := 1; nb <= kMaxNB; nb++ {
-		genK(nb, "q6k", append(shufK6[:4], mask30))
+		genK(nb, "q6k", append(shufK6[:4:4], mask30))
+	}
+	mask03 := GLOBL("mask03", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x03030303))
+	}
+	for _, t := range []string{"q3k", "q2k"} {
+		for nb := 1; nb <= kMaxNB; nb++ {
+			genK(nb, t, append(shufK6[:4:4], mask03, mask01))
+		}
 	}
 	// Q5_0/Q5_1: spread qh's 32 bits to 32 bytes (byte i ← byte i/8 of qh, bit i%8).
 	spread := GLOBL("qhSpread", RODATA|NOPTR)
@@ -211,6 +220,14 @@ func genK(nb int, t string, consts []Mem) {
 	case "q5k":
 		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q5_K weight row (180-byte kernel-layout blocks:", name, nb),
 			"the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).")
+	case "q3k":
+		Doc(fmt.Sprintf("%s is q6kAVX2x%d for a Q3_K weight row (114-byte kernel-layout", name, nb),
+			"blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with",
+			"the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.")
+	case "q2k":
+		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q2_K weight row (100-byte kernel-layout", name, nb),
+			"blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's",
+			"scales, d, dmin f16) with per-16 quant sums in that order.")
 	case "q6k":
 		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
 			"blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16",
@@ -306,6 +323,8 @@ func genK(nb int, t string, consts []Mem) {
 		ADDQ(U32(qs+128), k.W)
 		ADDQ(U32(16), k.XB)
 		ADDQ(U32(16), k.XB3)
+	} else if t == "q3k" || t == "q2k" {
+		genK23(t, nb, k, consts, xq, xd, xb)
 	} else {
 		Comment("block: ql[128], qh[64], scales[16] (per half: even then odd), d f16")
 		for h := range 2 {
@@ -386,4 +405,87 @@ func genK(nb int, t string, consts []Mem) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// genK23 emits the block body of the Q3_K and Q2_K kernels: 2-bit quants in
+// 32-byte rows (row j of half h: bits 2j of qs[32h…32h+31]), Q3_K's third bit
+// from hmask (bit 4h+j), scales shuffled as Q6_K's.
+func genK23(t string, nb int, k kRegs, consts []Mem, xq func(b, disp int) Mem, xd, xb func(b int) Mem) {
+	acc := func(b int) reg.VecPhysical { return Y(b) }
+	facc := func(b int) reg.VecPhysical { return Y(4 + b) }
+	sc, bb := 96, 114
+	if t == "q2k" {
+		sc, bb = 64, 100
+	}
+	for h := range 2 {
+		VMOVDQU(M(k.W, 32*h), reg.Y12) // qs of this half
+		if t == "q3k" {
+			VMOVDQU(M(k.W, 64), reg.Y13) // hmask
+		}
+		if t == "q3k" {
+			VPMOVSXBW(M(k.W, sc+8*h), reg.X14)
+		} else {
+			VPMOVZXBW(M(k.W, sc+8*h), reg.X14)
+		}
+		VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14)
+		for j := range 4 {
+			Commentf("weights %d…%d", 128*h+32*j, 128*h+32*j+31)
+			if j > 0 {
+				VPSRLW(U8(2*j), reg.Y12, reg.Y10)
+				VPAND(consts[4], reg.Y10, reg.Y10)
+			} else {
+				VPAND(consts[4], reg.Y12, reg.Y10)
+			}
+			if t == "q3k" {
+				if sh := 4*h + j; sh > 0 {
+					VPSRLW(U8(sh), reg.Y13, reg.Y9)
+					VPAND(consts[5], reg.Y9, reg.Y9)
+				} else {
+					VPAND(consts[5], reg.Y13, reg.Y9)
+				}
+				VPSLLW(U8(2), reg.Y9, reg.Y9)
+				VPOR(reg.Y9, reg.Y10, reg.Y10)
+			}
+			VPSHUFB(consts[j], reg.Y14, reg.Y9)
+			for b := range nb {
+				VPMADDUBSW(xq(b, 128*h+32*j), reg.Y10, reg.Y8)
+				VPMADDWD(reg.Y9, reg.Y8, reg.Y8)
+				VPADDD(reg.Y8, acc(b), acc(b))
+			}
+		}
+	}
+	if t == "q3k" {
+		VPMOVSXBW(M(k.W, sc), reg.Y14) // all 16 scales as words
+		MOVWLZX(M(k.W, 112), reg.EAX)
+		VMOVD(reg.EAX, reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10)
+		for b := range nb {
+			VPMADDWD(xb(b), reg.Y14, reg.Y9)
+			VPSLLD(U8(2), reg.Y9, reg.Y9)
+			VPSUBD(reg.Y9, acc(b), acc(b))
+			VMULSS(xd(b), reg.X10, reg.X11)
+			VBROADCASTSS(reg.X11, reg.Y11)
+			VCVTDQ2PS(acc(b), acc(b))
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
+		}
+	} else {
+		VPMOVZXBW(M(k.W, 80), reg.Y14) // all 16 mins as words
+		VMOVD(M(k.W, 96), reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10) // [d, dmin, 0, 0]
+		VBROADCASTSS(reg.X10, reg.Y12)
+		VMOVSHDUP(reg.X10, reg.X13)
+		VBROADCASTSS(reg.X13, reg.Y13)
+		for b := range nb {
+			VCVTDQ2PS(acc(b), acc(b))
+			VMULPS(reg.Y12, acc(b), acc(b))
+			VPMADDWD(xb(b), reg.Y14, reg.Y9)
+			VCVTDQ2PS(reg.Y9, reg.Y9)
+			VFNMADD231PS(reg.Y13, reg.Y9, acc(b))
+			VBROADCASTSS(xd(b), reg.Y11)
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
+		}
+	}
+	ADDQ(U32(bb), k.W)
+	ADDQ(U32(32), k.XB)
+	ADDQ(U32(32), k.XB3)
 }
