@@ -6,6 +6,8 @@
 //	Q4_0: 32 weights per 18-byte block: f16 scale d, then 16 bytes; byte j holds
 //	      weight j in its low nibble and weight j+16 in its high nibble; w = d*(nibble-8).
 //
+// The K-quants (Q2_K…Q6_K) and Q4_1/Q5_0/Q5_1 are in kquant.go.
+//
 // This package is not a tensor library: it only knows how bytes encode numbers.
 package dtype
 
