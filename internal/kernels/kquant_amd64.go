@@ -150,13 +150,9 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		if w.Type == dtype.Q5_0 {
 			c = a.c
 		}
-		for r := lo; r < hi; r++ {
-			wr := &w.Row(r)[0]
-			for b0 := 0; b0 < batch; b0 += kMaxNB {
-				nb := min(kMaxNB, batch-b0)
-				lk[nb](wr, a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk, &c[b0*a.nblk], &y[b0*ystride+r-base], 4*ystride)
-			}
-		}
+		kTiles(lo, hi, batch, func(r, b0, nb int) {
+			lk[nb](&w.Row(r)[0], a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk, &c[b0*a.nblk], &y[b0*ystride+r-base], 4*ystride)
+		})
 		return true
 	}
 	pk, _ := w.packed.(*kpacked)
@@ -174,13 +170,30 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 	case dtype.Q2_K:
 		ks, kbn = &q2kK, 16*a.nblk
 	}
-	for r := lo; r < hi; r++ {
-		wr := &pk.data[r*pk.rowBytes]
-		for b0 := 0; b0 < batch; b0 += kMaxNB {
-			nb := min(kMaxNB, batch-b0)
-			ks[nb](wr, a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk,
-				&a.kb[b0*kbn], 2*kbn, &y[b0*ystride+r-base], 4*ystride)
+	kTiles(lo, hi, batch, func(r, b0, nb int) {
+		ks[nb](&pk.data[r*pk.rowBytes], a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk,
+			&a.kb[b0*kbn], 2*kbn, &y[b0*ystride+r-base], 4*ystride)
+	})
+	return true
+}
+
+// Cache blocking of a K-quant matmul: kRowBlock weight rows (≤ 60 KB for
+// 6144 columns) against kBatchChunk activation rows (≤ 400 KB) at a time, so
+// that neither is streamed again for every row or every 4 tokens of a
+// prefill. Each output is still one kernel call's sum over all columns.
+const kRowBlock, kBatchChunk = 16, 64
+
+// kTiles calls k(r, b0, nb) for every weight row r in [lo, hi) and every
+// group of nb ≤ kMaxNB activation rows from b0, in cache-blocked order.
+func kTiles(lo, hi, batch int, k func(r, b0, nb int)) {
+	for r0 := lo; r0 < hi; r0 += kRowBlock {
+		for c0 := 0; c0 < batch; c0 += kBatchChunk {
+			c1 := min(batch, c0+kBatchChunk)
+			for r := r0; r < min(hi, r0+kRowBlock); r++ {
+				for b0 := c0; b0 < c1; b0 += kMaxNB {
+					k(r, b0, min(kMaxNB, c1-b0))
+				}
+			}
 		}
 	}
-	return true
 }

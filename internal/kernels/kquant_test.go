@@ -68,7 +68,7 @@ func TestKMatMulAgainstFloat64(t *testing.T) {
 // zero activation blocks, guard values around the output; and MatMulArgmax
 // against MatMul + Argmax.
 func TestKMatMulImpls(t *testing.T) {
-	batches := []int{1, 2, 3, 4, 5, 8, 13, 33}
+	batches := []int{1, 2, 3, 4, 5, 8, 13, 33, 70} // 70: two activation chunks (kBatchChunk)
 	if testing.Short() {
 		batches = []int{1, 3, 13}
 	}
