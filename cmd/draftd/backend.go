@@ -95,6 +95,7 @@ func openBackend(opt backendOptions) func(context.Context, engine.Observer) (ser
 		return &engineBackend{Engine: e, m: m, lookup: lookup, info: server.BackendInfo{
 			Rules: e.Rules(), BOS: m.BOS,
 			Architecture: m.Arch, Parameters: m.Params, WeightBytes: m.WeightBytes, WeightTypes: m.TypeCounts,
+			WeightMix: weightMix(m), BitsPerWeight: m.BitsPerWeight(),
 			VocabSize: m.Vocab, MaxContext: m.MaxContext, Hidden: m.Hidden, Layers: m.Layers,
 			Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Model: filepath.Base(m.Path()),
 			MaxDraftLen: o.MaxDraftLen, Strategy: o.Strategy.Name(), Strategies: draft.Names,
@@ -102,4 +103,13 @@ func openBackend(opt backendOptions) func(context.Context, engine.Observer) (ser
 			KVCacheType: kv, MaxBatch: o.MaxBatch, MaxQueue: o.MaxQueue,
 		}}, nil
 	}
+}
+
+// weightMix is the model's weights by storage type for /v1/info.
+func weightMix(m *model.Model) map[string]server.WeightShare {
+	mix := map[string]server.WeightShare{}
+	for t, s := range m.Mix() {
+		mix[t] = server.WeightShare(s)
+	}
+	return mix
 }

@@ -159,7 +159,7 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 		if !ok {
 			return
 		}
-		m.countWeights(t.typ, rows*cols, len(t.data))
+		m.countWeights(name, t.typ, rows*cols, len(t.data))
 		jobs = append(jobs, func() error {
 			w, err := kernels.NewMatrix(t.typ, rows, cols, t.data)
 			if err != nil {
@@ -179,7 +179,7 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 			fail(fmt.Errorf("%s: tensor %s: %w", src.path(), name, err))
 			return nil
 		}
-		m.countWeights(t.typ, n, len(t.data))
+		m.countWeights(name, t.typ, n, len(t.data))
 		return v
 	}
 	h, q, kv, ff := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
@@ -255,10 +255,11 @@ func runParallel(jobs []func() error, threads int) error {
 	return errors.Join(errs...)
 }
 
-func (m *Model) countWeights(t dtype.Type, n, bytes int) {
+func (m *Model) countWeights(name string, t dtype.Type, n, bytes int) {
 	if m.TypeCounts == nil {
 		m.TypeCounts = map[string]int{}
 	}
+	m.Tensors = append(m.Tensors, TensorInfo{Name: name, Type: t, Params: int64(n), Bytes: int64(bytes)})
 	m.TypeCounts[t.String()]++
 	m.Params += int64(n)
 	m.WeightBytes += int64(bytes)

@@ -41,7 +41,7 @@ func (s *ggufSource) lookup(r role, layer int) (tensor, string, bool, error) {
 		return tensor{}, name, false, nil
 	}
 	if !ti.Type.Supported() {
-		return tensor{}, name, false, fmt.Errorf("%s: tensor %s has type %v; draftd computes with F32, F16, BF16, Q8_0 and Q4_0", s.f.Path, name, ti.Type)
+		return tensor{}, name, false, fmt.Errorf("%s: tensor %s has type %s; draftd computes with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q2_K…Q6_K (not IQ types)", s.f.Path, name, gguf.TypeName(ti.Type))
 	}
 	shape := make([]int, len(ti.Shape)) // ggml order (ne0 innermost) reversed to HF order
 	for i, d := range ti.Shape {

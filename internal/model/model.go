@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/kernels"
 )
 
@@ -43,6 +44,7 @@ type Model struct {
 	Params      int64          // number of weights
 	WeightBytes int64          // bytes of stored weights
 	TypeCounts  map[string]int // tensors per storage type
+	Tensors     []TensorInfo   // every bound tensor, in binding order
 
 	src     source
 	kvF32   bool
@@ -74,6 +76,39 @@ func (m *Model) Threads() int { return m.pool.Threads() }
 
 // KVF32 reports whether the KV cache is kept in f32 (else f16).
 func (m *Model) KVF32() bool { return m.kvF32 }
+
+// TensorInfo describes one stored tensor of a loaded model (HF name).
+type TensorInfo struct {
+	Name          string
+	Type          dtype.Type
+	Params, Bytes int64
+}
+
+// TypeShare is one storage type's part of a model's weights.
+type TypeShare struct {
+	Tensors       int     `json:"tensors"`
+	Params        int64   `json:"parameters"`
+	Bytes         int64   `json:"bytes"`
+	BitsPerWeight float64 `json:"bits_per_weight"`
+}
+
+// Mix is the model's weights by storage type (a K-quant mix such as Q4_K_M
+// holds several).
+func (m *Model) Mix() map[string]TypeShare {
+	mix := map[string]TypeShare{}
+	for _, t := range m.Tensors {
+		s := mix[t.Type.String()]
+		s.Tensors++
+		s.Params += t.Params
+		s.Bytes += t.Bytes
+		s.BitsPerWeight = 8 * float64(s.Bytes) / float64(s.Params)
+		mix[t.Type.String()] = s
+	}
+	return mix
+}
+
+// BitsPerWeight is the storage cost of all weights, in bits per weight.
+func (m *Model) BitsPerWeight() float64 { return 8 * float64(m.WeightBytes) / float64(m.Params) }
 
 // Block holds the keys and values of BlockSize consecutive positions for
 // every layer. Exactly one of the f16 pair and the f32 pair is allocated.

@@ -51,29 +51,40 @@ type BackendInfo struct {
 	Rules engine.Rules `json:"-"`
 	BOS   int          `json:"-"` // beginning-of-sequence id, or −1
 
-	Architecture string         `json:"architecture"`
-	Parameters   int64          `json:"parameters"`
-	WeightBytes  int64          `json:"weight_bytes"`
-	WeightTypes  map[string]int `json:"weight_types"` // tensors per storage type
-	VocabSize    int            `json:"vocab_size"`
-	MaxContext   int            `json:"max_context"`
-	Hidden       int            `json:"hidden_size"`
-	Layers       int            `json:"num_layers"`
-	Heads        int            `json:"num_heads"`
-	KVHeads      int            `json:"num_kv_heads"`
-	HeadDim      int            `json:"head_dim"`
-	Model        string         `json:"model"`
-	MaxDraftLen  int            `json:"max_draft_len"`
-	Strategy     string         `json:"strategy"`
-	Strategies   []string       `json:"strategies"`  // names a request may give; must include "model"
-	TrustMatch   int            `json:"trust_match"` // hybrid's options (internal/draft)
-	MinMatch     int            `json:"min_match"`
-	LookupChoice string         `json:"lookup_choice"`
-	Kernels      string         `json:"kernels"`
-	Threads      int            `json:"threads"`
-	KVCacheType  string         `json:"kv_cache_type"`
-	MaxBatch     int            `json:"max_batch"`
-	MaxQueue     int            `json:"max_queue"`
+	Architecture  string                 `json:"architecture"`
+	Parameters    int64                  `json:"parameters"`
+	WeightBytes   int64                  `json:"weight_bytes"`
+	WeightTypes   map[string]int         `json:"weight_types"` // tensors per storage type
+	WeightMix     map[string]WeightShare `json:"weight_mix"`   // tensors, parameters, bytes, bits/weight per storage type
+	BitsPerWeight float64                `json:"bits_per_weight"`
+	VocabSize     int                    `json:"vocab_size"`
+	MaxContext    int                    `json:"max_context"`
+	Hidden        int                    `json:"hidden_size"`
+	Layers        int                    `json:"num_layers"`
+	Heads         int                    `json:"num_heads"`
+	KVHeads       int                    `json:"num_kv_heads"`
+	HeadDim       int                    `json:"head_dim"`
+	Model         string                 `json:"model"`
+	MaxDraftLen   int                    `json:"max_draft_len"`
+	Strategy      string                 `json:"strategy"`
+	Strategies    []string               `json:"strategies"`  // names a request may give; must include "model"
+	TrustMatch    int                    `json:"trust_match"` // hybrid's options (internal/draft)
+	MinMatch      int                    `json:"min_match"`
+	LookupChoice  string                 `json:"lookup_choice"`
+	Kernels       string                 `json:"kernels"`
+	Threads       int                    `json:"threads"`
+	KVCacheType   string                 `json:"kv_cache_type"`
+	MaxBatch      int                    `json:"max_batch"`
+	MaxQueue      int                    `json:"max_queue"`
+}
+
+// WeightShare is one storage type's part of the weights (a K-quant mix such
+// as Q4_K_M holds several).
+type WeightShare struct {
+	Tensors       int     `json:"tensors"`
+	Params        int64   `json:"parameters"`
+	Bytes         int64   `json:"bytes"`
+	BitsPerWeight float64 `json:"bits_per_weight"`
 }
 
 // Config configures a server. Zero fields take the values of Defaults.

@@ -30,7 +30,12 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 	}
 	w := gguf.NewWriter()
 	a := s.Arch
-	ftype := map[dtype.Type]uint32{dtype.F32: 0, dtype.F16: 1, dtype.Q4_0: 2, dtype.Q8_0: 7, dtype.BF16: 32}[s.Type]
+	// llama.cpp's llama_ftype of the file (pure K types as their "_S" mix).
+	ftype := map[dtype.Type]uint32{dtype.F32: 0, dtype.F16: 1, dtype.Q4_0: 2, dtype.Q8_0: 7, dtype.BF16: 32,
+		dtype.Q4_1: 3, dtype.Q5_0: 8, dtype.Q5_1: 9, dtype.Q2_K: 10, dtype.Q3_K: 11, dtype.Q4_K: 14, dtype.Q5_K: 16, dtype.Q6_K: 18}[s.Type]
+	if r, ok := map[string]uint32{"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}[s.Recipe]; ok {
+		ftype = r
+	}
 	meta := []struct {
 		k string
 		v any
@@ -69,11 +74,14 @@ func (s Spec) WriteGGUF(path string, extra ...MetaWriter) error {
 	for _, t := range ws {
 		typ := dtype.F32
 		if t.matrix {
-			typ = s.Type
+			typ = t.typ
 		}
-		data, err := dtype.Quantize(typ, nil, t.vals)
-		if err != nil {
-			return err
+		data := t.enc // the K-quant encoders are not idempotent: write the bytes vals came from
+		if data == nil {
+			var err error
+			if data, err = dtype.Quantize(typ, nil, t.vals); err != nil {
+				return err
+			}
 		}
 		name := model.GGUFName(t.name)
 		if a == model.ArchLlama && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
@@ -138,9 +146,8 @@ func (s Spec) WriteHF(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	fam, ok := model.FamilyOf(s.Arch)
-	if !ok {
-		return fmt.Errorf("testmodel %s: unknown architecture %q", s.Name, s.Arch)
+	if s.RefGGUF {
+		return s.writeConfig(dir, dtype.F32)
 	}
 	ht := s.hfType()
 	stName := map[dtype.Type]string{dtype.F32: "F32", dtype.F16: "F16", dtype.BF16: "BF16"}[ht]
@@ -168,6 +175,15 @@ func (s Spec) WriteHF(dir string) error {
 	if err != nil {
 		return err
 	}
+	return s.writeConfig(dir, ht)
+}
+
+// writeConfig writes dir/config.json for weights stored as ht.
+func (s Spec) writeConfig(dir string, ht dtype.Type) error {
+	fam, ok := model.FamilyOf(s.Arch)
+	if !ok {
+		return fmt.Errorf("testmodel %s: unknown architecture %q", s.Name, s.Arch)
+	}
 	archName := map[string]string{model.ArchQwen3: "Qwen3ForCausalLM", model.ArchQwen2: "Qwen2ForCausalLM", model.ArchLlama: "LlamaForCausalLM"}[s.Arch]
 	torchDType := map[dtype.Type]string{dtype.F32: "float32", dtype.F16: "float16", dtype.BF16: "bfloat16"}[ht]
 	cfg := map[string]any{
@@ -191,6 +207,14 @@ func (s Spec) WriteHF(dir string) error {
 		// Not an HF key: tells the numpy reference that the GGUF copy holds
 		// these numbers in this type (so llama.cpp-style activation rounding applies).
 		"draftd_gguf_type": lower(s.Type.String()),
+	}
+	if s.Recipe != "" {
+		cfg["draftd_gguf_type"] = s.Recipe
+	}
+	if s.RefGGUF {
+		// Not an HF key either: the weights are those of this GGUF file
+		// (the reference decodes its blocks itself).
+		cfg["draftd_gguf_file"] = "../" + s.Name + ".gguf"
 	}
 	if s.Arch == model.ArchQwen2 {
 		cfg["use_sliding_window"] = false

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from gguf_np import hf_name, read_gguf
 from safetensors_np import load_model_tensors
 
 ARCHS = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}
@@ -251,6 +252,38 @@ def q8_0_roundtrip(x):
     return (q.astype(np.float64) * dh[:, None]).reshape(shape)
 
 
+def q8_k_roundtrip(x):
+    """x rounded to ggml Q8_K blocks of 256 along the last axis and decoded
+    (quantize_row_q8_K_ref): max = the element of largest |x| (first one),
+    iscale = -127/max (f32), q = min(127, round-half-even(iscale*x)) in f32,
+    d = 1/iscale (f32, not rounded to f16), value = d*q."""
+    shape = x.shape
+    x32 = np.asarray(x, dtype=np.float32).reshape(-1, 256)
+    idx = np.abs(x32).argmax(axis=1)
+    mx = x32[np.arange(x32.shape[0]), idx]
+    out = np.zeros(x32.shape, dtype=np.float64)
+    nz = mx != 0
+    iscale = (np.float32(-127) / mx[nz]).astype(np.float32)
+    q = np.minimum(127, np.rint((x32[nz] * iscale[:, None]).astype(np.float32)))
+    d = (np.float32(1) / iscale).astype(np.float32)
+    out[nz] = q.astype(np.float64) * d.astype(np.float64)[:, None]
+    return out.reshape(shape)
+
+
+def q8_1_sums(x):
+    """(..., cols/32) s fields of ggml Q8_1 blocks: f16(sum(q) * d), d = amax/127 in f32."""
+    x32 = np.asarray(x, dtype=np.float32)
+    b = x32.reshape(x32.shape[:-1] + (-1, 32))
+    d = (np.abs(b).max(axis=-1) / np.float32(127)).astype(np.float32)
+    inv = np.zeros_like(d)
+    nz = d != 0
+    inv[nz] = np.float32(1) / d[nz]
+    y = (b * inv[..., None]).astype(np.float32)
+    q = np.sign(y) * np.floor(np.abs(y) + np.float32(0.5))
+    s = (q.sum(axis=-1).astype(np.float32) * d).astype(np.float32)
+    return s.astype(np.float16).astype(np.float64)
+
+
 class KVCache:
     def __init__(self, n_layers):
         self.k = [None] * n_layers  # each (S, n_kv, head_dim), post-RoPE
@@ -259,11 +292,14 @@ class KVCache:
 
 
 class Model:
-    def __init__(self, config, tensors, act_quant=False):
+    def __init__(self, config, tensors, act_quant=False, wtypes=None, mins=None):
         self.c = c = config
-        # act_quant: round the input of every linear layer to Q8_0 blocks as
-        # llama.cpp does for Q8_0/Q4_0 weights (ggml quantize_row_q8_0_ref).
+        # act_quant: round the input of every linear layer as llama.cpp does
+        # for its weight type: Q8_0 blocks (ggml quantize_row_q8_0_ref) unless
+        # wtypes (HF name -> ggml type name) says K-quant (Q8_K blocks) or
+        # Q4_1/Q5_1 (Q8_1 blocks; mins: HF name -> (rows, cols/32) block mins).
         self.act_quant = act_quant
+        self.wtypes, self.mins = wtypes or {}, mins or {}
         check_tensors(c, tensors)
         self.t = tensors
         self.embed = tensors["model.embed_tokens.weight"]
@@ -272,14 +308,39 @@ class Model:
     @classmethod
     def load(cls, model_dir, act_quant=False):
         with open(os.path.join(model_dir, "config.json")) as f:
-            cfg = Config(json.load(f))
+            raw = json.load(f)
+        cfg = Config(raw)
+        if raw.get("draftd_gguf_file"):
+            # The weights are the GGUF file's blocks, decoded here (gguf_np).
+            if cfg.kind == "llama":
+                raise Unsupported("GGUF weights of a llama model (permuted Q/K rows) are not read here")
+            _, gt = read_gguf(os.path.join(model_dir, raw["draftd_gguf_file"]))
+            tensors, wtypes, mins = {}, {}, {}
+            for g in gt.values():
+                n = hf_name(g.name)
+                tensors[n], wtypes[n] = g.values, g.type
+                if g.mins is not None:
+                    mins[n] = g.mins
+            return cls(cfg, tensors, act_quant, wtypes, mins)
         return cls(cfg, load_model_tensors(model_dir), act_quant)
 
-    def _act(self, x):
-        return q8_0_roundtrip(x) if self.act_quant else x
+    def _matmul(self, x, wname):
+        """x @ W.T, with x quantized as ggml does for W's type when act_quant."""
+        w = self.t[wname]
+        if not self.act_quant:
+            return x @ w.T
+        typ = self.wtypes.get(wname, "Q8_0")
+        if typ.endswith("_K"):
+            return q8_k_roundtrip(x) @ w.T
+        if typ in ("Q4_1", "Q5_1"):
+            # ggml's Q8_1 dot: d_w*d_x*sum(q_w*q_x) + m_w*s_x, s_x = f16(d_x*sum(q_x))
+            m = self.mins[wname]  # (rows, cols/32)
+            xr = q8_0_roundtrip(x)
+            return xr @ (w - np.repeat(m, 32, axis=1)).T + q8_1_sums(x) @ m.T
+        return q8_0_roundtrip(x) @ w.T
 
     def _lin(self, x, name):
-        y = self._act(x) @ self.t[name + ".weight"].T
+        y = self._matmul(x, name + ".weight")
         b = self.t.get(name + ".bias")
         return y if b is None else y + b
 
@@ -333,4 +394,4 @@ class Model:
         if cache is not None:
             cache.length = S
         x = rms_norm(x, t["model.norm.weight"], c.eps)
-        return self._act(x) @ self.lm_head.T
+        return self._matmul(x, "model.embed_tokens.weight" if c.tie else "lm_head.weight")
