@@ -353,3 +353,30 @@ func FetchInfo(ctx context.Context, hc *http.Client, base string) (ServerInfo, e
 	}
 	return info, nil
 }
+
+// AffinityTokens is how many leading context ids choose the replica of a
+// conversation, in Routed and in deploy/haproxy/haproxy.cfg alike.
+const AffinityTokens = 16
+
+// Routed spreads conversations over several drafters (replicas) the way
+// the proxy does, without one: a request goes to the drafter chosen by an
+// FNV-1a hash of its first AffinityTokens ids, so every request of a
+// conversation reaches the same replica and its prefix cache. The set is
+// fixed (modulo hashing, no health checks, no retries): for measuring
+// replicas side by side, not for serving — that is deploy/haproxy's job.
+type Routed []Drafter
+
+// Draft implements Drafter.
+func (r Routed) Draft(ctx context.Context, tokens []int, n int) ([]int, error) {
+	h := uint64(14695981039346656037)
+	for _, id := range tokens[:min(AffinityTokens, len(tokens))] {
+		for v := uint64(uint32(id)); ; v >>= 8 {
+			h = (h ^ (v & 0xff)) * 1099511628211
+			if v < 0x100 {
+				break
+			}
+		}
+		h = (h ^ ',') * 1099511628211
+	}
+	return r[h%uint64(len(r))].Draft(ctx, tokens, n)
+}

@@ -1,9 +1,11 @@
 package eval
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 )
@@ -92,4 +94,52 @@ func TestLlamaServerPeerError(t *testing.T) {
 			t.Errorf("tokens %v: have %v (a *PeerError: %v); want a *PeerError: %v", tt.tokens, err, isPeer, tt.peer)
 		}
 	}
+}
+
+// TestRouted checks that Routed sends every request of a conversation (same
+// first AffinityTokens ids, any length) to one server and spreads
+// conversations over all of them.
+func TestRouted(t *testing.T) {
+	type hit struct{ server, conv int }
+	var hits []hit
+	var mu sync.Mutex
+	var rs Routed
+	for i := range 3 {
+		rs = append(rs, drafterFunc(func(_ context.Context, tokens []int, n int) ([]int, error) {
+			mu.Lock()
+			hits = append(hits, hit{i, tokens[0]})
+			mu.Unlock()
+			return []int{i}, nil
+		}))
+	}
+	for conv := range 30 {
+		ctx := make([]int, AffinityTokens)
+		for j := range ctx {
+			ctx[j] = conv*1000 + j
+		}
+		for _, extra := range []int{0, 1, 7, 50} {
+			c := append(append([]int{}, ctx...), make([]int, extra)...)
+			if _, err := rs.Draft(t.Context(), c, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	server := map[int]int{} // conversation → server
+	used := map[int]int{}
+	for _, h := range hits {
+		if s, ok := server[h.conv]; ok && s != h.server {
+			t.Errorf("conversation %d: served by %d and %d", h.conv, s, h.server)
+		}
+		server[h.conv] = h.server
+		used[h.server]++
+	}
+	if len(used) != 3 {
+		t.Errorf("requests per server %v: want all 3 used by 30 conversations", used)
+	}
+}
+
+type drafterFunc func(ctx context.Context, tokens []int, n int) ([]int, error)
+
+func (f drafterFunc) Draft(ctx context.Context, tokens []int, n int) ([]int, error) {
+	return f(ctx, tokens, n)
 }
