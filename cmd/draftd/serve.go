@@ -25,7 +25,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	var (
-		path       = fs.String("model", "", "draft model: a .gguf file or an HF directory (required)")
+		path       = fs.String("model", "", "draft model: a .gguf file, an HF directory, or a Hub id Org/Name[@rev] prepared on first start (required)")
 		addr       = fs.String("addr", "127.0.0.1:8080", "listen address")
 		draftLen   = fs.Int("draft-len", d.DraftLen, "draft tokens when a request gives no n")
 		maxDraft   = fs.Int("max-draft-len", d.MaxDraftLen, "largest n a request may ask")
@@ -67,7 +67,7 @@ func runServe(ctx context.Context, args []string) error {
 		return clientUsageError(fs, fmt.Sprintf("--log-format %q: want text or json", *logFormat))
 	}
 	cfg := server.Config{
-		ModelPath: *path, Threads: *threads, KVF32: *kvF32,
+		ModelPath: *path, Resolve: resolveModel, Threads: *threads, KVF32: *kvF32,
 		DraftLen: *draftLen, MaxDraftLen: *maxDraft, MaxBatch: *maxBatch, MaxQueue: *maxQueue,
 		KVCacheBytes: *kvBytes, MaxBodyBytes: *maxBody, ShutdownTimeout: *shutdownTO, Logger: logger,
 	}

@@ -221,8 +221,8 @@ func Quantize(t Type, dst []byte, src []float32) ([]byte, error) {
 			}
 			dst = binary.LittleEndian.AppendUint16(dst, F32ToF16(d))
 			for j := range QK / 2 {
-				x0 := min(15, int8(x[j]*id+8.5))
-				x1 := min(15, int8(x[j+QK/2]*id+8.5))
+				x0 := min(15, int8(float32(x[j]*id)+8.5)) // float32(): no FMA, as in C
+				x1 := min(15, int8(float32(x[j+QK/2]*id)+8.5))
 				dst = append(dst, byte(x0)|byte(x1)<<4)
 			}
 		}

@@ -20,10 +20,14 @@ import (
 
 // Writer accumulates metadata and tensors and writes them as one GGUF file.
 // Tensor data is referenced, not copied: it must not change before WriteTo.
+// Tensors added with AddTensorFunc are produced one at a time while the file
+// is written, so a converter never holds the whole model in memory.
 type Writer struct {
 	kv        []KV
 	keys      map[string]bool
 	tensors   []TensorInfo // Data holds the caller's bytes; Offset set by layout
+	sizes     []uint64     // byte size of each tensor
+	fills     []func(dst []byte) error
 	names     map[string]bool
 	alignment uint64
 }
@@ -83,36 +87,104 @@ func (w *Writer) SetAlignment(n int) error {
 // AddTensor appends a tensor. shape is in ggml order (Shape[0] is the row
 // length); data must be exactly the tensor's bytes for typ and shape.
 func (w *Writer) AddTensor(name string, typ dtype.Type, shape []uint64, data []byte) error {
-	switch {
-	case name == "":
-		return errors.New("gguf writer: empty tensor name")
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("gguf writer: tensor name %q is %d bytes; llama.cpp allows at most %d", name, len(name), MaxNameLen)
-	case w.names[name]:
-		return fmt.Errorf("gguf writer: duplicate tensor %q", name)
-	case len(shape) == 0 || len(shape) > MaxDims:
-		return fmt.Errorf("gguf writer: tensor %q has %d dimensions; want 1 to %d", name, len(shape), MaxDims)
-	}
-	n, err := tensorBytes(typ, shape)
+	n, err := w.checkTensor(name, typ, shape)
 	if err != nil {
-		return fmt.Errorf("gguf writer: tensor %q: %w", name, err)
+		return err
 	}
 	if uint64(len(data)) != n {
 		return fmt.Errorf("gguf writer: tensor %q (%s, shape %v) has %d bytes of data; want %d", name, TypeName(typ), shape, len(data), n)
 	}
 	w.names[name] = true
 	w.tensors = append(w.tensors, TensorInfo{Name: name, Type: typ, Shape: slices.Clone(shape), Data: data})
+	w.sizes = append(w.sizes, n)
+	w.fills = append(w.fills, nil)
 	return nil
 }
 
+// AddTensorFunc appends a tensor whose bytes fill writes into dst (exactly
+// the tensor's size for typ and shape) when the file is written. dst is a
+// buffer reused between tensors; an error from fill aborts the write.
+func (w *Writer) AddTensorFunc(name string, typ dtype.Type, shape []uint64, fill func(dst []byte) error) error {
+	n, err := w.checkTensor(name, typ, shape)
+	if err != nil {
+		return err
+	}
+	if fill == nil {
+		return fmt.Errorf("gguf writer: tensor %q has no fill function", name)
+	}
+	w.names[name] = true
+	w.tensors = append(w.tensors, TensorInfo{Name: name, Type: typ, Shape: slices.Clone(shape)})
+	w.sizes = append(w.sizes, n)
+	w.fills = append(w.fills, fill)
+	return nil
+}
+
+// checkTensor validates a new tensor and returns its size in bytes.
+func (w *Writer) checkTensor(name string, typ dtype.Type, shape []uint64) (uint64, error) {
+	switch {
+	case name == "":
+		return 0, errors.New("gguf writer: empty tensor name")
+	case len(name) > MaxNameLen:
+		return 0, fmt.Errorf("gguf writer: tensor name %q is %d bytes; llama.cpp allows at most %d", name, len(name), MaxNameLen)
+	case w.names[name]:
+		return 0, fmt.Errorf("gguf writer: duplicate tensor %q", name)
+	case len(shape) == 0 || len(shape) > MaxDims:
+		return 0, fmt.Errorf("gguf writer: tensor %q has %d dimensions; want 1 to %d", name, len(shape), MaxDims)
+	}
+	n, err := tensorBytes(typ, shape)
+	if err != nil {
+		return 0, fmt.Errorf("gguf writer: tensor %q: %w", name, err)
+	}
+	return n, nil
+}
+
 func (w *Writer) pad(n uint64) uint64 { return (w.alignment - n%w.alignment) % w.alignment }
+
+// Size is the exact number of bytes WriteTo will write (the layout is
+// deterministic), computed without producing any tensor data.
+func (w *Writer) Size() int64 {
+	cw := &countWriter{w: io.Discard}
+	b := bufio.NewWriter(cw)
+	e := &encoder{b: b}
+	w.header(e)
+	b.Flush()
+	n := uint64(cw.n)
+	for _, sz := range w.sizes {
+		n += sz + w.pad(sz)
+	}
+	return int64(n)
+}
 
 // WriteTo writes the file to out.
 func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	cw := &countWriter{w: out}
 	b := bufio.NewWriterSize(cw, 1<<20)
 	e := &encoder{b: b}
+	w.header(e)
+	var buf []byte
+	for i, t := range w.tensors {
+		data := t.Data
+		if f := w.fills[i]; f != nil && e.err == nil {
+			if uint64(cap(buf)) < w.sizes[i] {
+				buf = make([]byte, w.sizes[i])
+			}
+			data = buf[:w.sizes[i]]
+			if err := f(data); err != nil {
+				e.err = fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+		}
+		e.raw(data)
+		e.zeros(w.pad(w.sizes[i]))
+	}
+	if e.err == nil {
+		e.err = b.Flush()
+	}
+	return cw.n, e.err
+}
 
+// header writes everything before the first tensor's bytes: magic, counts,
+// metadata, tensor infos and the padding to the data section.
+func (w *Writer) header(e *encoder) {
 	e.raw([]byte(Magic))
 	e.u32(Version)
 	e.u64(uint64(len(w.tensors)))
@@ -124,7 +196,7 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		e.value(kv.Value)
 	}
 	var off uint64
-	for _, t := range w.tensors {
+	for i, t := range w.tensors {
 		e.str(t.Name)
 		e.u32(uint32(len(t.Shape)))
 		for _, d := range t.Shape {
@@ -132,17 +204,9 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		}
 		e.u32(uint32(t.Type))
 		e.u64(off)
-		off += uint64(len(t.Data)) + w.pad(uint64(len(t.Data)))
+		off += w.sizes[i] + w.pad(w.sizes[i])
 	}
 	e.zeros(w.pad(e.n))
-	for _, t := range w.tensors {
-		e.raw(t.Data)
-		e.zeros(w.pad(uint64(len(t.Data))))
-	}
-	if e.err == nil {
-		e.err = b.Flush()
-	}
-	return cw.n, e.err
 }
 
 // WriteFile writes the file to path atomically: to a temporary file in the
@@ -335,3 +399,6 @@ func arr[T any](e *encoder, et ValueType, v []T) {
 		e.value(x)
 	}
 }
+
+// Has reports whether metadata key was added.
+func (w *Writer) Has(key string) bool { return w.keys[key] }

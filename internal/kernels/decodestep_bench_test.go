@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/kernels"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/testmodel"
 )
@@ -96,4 +97,68 @@ func lowerType(t dtype.Type) string {
 		}
 	}
 	return string(s)
+}
+
+// BenchmarkStepMatmuls times only the kernels of the kernels package in one
+// forward step of a real (random) 0.6B Q8_0 model: per layer the Q, K, V,
+// O, gate, up and down matmuls and SiLU·mul, then the fused LM-head argmax
+// (decode; a prefill computes it for one token) — everything except
+// attention, norms and RoPE. B=1/8/32 are decode batches (compare with
+// BenchmarkDecodeStep for the matmul share); T=512 and T=4096 (the latter
+// with DRAFTD_LONG=1) are one cold prompt's prefill.
+func BenchmarkStepMatmuls(b *testing.B) {
+	m := benchModel(b, testmodel.Qwen3_06B(dtype.Q8_0))
+	defer m.Close()
+	pool := kernels.NewPool(2)
+	defer pool.Close()
+	type step struct {
+		name      string
+		tokens    int
+		lmhead    int
+		isPrefill bool
+	}
+	steps := []step{{"B=1", 1, 1, false}, {"B=8", 8, 8, false}, {"B=32", 32, 32, false}, {"T=512", 512, 1, true}}
+	if os.Getenv("DRAFTD_LONG") != "" {
+		steps = append(steps, step{"T=4096", 4096, 1, true})
+	}
+	l0 := m.Layer[0]
+	hidden, inter, qdim, kvdim := l0.Q.Cols, l0.Gate.Rows, l0.Q.Rows, l0.K.Rows
+	for _, s := range steps {
+		b.Run(s.name, func(b *testing.B) {
+			r := rand.New(rand.NewPCG(3, 4))
+			T := s.tokens
+			xb := randVecF(r, T*max(hidden, qdim, inter))
+			q := make([]float32, T*qdim)
+			k := make([]float32, T*kvdim)
+			v := make([]float32, T*kvdim)
+			out := make([]float32, T*hidden)
+			gate := make([]float32, T*inter)
+			up := make([]float32, T*inter)
+			ids := make([]int, s.lmhead)
+			for b.Loop() {
+				for _, l := range m.Layer {
+					kernels.MatMul(pool, q, l.Q, xb, T)
+					kernels.MatMul(pool, k, l.K, xb, T)
+					kernels.MatMul(pool, v, l.V, xb, T)
+					kernels.MatMul(pool, out, l.O, q, T)
+					kernels.MatMul(pool, gate, l.Gate, xb, T)
+					kernels.MatMul(pool, up, l.Up, xb, T)
+					kernels.SiLUMul(gate, gate, up)
+					kernels.MatMul(pool, out, l.Down, gate, T)
+				}
+				kernels.MatMulArgmax(pool, ids, m.Output, xb, s.lmhead)
+			}
+			ms := b.Elapsed().Seconds() * 1000 / float64(b.N)
+			b.ReportMetric(ms, "ms/step")
+			b.ReportMetric(float64(T)*1000/ms, "tok/s")
+		})
+	}
+}
+
+func randVecF(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
 }

@@ -78,12 +78,31 @@ func SetImpl(name string) error {
 	return fmt.Errorf("kernels: implementation %q not available (have %v)", name, Impls())
 }
 
+// vecWidth is the float32 lanes of the implementation's vector kernels
+// (0 for the plain-Go one).
+func vecWidth() int {
+	switch impl {
+	case implAVX512:
+		return 16
+	case implAVX2:
+		return 8
+	}
+	return 0
+}
+
 func argmax(x []float32) int {
-	n := len(x) &^ 15
-	if impl != implAVX512 || n == 0 {
+	w := vecWidth()
+	if w == 0 || len(x) < w {
 		return argmaxGeneric(x)
 	}
-	best, i := argmaxAVX512(&x[0], n)
+	n := len(x) &^ (w - 1)
+	var best float32
+	var i int
+	if w == 16 {
+		best, i = argmaxAVX512(&x[0], n)
+	} else {
+		best, i = argmaxAVX2(&x[0], n)
+	}
 	for j := n; j < len(x); j++ {
 		if x[j] > best {
 			best, i = x[j], j
@@ -93,21 +112,61 @@ func argmax(x []float32) int {
 }
 
 func siluMul(out, gate, up []float32) {
-	n := len(gate) &^ 15
-	if impl != implAVX512 || n == 0 {
+	w := vecWidth()
+	if w == 0 || len(gate) < w {
 		siluMulGeneric(out, gate, up)
 		return
 	}
-	siluMulAVX512(&out[0], &gate[0], &up[0], n)
+	n := len(gate) &^ (w - 1)
+	if w == 16 {
+		siluMulAVX512(&out[0], &gate[0], &up[0], n)
+	} else {
+		siluMulAVX2(&out[0], &gate[0], &up[0], n)
+	}
 	siluMulGeneric(out[n:], gate[n:], up[n:])
 }
 
 func f32ToF16(dst []uint16, src []float32) {
-	n := len(src) &^ 15
-	if impl != implAVX512 || n == 0 {
+	w := vecWidth()
+	if w == 0 || len(src) < w {
 		f32ToF16Generic(dst, src)
 		return
 	}
-	f32ToF16AVX512(&dst[0], &src[0], n)
+	n := len(src) &^ (w - 1)
+	if w == 16 {
+		f32ToF16AVX512(&dst[0], &src[0], n)
+	} else {
+		f32ToF16AVX2(&dst[0], &src[0], n)
+	}
 	f32ToF16Generic(dst[n:], src[n:])
+}
+
+func sumSquares(x []float32) float64 {
+	n := len(x) &^ 15
+	if impl == implGeneric || n == 0 {
+		return sumSquaresGeneric(x)
+	}
+	ss := sumSquaresAVX2(&x[0], n)
+	for _, v := range x[n:] {
+		ss += float64(v) * float64(v)
+	}
+	return ss
+}
+
+func scaleMul(out, x, w []float32, scale float32) {
+	n := len(x) &^ 7
+	if impl == implGeneric || n == 0 {
+		scaleMulGeneric(out, x, w, scale)
+		return
+	}
+	scaleMulAVX2(&out[0], &x[0], &w[0], scale, n)
+	scaleMulGeneric(out[n:], x[n:len(x)], w[n:], scale)
+}
+
+func rope(x, c, s []float32, nHeads, half int) {
+	if impl == implGeneric || half%8 != 0 || nHeads == 0 || half == 0 {
+		ropeGeneric(x, c, s, nHeads, half)
+		return
+	}
+	ropeAVX2(&x[0], &c[0], &s[0], half, nHeads)
 }

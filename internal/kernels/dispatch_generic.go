@@ -43,3 +43,9 @@ func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n i
 func attendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
 	attendF32Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
+
+func sumSquares(x []float32) float64 { return sumSquaresGeneric(x) }
+
+func scaleMul(out, x, w []float32, scale float32) { scaleMulGeneric(out, x, w, scale) }
+
+func rope(x, c, s []float32, nHeads, half int) { ropeGeneric(x, c, s, nHeads, half) }

@@ -7,12 +7,26 @@ import (
 	"testing"
 )
 
-// TestQuantizeExact checks the AVX-512 activation quantizer bit for bit
-// against dtype.Quantize, including ties, zeros, tiny and huge blocks.
+// TestQuantizeExact checks the AVX-512 and AVX2 activation quantizers bit
+// for bit against dtype.Quantize (by way of quantQ8Blocked), including ties,
+// zeros, tiny and huge blocks.
 func TestQuantizeExact(t *testing.T) {
-	if !hasAVX512 {
-		t.Skip("no AVX-512")
+	quantizers := map[string]func(x *float32, nblk int, q *byte, qstride int, m *byte, mstride int, off int){}
+	if hasAVX512 {
+		quantizers["avx512"] = quantQ8AVX512
 	}
+	if hasAVX2 {
+		quantizers["avx2"] = quantQ8AVX2
+	}
+	if len(quantizers) == 0 {
+		t.Skip("no AVX2")
+	}
+	for name, quant := range quantizers {
+		t.Run(name, func(t *testing.T) { testQuantizeExact(t, quant) })
+	}
+}
+
+func testQuantizeExact(t *testing.T, quant func(x *float32, nblk int, q *byte, qstride int, m *byte, mstride int, off int)) {
 	r := rand.New(rand.NewPCG(5, 6))
 	const nblk = 64
 	x := randVec(r, nblk*32, 3)
@@ -32,7 +46,7 @@ func TestQuantizeExact(t *testing.T) {
 	for _, off := range []int{128, 8} {
 		q1, q2 := make([]byte, nblk*32), make([]byte, nblk*32)
 		m1, m2 := make([]byte, nblk*8), make([]byte, nblk*8)
-		quantQ8AVX512(&x[0], nblk, &q1[0], 32, &m1[0], 8, off)
+		quant(&x[0], nblk, &q1[0], 32, &m1[0], 8, off)
 		quantQ8Blocked(x, q2, 32, m2, 8, off)
 		for i := range q1 {
 			if q1[i] != q2[i] {

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -176,8 +177,9 @@ func TestArgmaxImpls(t *testing.T) {
 }
 
 // TestMatMulArgmax checks MatMulArgmax against MatMul followed by Argmax on
-// every implementation, with exact ties (duplicate weight rows) both within
-// one 512-row chunk and across chunks handled by different workers.
+// every implementation, with exact ties (duplicate weight rows) as the
+// maxima, both within one 512-row chunk and across chunks handled by
+// different workers.
 func TestMatMulArgmax(t *testing.T) {
 	pool := NewPool(3)
 	defer pool.Close()
@@ -186,24 +188,47 @@ func TestMatMulArgmax(t *testing.T) {
 		for _, typ := range dtype.Types {
 			for _, rows := range []int{1, 33, 700, 2085} {
 				const cols = 64
-				m, wf := randMatrix(t, r, typ, rows, cols)
-				// Row rows-1 duplicates row rows/3 (and row 1 duplicates row 0);
-				// activation rows 0 and 1 point along them, so the ties are maxima.
-				copy(m.Row(rows-1), m.Row(rows/3))
-				if rows > 1 {
-					copy(m.Row(1), m.Row(0))
+				// Rows rows/3 and rows-1 are all +1, rows 0 and 1 all -1 (exact
+				// in every type); activation row 0 is positive and row 1
+				// negative, so their maxima are those ties by a wide margin
+				// (Σ|x| ≈ 51 against random rows' products of σ ≈ 8).
+				f := randVec(r, rows*cols, 1)
+				for _, row := range []int{rows / 3, rows - 1, 0, 1} {
+					if row < rows {
+						v := float32(1)
+						if row <= 1 && row != rows/3 && row != rows-1 {
+							v = -1
+						}
+						for c := range cols {
+							f[row*cols+c] = v
+						}
+					}
 				}
-				m, _ = NewMatrix(typ, rows, cols, m.Data)
-				for _, batch := range []int{1, 3, 13, 32} {
+				data, err := dtype.Quantize(typ, nil, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := NewMatrix(typ, rows, cols, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, batch := range []int{1, 3, 13, 32, 70} {
 					x := randVec(r, batch*cols, 1)
-					copy(x, wf[rows/3*cols:(rows/3+1)*cols])
-					if batch > 1 {
-						copy(x[cols:], wf[:cols])
+					for c := range cols {
+						x[c] = float32(math.Abs(float64(x[c])))
+						if batch > 1 {
+							x[cols+c] = -float32(math.Abs(float64(x[cols+c])))
+						}
 					}
 					y := make([]float32, batch*rows)
 					MatMul(pool, y, m, x, batch)
-					if rows > 1 && Argmax(y[:rows]) != min(rows/3, rows-1) && typ != dtype.Q4_0 {
-						t.Logf("%v rows=%d: row 0's maximum is not the tie", typ, rows)
+					if have, want := Argmax(y[:rows]), rows/3; have != want {
+						t.Fatalf("%v rows=%d: activation row 0's maximum is row %d; want the tie at %d", typ, rows, have, want)
+					}
+					if batch > 1 && rows > 2 {
+						if have := Argmax(y[rows : 2*rows]); have != 0 {
+							t.Fatalf("%v rows=%d: activation row 1's maximum is row %d; want the tie at 0", typ, rows, have)
+						}
 					}
 					ids := make([]int, batch+1)
 					ids[batch] = -7
@@ -217,6 +242,54 @@ func TestMatMulArgmax(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	})
+}
+
+// TestMatMulExtremeCodes checks every implementation against the reference
+// on the codes where int8 tricks break: Q8_0 weights of -128 and ±127 (a
+// sign-flipped -128 overflows; pairs of 127·127 products near int16
+// saturation) and Q4_0 nibbles 0 and 15, against activations at ±127.
+func TestMatMulExtremeCodes(t *testing.T) {
+	const rows, cols = 40, 256
+	pool := NewPool(2)
+	defer pool.Close()
+	forEachImpl(t, func(t *testing.T) {
+		for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0} {
+			rb, _ := typ.RowBytes(cols)
+			data := make([]byte, rows*rb)
+			bb := rb / (cols / dtype.QK) // bytes per block
+			for i := 0; i < len(data); i += bb {
+				binary.LittleEndian.PutUint16(data[i:], dtype.F32ToF16(0.01*float32(1+i%7)))
+				for k := 2; k < bb; k++ {
+					switch (i/bb + k) % 4 {
+					case 0:
+						data[i+k] = 0x80 // Q8_0: -128; Q4_0: nibbles 0 and 8
+					case 1:
+						data[i+k] = 0x7f // 127; nibbles 15 and 7
+					case 2:
+						data[i+k] = 0x81 // -127; nibbles 1 and 8
+					default:
+						data[i+k] = 0xff // -1; nibbles 15 and 15
+					}
+				}
+			}
+			m, err := NewMatrix(typ, rows, cols, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, batch := range []int{1, 2, 3, 70} {
+				x := make([]float32, batch*cols)
+				for i := range x {
+					x[i] = float32(1 - 2*(i/3%2)) // ±1: every quant ±127
+				}
+				want := make([]float32, batch*rows)
+				matmulRef(nil, want, m, x, batch)
+				y, check := guarded(batch * rows)
+				MatMul(pool, y, m, x, batch)
+				check(t)
+				compare(t, fmt.Sprintf("%v B=%d", typ, batch), y, want, m, x, batch)
 			}
 		}
 	})

@@ -21,20 +21,32 @@
 //
 // Float types are padded with zero columns to a multiple of 8.
 //
-// Kernels. Q8_0/Q4_0 weights are multiplied as unsigned bytes (q+128, or
-// the raw nibble) by the signed Q8_0 activation quants with VPDPBUSD; the
-// offset is removed by starting each block sum at -offset·Σq_x, computed
-// once per activation block. Each kernel call computes one 32-row tile for
-// up to 6 (int8) or 12 (float) activation rows held in registers, looping
-// over all columns; every output element is the same sequential sum over its
-// columns whatever the batch size or thread count, so results are
-// deterministic and batch-invariant.
+// Kernels. On AVX-512, Q8_0/Q4_0 weights are multiplied as unsigned bytes
+// (q+128, or the raw nibble) by the signed Q8_0 activation quants with
+// VPDPBUSD; the offset is removed by starting each block sum at
+// -offset·Σq_x, computed once per activation block. Each kernel call
+// computes one 32-row tile for up to 6 (int8) or 12 (float) activation rows
+// held in registers, looping over all columns.
+//
+// On AVX2 a kernel call computes one 16-row group of a tile for up to 2
+// (int8) or 4 (float) activation rows. Q8_0 uses VPMADDUBSW on |w| and
+// x·sign(w) (the stored q+128 is turned back into w with one XOR per
+// weight vector, shared by the rows of the call), then VPMADDWD to widen;
+// Q4_0 multiplies the raw nibbles by x, sums a whole block in int16 (8
+// products of ≤ 2·15·127) and removes the offset as on AVX-512. Activations
+// are laid out per batch tile so each call reads one contiguous stream
+// (quantizeRow). Large batches (prefill) are cache-blocked: see run.
+//
+// Every output element is the same sequential sum over its columns whatever
+// the batch size, blocking or thread count, so results are deterministic
+// and batch-invariant.
 package kernels
 
 import (
 	"encoding/binary"
 	"math"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -42,17 +54,18 @@ import (
 	"github.com/draftd/draftd/internal/dtype"
 )
 
-// Register blocking limits of the generated kernels (see _asm/main.go).
+// Register blocking limits of the generated kernels (see _asm/matmul_*.go).
 const (
 	qMaxNB  = 6
 	fMaxNB  = 12
+	q2MaxNB = 4
 	f2MaxNB = 4
 )
 
 type qKernel func(w, x, xm *byte, nblk, xstride int, y *float32, ystride int, pf *byte, pfn int)
 type fKernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int, pf *byte, pfn int)
 type f2Kernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int)
-type q2Kernel func(ws, wq, x, xm *byte, nblk, xstride int, y *float32)
+type q2Kernel func(ws, wq, x, xm *byte, nblk, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 var (
 	q8K512   = [...]qKernel{nil, q8AVX512x1, q8AVX512x2, q8AVX512x3, q8AVX512x4, q8AVX512x5, q8AVX512x6}
@@ -63,6 +76,8 @@ var (
 		f16AVX512x7, f16AVX512x8, f16AVX512x9, f16AVX512x10, f16AVX512x11, f16AVX512x12}
 	f32K512 = [...]fKernel{nil, f32AVX512x1, f32AVX512x2, f32AVX512x3, f32AVX512x4, f32AVX512x5, f32AVX512x6,
 		f32AVX512x7, f32AVX512x8, f32AVX512x9, f32AVX512x10, f32AVX512x11, f32AVX512x12}
+	q8K2   = [...]q2Kernel{nil, q8AVX2x1, q8AVX2x2, q8AVX2x3, q8AVX2x4}
+	q4K2   = [...]q2Kernel{nil, q4AVX2x1, q4AVX2x2, q4AVX2x3, q4AVX2x4}
 	bf16K2 = [...]f2Kernel{nil, bf16AVX2x1, bf16AVX2x2, bf16AVX2x3, bf16AVX2x4}
 	f16K2  = [...]f2Kernel{nil, f16AVX2x1, f16AVX2x2, f16AVX2x3, f16AVX2x4}
 	f32K2  = [...]f2Kernel{nil, f32AVX2x1, f32AVX2x2, f32AVX2x3, f32AVX2x4}
@@ -190,9 +205,11 @@ type mmJob struct {
 	batch    int
 	impl     implID
 	xq, xm   []byte // quantized activations: (nblk, batch, 32) quants, (nblk, batch) {d f32, corr i32}
+	xtiled   bool   // AVX2: xq, xm are instead (batch tile, nblk, rows of the tile, …), see quantizeRow
 	off      int    // quantization offset: 128 for Q8_0, 8 for Q4_0
 	xrow     int    // float path: floats per activation row of x (Cols, or k8 if padded)
 	bt       []int  // batch tile starts, then batch
+	bblk     int    // batch tiles per cache block (see run)
 	scratch  [][]float32
 	ids      []int   // MatMulArgmax: per-row result; y is not written
 	best     []maxAt // MatMulArgmax: (worker, batch) running maxima
@@ -226,6 +243,19 @@ func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
 	matmulAsm(p, nil, ids, w, x, batch)
 }
 
+// Cache blocking for large batches (prefill): a worker's chunk of weight
+// tiles (about blockWeightBytes) is swept once per block of activation rows
+// (at most blockRows, and few enough that chunk and block together stay
+// within blockL2Bytes of the 512 KiB L2), so each weight tile is reused
+// across many tokens while both stay in L2: weights are read from memory
+// once, activations from L3 once per chunk. Batches up to blockRows are
+// not blocked.
+const (
+	blockWeightBytes = 288 << 10
+	blockL2Bytes     = 384 << 10
+	blockRows        = 64
+)
+
 // matmulAsm runs MatMul (ids == nil) or MatMulArgmax on the assembly kernels.
 func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int) {
 	pk := w.packed.(*packed)
@@ -244,6 +274,10 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	j.w, j.pk, j.y, j.x, j.batch, j.impl = w, pk, y, x, batch, impl
 	j.tiles = pk.tiles
 	j.chunk = max(1, min(64, pk.tiles/(8*p.n)))
+	blocked := batch > blockRows && impl == implAVX2 // not yet measured on AVX-512
+	if blocked {
+		j.chunk = max(1, min(blockWeightBytes/pk.tileBytes, pk.tiles/(2*p.n)))
+	}
 	j.next.Store(0)
 	j.quantize = false
 	j.ids = ids
@@ -263,10 +297,34 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 		j.scratch = p.arena.workerScratch(p.n, batch*32) // for a partial last tile
 	}
 
+	quant := w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0
 	maxNB := fMaxNB
 	switch {
-	case w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0:
+	case quant && impl == implAVX2:
+		maxNB = q2MaxNB
+	case quant:
 		maxNB = qMaxNB
+	case impl == implAVX2:
+		maxNB = f2MaxNB
+	}
+	nt := (batch + maxNB - 1) / maxNB
+	j.bt = j.bt[:0]
+	for i := range nt {
+		j.bt = append(j.bt, i*batch/nt)
+	}
+	j.bt = append(j.bt, batch)
+	j.bblk = nt
+	if blocked {
+		rowBytes := 4 * pk.k8 // activation bytes per row
+		if quant {
+			rowBytes = 40 * pk.nblk
+		}
+		rows := min(blockRows, (blockL2Bytes-j.chunk*pk.tileBytes)/rowBytes)
+		j.bblk = max(1, rows/maxNB)
+	}
+	switch {
+	case quant:
+		j.xtiled = impl == implAVX2
 		j.off = 128
 		if w.Type == dtype.Q4_0 {
 			j.off = 8
@@ -296,15 +354,6 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 		}
 		j.x = xf
 	}
-	if impl == implAVX2 {
-		maxNB = f2MaxNB
-	}
-	nt := (batch + maxNB - 1) / maxNB
-	j.bt = j.bt[:0]
-	for i := range nt {
-		j.bt = append(j.bt, i*batch/nt)
-	}
-	j.bt = append(j.bt, batch)
 	p.run(j)
 	if ids != nil {
 		for b := range batch {
@@ -320,15 +369,34 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	j.w, j.pk, j.y, j.x, j.ids = nil, nil, nil, nil, nil
 }
 
+// quantizeRow quantizes activation row b. Block i of row b goes to
+// xq[32·(i·batch + b)] and its meta to xm[8·(i·batch + b)], or, if xtiled,
+// rows are grouped by batch tile (each kernel call then reads one
+// contiguous stream, which matters when batch·32 bytes is a multiple of
+// the L1 way size): for b in the tile [b0, b0+nb), block i goes to
+// xq[32·(nblk·b0 + i·nb + b-b0)] and xm[8·(nblk·b0 + i·nb + b-b0)].
 func (j *mmJob) quantizeRow(b int) {
 	nblk, cols := j.pk.nblk, j.w.Cols
-	if j.impl == implAVX512 {
+	if j.xtiled {
+		i := sort.SearchInts(j.bt, b+1) - 1 // the batch tile holding b
+		b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
+		o := nblk*b0 + b - b0
+		quantQ8AVX2(&j.x[b*cols], nblk, &j.xq[32*o], 32*nb, &j.xm[8*o], 8*nb, j.off)
+		return
+	}
+	switch j.impl {
+	case implAVX512:
 		quantQ8AVX512(&j.x[b*cols], nblk, &j.xq[32*b], 32*j.batch, &j.xm[8*b], 8*j.batch, j.off)
-	} else {
+	case implAVX2:
+		quantQ8AVX2(&j.x[b*cols], nblk, &j.xq[32*b], 32*j.batch, &j.xm[8*b], 8*j.batch, j.off)
+	default:
 		quantQ8Blocked(j.x[b*cols:(b+1)*cols], j.xq[32*b:], 32*j.batch, j.xm[8*b:], 8*j.batch, j.off)
 	}
 }
 
+// run computes the tiles a worker claims, chunk by chunk. Within a chunk the
+// batch is swept in blocks of bblk batch tiles (all of it for small
+// batches), each block over every tile of the chunk.
 func (j *mmJob) run(worker int) {
 	if j.quantize {
 		n := 0
@@ -348,24 +416,31 @@ func (j *mmJob) run(worker int) {
 	}
 	scratch := j.scratch[worker]
 	rows := j.w.Rows
+	nt := len(j.bt) - 1
 	for {
 		t0 := int(j.next.Add(int64(j.chunk))) - j.chunk
 		if t0 >= j.tiles {
 			return
 		}
 		end := min(t0+j.chunk, j.tiles)
-		for t := t0; t < end; t++ {
-			r0 := 32 * t
-			switch {
-			case j.ids != nil:
-				// Logits of the chunk go to scratch (batch, 32·chunk).
-				j.tile(t, &scratch[32*(t-t0)], 4*32*j.chunk, t+1 < end)
-			case r0+32 <= rows:
-				j.tile(t, &j.y[r0], 4*rows, t+1 < end)
-			default:
-				j.tile(t, &scratch[0], 4*32, false)
-				for b := range j.batch {
-					copy(j.y[b*rows+r0:(b+1)*rows], scratch[32*b:32*b+rows-r0])
+		for i0 := 0; i0 < nt; i0 += j.bblk {
+			i1 := min(i0+j.bblk, nt)
+			// Prefetching the next tile pays when weights stream from memory
+			// once; a blocked sweep reads them from cache.
+			pf := j.bblk == nt
+			for t := t0; t < end; t++ {
+				r0 := 32 * t
+				switch {
+				case j.ids != nil:
+					// Logits of the chunk go to scratch (batch, 32·chunk).
+					j.tile(t, i0, i1, &scratch[32*(t-t0)], 4*32*j.chunk, pf && t+1 < end)
+				case r0+32 <= rows:
+					j.tile(t, i0, i1, &j.y[r0], 4*rows, pf && t+1 < end)
+				default:
+					j.tile(t, i0, i1, &scratch[0], 4*32, false)
+					for b := j.bt[i0]; b < j.bt[i1]; b++ {
+						copy(j.y[b*rows+r0:(b+1)*rows], scratch[32*b:32*b+rows-r0])
+					}
 				}
 			}
 		}
@@ -382,24 +457,23 @@ func (j *mmJob) run(worker int) {
 	}
 }
 
-// tile computes output rows [32t, 32t+32) for the whole batch into y0
-// (row b at byte offset b·ystride); if prefetchNext, its kernel calls also
-// prefetch tile t+1.
-func (j *mmJob) tile(t int, y0 *float32, ystride int, prefetchNext bool) {
+// tile computes output rows [32t, 32t+32) for the activation rows of batch
+// tiles [i0, i1) into y0 (row b at byte offset b·ystride); if prefetchNext,
+// its kernel calls also prefetch tile t+1.
+func (j *mmJob) tile(t, i0, i1 int, y0 *float32, ystride int, prefetchNext bool) {
 	batch, pk := j.batch, j.pk
-	w := &pk.data[t*pk.tileBytes]
-	// Batch tile i of nt prefetches its share of the next weight tile.
-	nt := len(j.bt) - 1
-	pfAt := func(i int) (*byte, int) {
+	wb := pk.data[t*pk.tileBytes:]
+	// Kernel call i of n prefetches its share of the next weight tile.
+	pfAt := func(i, n int) (*byte, int) {
 		if !prefetchNext {
-			return w, 0
+			return &wb[0], 0
 		}
-		lo := (pk.tileBytes * i / nt) &^ 63
-		hi := (pk.tileBytes * (i + 1) / nt) &^ 63
+		lo := (pk.tileBytes * i / n) &^ 63
+		hi := (pk.tileBytes * (i + 1) / n) &^ 63
 		return &pk.data[(t+1)*pk.tileBytes+lo], hi - lo
 	}
-	yAt := func(b0 int) (*float32, int) {
-		return (*float32)(unsafe.Add(unsafe.Pointer(y0), b0*ystride)), ystride
+	yAt := func(b0 int) *float32 {
+		return (*float32)(unsafe.Add(unsafe.Pointer(y0), b0*ystride))
 	}
 	switch j.w.Type {
 	case dtype.Q8_0, dtype.Q4_0:
@@ -408,23 +482,26 @@ func (j *mmJob) tile(t int, y0 *float32, ystride int, prefetchNext bool) {
 			if j.w.Type == dtype.Q4_0 {
 				ks = &q4K512
 			}
-			for i := 0; i+1 < len(j.bt); i++ {
+			for i := i0; i < i1; i++ {
 				b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
-				yp, ys := yAt(b0)
-				pf, pfn := pfAt(i)
-				ks[nb](w, &j.xq[32*b0], &j.xm[8*b0], pk.nblk, 32*batch, yp, ys, pf, pfn)
+				pf, pfn := pfAt(i-i0, i1-i0)
+				ks[nb](&wb[0], &j.xq[32*b0], &j.xm[8*b0], pk.nblk, 32*batch, yAt(b0), ystride, pf, pfn)
 			}
 		} else {
-			k := q8AVX2
+			// One 16-row group at a time, so its stream of the tile stays
+			// in L1 across the batch tiles.
+			ks := &q8K2
 			if j.w.Type == dtype.Q4_0 {
-				k = q4AVX2
+				ks = &q4K2
 			}
-			wb := pk.data[t*pk.tileBytes:]
-			for b := range batch {
-				yp, _ := yAt(b)
-				ys := unsafe.Slice(yp, 32)
-				k(&wb[0], &wb[64], &j.xq[32*b], &j.xm[8*b], pk.nblk, 32*batch, &ys[0])
-				k(&wb[32], &wb[128], &j.xq[32*b], &j.xm[8*b], pk.nblk, 32*batch, &ys[16])
+			n := 2 * (i1 - i0)
+			for g := range 2 {
+				for i := i0; i < i1; i++ {
+					b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
+					pf, pfn := pfAt(g*(i1-i0)+i-i0, n)
+					yp := (*float32)(unsafe.Add(unsafe.Pointer(yAt(b0)), 64*g))
+					ks[nb](&wb[32*g], &wb[64+64*g], &j.xq[32*pk.nblk*b0], &j.xm[8*pk.nblk*b0], pk.nblk, 32*nb, yp, ystride, pf, pfn)
+				}
 			}
 		}
 	default:
@@ -439,17 +516,16 @@ func (j *mmJob) tile(t int, y0 *float32, ystride int, prefetchNext bool) {
 		default:
 			ks, ks2 = f32K512[:], f32K2[:]
 		}
-		wb := pk.data[t*pk.tileBytes:]
-		for i := 0; i+1 < len(j.bt); i++ {
+		for i := i0; i < i1; i++ {
 			b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
-			yp, ys := yAt(b0)
+			yp := yAt(b0)
 			xp := &j.x[b0*j.xrow]
 			if j.impl == implAVX512 {
-				pf, pfn := pfAt(i)
-				ks[nb](w, xp, 4*j.xrow, pk.k8/8, yp, ys, pf, pfn)
+				pf, pfn := pfAt(i-i0, i1-i0)
+				ks[nb](&wb[0], xp, 4*j.xrow, pk.k8/8, yp, ystride, pf, pfn)
 			} else {
-				ks2[nb](&wb[0], xp, 4*j.xrow, pk.k8/8, yp, ys)
-				ks2[nb](&wb[goff], xp, 4*j.xrow, pk.k8/8, (*float32)(unsafe.Add(unsafe.Pointer(yp), 64)), ys)
+				ks2[nb](&wb[0], xp, 4*j.xrow, pk.k8/8, yp, ystride)
+				ks2[nb](&wb[goff], xp, 4*j.xrow, pk.k8/8, (*float32)(unsafe.Add(unsafe.Pointer(yp), 64)), ystride)
 			}
 		}
 	}

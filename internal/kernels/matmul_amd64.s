@@ -12141,159 +12141,193 @@ block:
 	VZEROUPPER
 	RET
 
-// func q8AVX2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q8AVX2(SB), NOSPLIT, $0-56
-	// VPMADDUBSW saturates at 2·255·127, so Q8_0 uses |w|·sign(x, w) instead of the offset.
-	MOVQ         ws+0(FP), SI
-	MOVQ         wq+8(FP), DX
-	MOVQ         x+16(FP), DI
-	MOVQ         xm+24(FP), R8
-	MOVQ         nblk+32(FP), CX
-	MOVQ         xstride+40(FP), R9
-	MOVQ         R9, R10
-	SHRQ         $0x02, R10
-	VPXOR        Y0, Y0, Y0
-	VPXOR        Y1, Y1, Y1
-	MOVL         $0x00010001, AX
-	VMOVD        AX, X14
-	VPBROADCASTD X14, Y14
+DATA ones_w<>+0(SB)/4, $0x00010001
+DATA ones_w<>+4(SB)/4, $0x00010001
+DATA ones_w<>+8(SB)/4, $0x00010001
+DATA ones_w<>+12(SB)/4, $0x00010001
+DATA ones_w<>+16(SB)/4, $0x00010001
+DATA ones_w<>+20(SB)/4, $0x00010001
+DATA ones_w<>+24(SB)/4, $0x00010001
+DATA ones_w<>+28(SB)/4, $0x00010001
+GLOBL ones_w<>(SB), RODATA|NOPTR, $32
+
+// func q8AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q8AVX2x1(SB), NOSPLIT, $0-80
+	MOVQ  ws+0(FP), SI
+	MOVQ  wq+8(FP), DX
+	MOVQ  x+16(FP), DI
+	MOVQ  xm+24(FP), R8
+	MOVQ  nblk+32(FP), CX
+	MOVQ  xstride+40(FP), R9
+	MOVQ  R9, R10
+	SHRQ  $0x02, R10
+	MOVQ  pf+64(FP), R11
+	MOVQ  pfn+72(FP), R12
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int32 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8/Y9 signed weights of the two 8-row halves, Y10/Y11 their magnitudes,
+	// Y12 activation broadcast, Y13 product, Y15 0x80 bytes.
+	// VPMADDUBSW takes unsigned × signed bytes: |w| · (x·sign(w)) = w·x, and
+	// a pair of such products (≤ 2·128·127) never saturates int16.
 	MOVL         $0x80808080, AX
 	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
+	MOVL         $0x00000440, R13
 
 block:
-	VPXOR        Y2, Y2, Y2
-	VPXOR        Y3, Y3, Y3
-	VPBROADCASTD (DI), Y6
-	VMOVDQU      (DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      32(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPBROADCASTD 4(DI), Y6
-	VMOVDQU      128(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      160(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPBROADCASTD 8(DI), Y6
-	VMOVDQU      256(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      288(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPBROADCASTD 12(DI), Y6
-	VMOVDQU      384(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      416(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPBROADCASTD 16(DI), Y6
-	VMOVDQU      512(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      544(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPBROADCASTD 20(DI), Y6
-	VMOVDQU      640(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      672(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPBROADCASTD 24(DI), Y6
-	VMOVDQU      768(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      800(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPBROADCASTD 28(DI), Y6
-	VMOVDQU      896(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VMOVDQU      928(DX), Y4
-	VPXOR        Y15, Y4, Y4
-	VPABSB       Y4, Y5
-	VPSIGNB      Y4, Y6, Y7
-	VPMADDUBSW   Y7, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VCVTPH2PS    (SI), Y10
-	VCVTPH2PS    16(SI), Y11
+	// k = 4·0 … 4·0+3 of the block
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VPXOR        (DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        32(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD (DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y3
+
+	// k = 4·1 … 4·1+3 of the block
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VPXOR        128(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        160(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+
+	// k = 4·2 … 4·2+3 of the block
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VPXOR        256(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        288(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+
+	// k = 4·3 … 4·3+3 of the block
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VPXOR        384(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        416(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+
+	// k = 4·4 … 4·4+3 of the block
+	PREFETCHT0   512(R11)
+	PREFETCHT0   576(R11)
+	VPXOR        512(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        544(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 16(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+
+	// k = 4·5 … 4·5+3 of the block
+	PREFETCHT0   640(R11)
+	PREFETCHT0   704(R11)
+	VPXOR        640(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        672(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 20(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+
+	// k = 4·6 … 4·6+3 of the block
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VPXOR        768(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        800(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 24(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+
+	// k = 4·7 … 4·7+3 of the block
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	PREFETCHT0   1024(R11)
+	VPXOR        896(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        928(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 28(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+
+	// acc += float(sum) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
 	VBROADCASTSS (R8), Y12
-	VMULPS       Y12, Y10, Y10
-	VMULPS       Y12, Y11, Y11
+	VMULPS       Y12, Y8, Y13
 	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y13, Y2, Y0
+	VMULPS       Y12, Y9, Y13
 	VCVTDQ2PS    Y3, Y3
-	VFMADD231PS  Y10, Y2, Y0
-	VFMADD231PS  Y11, Y3, Y1
+	VFMADD231PS  Y13, Y3, Y1
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	ADDQ         $0x00000440, SI
 	ADDQ         $0x00000440, DX
 	ADDQ         R9, DI
@@ -12301,131 +12335,1237 @@ block:
 	DECQ         CX
 	JNZ          block
 	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
 	VMOVUPS      Y0, (AX)
 	VMOVUPS      Y1, 32(AX)
 	VZEROUPPER
 	RET
 
-// func q4AVX2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4AVX2(SB), NOSPLIT, $0-56
-	MOVQ         ws+0(FP), SI
-	MOVQ         wq+8(FP), DX
-	MOVQ         x+16(FP), DI
-	MOVQ         xm+24(FP), R8
-	MOVQ         nblk+32(FP), CX
-	MOVQ         xstride+40(FP), R9
-	MOVQ         R9, R10
-	SHRQ         $0x02, R10
-	VPXOR        Y0, Y0, Y0
-	VPXOR        Y1, Y1, Y1
-	MOVL         $0x00010001, AX
-	VMOVD        AX, X14
-	VPBROADCASTD X14, Y14
+// func q8AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q8AVX2x2(SB), NOSPLIT, $0-80
+	MOVQ  ws+0(FP), SI
+	MOVQ  wq+8(FP), DX
+	MOVQ  x+16(FP), DI
+	MOVQ  xm+24(FP), R8
+	MOVQ  nblk+32(FP), CX
+	MOVQ  xstride+40(FP), R9
+	MOVQ  R9, R10
+	SHRQ  $0x02, R10
+	MOVQ  pf+64(FP), R11
+	MOVQ  pfn+72(FP), R12
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int32 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8/Y9 signed weights of the two 8-row halves, Y10/Y11 their magnitudes,
+	// Y12 activation broadcast, Y13 product, Y15 0x80 bytes.
+	// VPMADDUBSW takes unsigned × signed bytes: |w| · (x·sign(w)) = w·x, and
+	// a pair of such products (≤ 2·128·127) never saturates int16.
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000440, R13
+
+block:
+	// k = 4·0 … 4·0+3 of the block
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VPXOR        (DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        32(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD (DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y6
+	VPBROADCASTD 32(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y7
+
+	// k = 4·1 … 4·1+3 of the block
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VPXOR        128(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        160(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 36(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·2 … 4·2+3 of the block
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VPXOR        256(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        288(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 40(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·3 … 4·3+3 of the block
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VPXOR        384(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        416(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 44(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·4 … 4·4+3 of the block
+	PREFETCHT0   512(R11)
+	PREFETCHT0   576(R11)
+	VPXOR        512(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        544(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 16(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 48(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·5 … 4·5+3 of the block
+	PREFETCHT0   640(R11)
+	PREFETCHT0   704(R11)
+	VPXOR        640(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        672(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 20(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 52(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·6 … 4·6+3 of the block
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VPXOR        768(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        800(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 24(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 56(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·7 … 4·7+3 of the block
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	PREFETCHT0   1024(R11)
+	VPXOR        896(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        928(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 28(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 60(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// acc += float(sum) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
+	VBROADCASTSS (R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y13, Y4, Y0
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y13, Y6, Y2
+	VBROADCASTSS 8(R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y13, Y5, Y1
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y13, Y7, Y3
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000440, SI
+	ADDQ         $0x00000440, DX
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y2, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      Y1, (AX)
+	VMOVUPS      Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q8AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q8AVX2x3(SB), NOSPLIT, $192-80
+	MOVQ    ws+0(FP), SI
+	MOVQ    wq+8(FP), DX
+	MOVQ    x+16(FP), DI
+	MOVQ    xm+24(FP), R8
+	MOVQ    nblk+32(FP), CX
+	MOVQ    xstride+40(FP), R9
+	MOVQ    R9, R10
+	SHRQ    $0x02, R10
+	MOVQ    pf+64(FP), R11
+	MOVQ    pfn+72(FP), R12
+	VPXOR   Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS Y0, 32(SP)
+	VMOVUPS Y0, 64(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS Y0, 128(SP)
+	VMOVUPS Y0, 160(SP)
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int32 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8/Y9 signed weights of the two 8-row halves, Y10/Y11 their magnitudes,
+	// Y12 activation broadcast, Y13 product, Y15 0x80 bytes.
+	// VPMADDUBSW takes unsigned × signed bytes: |w| · (x·sign(w)) = w·x, and
+	// a pair of such products (≤ 2·128·127) never saturates int16.
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000440, R13
+
+block:
+	// k = 4·0 … 4·0+3 of the block
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VPXOR        (DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        32(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD (DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y3
+	VPBROADCASTD 32(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y4
+	VPBROADCASTD 64(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y5
+
+	// k = 4·1 … 4·1+3 of the block
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VPXOR        128(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        160(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPBROADCASTD 36(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 68(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+
+	// k = 4·2 … 4·2+3 of the block
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VPXOR        256(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        288(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPBROADCASTD 40(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 72(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+
+	// k = 4·3 … 4·3+3 of the block
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VPXOR        384(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        416(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPBROADCASTD 44(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 76(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+
+	// k = 4·4 … 4·4+3 of the block
+	PREFETCHT0   512(R11)
+	PREFETCHT0   576(R11)
+	VPXOR        512(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        544(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 16(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPBROADCASTD 48(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 80(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+
+	// k = 4·5 … 4·5+3 of the block
+	PREFETCHT0   640(R11)
+	PREFETCHT0   704(R11)
+	VPXOR        640(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        672(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 20(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPBROADCASTD 52(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 84(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+
+	// k = 4·6 … 4·6+3 of the block
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VPXOR        768(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        800(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 24(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPBROADCASTD 56(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 88(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+
+	// k = 4·7 … 4·7+3 of the block
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	PREFETCHT0   1024(R11)
+	VPXOR        896(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        928(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 28(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPBROADCASTD 60(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 92(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+
+	// acc += float(sum) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
+	VBROADCASTSS (R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y0, Y0
+	VFMADD213PS  (SP), Y13, Y0
+	VMOVUPS      Y0, (SP)
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  96(SP), Y13, Y3
+	VMOVUPS      Y3, 96(SP)
+	VBROADCASTSS 8(R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y1, Y1
+	VFMADD213PS  32(SP), Y13, Y1
+	VMOVUPS      Y1, 32(SP)
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  128(SP), Y13, Y4
+	VMOVUPS      Y4, 128(SP)
+	VBROADCASTSS 16(R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y2, Y2
+	VFMADD213PS  64(SP), Y13, Y2
+	VMOVUPS      Y2, 64(SP)
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y5, Y5
+	VFMADD213PS  160(SP), Y13, Y5
+	VMOVUPS      Y5, 160(SP)
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000440, SI
+	ADDQ         $0x00000440, DX
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
+	VMOVUPS      (SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      96(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      128(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      64(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      160(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q8AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q8AVX2x4(SB), NOSPLIT, $256-80
+	MOVQ    ws+0(FP), SI
+	MOVQ    wq+8(FP), DX
+	MOVQ    x+16(FP), DI
+	MOVQ    xm+24(FP), R8
+	MOVQ    nblk+32(FP), CX
+	MOVQ    xstride+40(FP), R9
+	MOVQ    R9, R10
+	SHRQ    $0x02, R10
+	MOVQ    pf+64(FP), R11
+	MOVQ    pfn+72(FP), R12
+	VPXOR   Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS Y0, 32(SP)
+	VMOVUPS Y0, 64(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS Y0, 128(SP)
+	VMOVUPS Y0, 160(SP)
+	VMOVUPS Y0, 192(SP)
+	VMOVUPS Y0, 224(SP)
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int32 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8/Y9 signed weights of the two 8-row halves, Y10/Y11 their magnitudes,
+	// Y12 activation broadcast, Y13 product, Y15 0x80 bytes.
+	// VPMADDUBSW takes unsigned × signed bytes: |w| · (x·sign(w)) = w·x, and
+	// a pair of such products (≤ 2·128·127) never saturates int16.
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000440, R13
+
+block:
+	// k = 4·0 … 4·0+3 of the block
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VPXOR        (DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        32(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD (DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y4
+	VPBROADCASTD 32(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y5
+	VPBROADCASTD 64(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y6
+	VPBROADCASTD 96(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y7
+
+	// k = 4·1 … 4·1+3 of the block
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VPXOR        128(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        160(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 36(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 68(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 100(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·2 … 4·2+3 of the block
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VPXOR        256(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        288(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 40(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 72(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 104(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·3 … 4·3+3 of the block
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VPXOR        384(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        416(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 44(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 76(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 108(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·4 … 4·4+3 of the block
+	PREFETCHT0   512(R11)
+	PREFETCHT0   576(R11)
+	VPXOR        512(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        544(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 16(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 48(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 80(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 112(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·5 … 4·5+3 of the block
+	PREFETCHT0   640(R11)
+	PREFETCHT0   704(R11)
+	VPXOR        640(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        672(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 20(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 52(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 84(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 116(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·6 … 4·6+3 of the block
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VPXOR        768(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        800(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 24(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 56(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 88(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 120(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·7 … 4·7+3 of the block
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	PREFETCHT0   1024(R11)
+	VPXOR        896(DX), Y15, Y8
+	VPABSB       Y8, Y10
+	VPXOR        928(DX), Y15, Y9
+	VPABSB       Y9, Y11
+	VPBROADCASTD 28(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y0, Y0
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPBROADCASTD 60(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y1, Y1
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPBROADCASTD 92(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y2, Y2
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPBROADCASTD 124(DI), Y12
+	VPSIGNB      Y8, Y12, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y3, Y3
+	VPSIGNB      Y9, Y12, Y13
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// acc += float(sum) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
+	VBROADCASTSS (R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y0, Y0
+	VFMADD213PS  (SP), Y13, Y0
+	VMOVUPS      Y0, (SP)
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  128(SP), Y13, Y4
+	VMOVUPS      Y4, 128(SP)
+	VBROADCASTSS 8(R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y1, Y1
+	VFMADD213PS  32(SP), Y13, Y1
+	VMOVUPS      Y1, 32(SP)
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y5, Y5
+	VFMADD213PS  160(SP), Y13, Y5
+	VMOVUPS      Y5, 160(SP)
+	VBROADCASTSS 16(R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y2, Y2
+	VFMADD213PS  64(SP), Y13, Y2
+	VMOVUPS      Y2, 64(SP)
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  192(SP), Y13, Y6
+	VMOVUPS      Y6, 192(SP)
+	VBROADCASTSS 24(R8), Y12
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  96(SP), Y13, Y3
+	VMOVUPS      Y3, 96(SP)
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  224(SP), Y13, Y7
+	VMOVUPS      Y7, 224(SP)
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000440, SI
+	ADDQ         $0x00000440, DX
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
+	VMOVUPS      (SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      128(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      160(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      64(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      192(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      96(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      224(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q4AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4AVX2x1(SB), NOSPLIT, $0-80
+	MOVQ  ws+0(FP), SI
+	MOVQ  wq+8(FP), DX
+	MOVQ  x+16(FP), DI
+	MOVQ  xm+24(FP), R8
+	MOVQ  nblk+32(FP), CX
+	MOVQ  xstride+40(FP), R9
+	MOVQ  R9, R10
+	SHRQ  $0x02, R10
+	MOVQ  pf+64(FP), R11
+	MOVQ  pfn+72(FP), R12
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int16 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8-Y11 low and high nibbles of the two halves, Y12/Y13 activation broadcasts,
+	// Y14 product, Y15 0x0f bytes. A nibble product pair is ≤ 2·15·127, so the
+	// eight of a block sum exactly in int16; VPMADDWD then widens them.
 	MOVL         $0x0f0f0f0f, AX
 	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
+	MOVL         $0x00000240, R13
 
 block:
-	VPBROADCASTD 4(R8), Y2
-	VMOVDQA      Y2, Y3
-	VPBROADCASTD (DI), Y6
-	VPBROADCASTD 16(DI), Y7
-	VMOVDQU      (DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y2, Y2
-	VMOVDQU      32(DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y3, Y3
-	VPBROADCASTD 4(DI), Y6
-	VPBROADCASTD 20(DI), Y7
-	VMOVDQU      128(DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y2, Y2
-	VMOVDQU      160(DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y3, Y3
-	VPBROADCASTD 8(DI), Y6
-	VPBROADCASTD 24(DI), Y7
-	VMOVDQU      256(DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y2, Y2
-	VMOVDQU      288(DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y3, Y3
-	VPBROADCASTD 12(DI), Y6
-	VPBROADCASTD 28(DI), Y7
-	VMOVDQU      384(DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y2, Y2
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y2, Y2
-	VMOVDQU      416(DX), Y4
-	VPAND        Y15, Y4, Y5
-	VPMADDUBSW   Y6, Y5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x04, Y4, Y4
-	VPAND        Y15, Y4, Y4
-	VPMADDUBSW   Y7, Y4, Y4
-	VPMADDWD     Y14, Y4, Y4
-	VPADDD       Y4, Y3, Y3
-	VCVTPH2PS    (SI), Y10
-	VCVTPH2PS    16(SI), Y11
-	VBROADCASTSS (R8), Y12
-	VMULPS       Y12, Y10, Y10
-	VMULPS       Y12, Y11, Y11
+	// k = 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high nibbles)
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VMOVDQU      (DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      32(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD (DI), Y12
+	VPBROADCASTD 16(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// k = 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high nibbles)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      128(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      160(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPBROADCASTD 20(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// k = 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high nibbles)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      256(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      288(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPBROADCASTD 24(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// k = 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high nibbles)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	PREFETCHT0   512(R11)
+	VMOVDQU      384(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      416(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPBROADCASTD 28(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// acc += float(sum - 8·Σq_x) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
+	VPBROADCASTD 4(R8), Y12
+	VBROADCASTSS (R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y2, Y2
+	VPADDD       Y12, Y2, Y2
 	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y13, Y8, Y14
+	VFMADD231PS  Y14, Y2, Y0
+	VPMADDWD     ones_w<>+0(SB), Y3, Y3
+	VPADDD       Y12, Y3, Y3
 	VCVTDQ2PS    Y3, Y3
-	VFMADD231PS  Y10, Y2, Y0
-	VFMADD231PS  Y11, Y3, Y1
+	VMULPS       Y13, Y9, Y14
+	VFMADD231PS  Y14, Y3, Y1
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	ADDQ         $0x00000240, SI
 	ADDQ         $0x00000240, DX
 	ADDQ         R9, DI
@@ -12433,8 +13573,807 @@ block:
 	DECQ         CX
 	JNZ          block
 	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
 	VMOVUPS      Y0, (AX)
 	VMOVUPS      Y1, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q4AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4AVX2x2(SB), NOSPLIT, $0-80
+	MOVQ  ws+0(FP), SI
+	MOVQ  wq+8(FP), DX
+	MOVQ  x+16(FP), DI
+	MOVQ  xm+24(FP), R8
+	MOVQ  nblk+32(FP), CX
+	MOVQ  xstride+40(FP), R9
+	MOVQ  R9, R10
+	SHRQ  $0x02, R10
+	MOVQ  pf+64(FP), R11
+	MOVQ  pfn+72(FP), R12
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int16 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8-Y11 low and high nibbles of the two halves, Y12/Y13 activation broadcasts,
+	// Y14 product, Y15 0x0f bytes. A nibble product pair is ≤ 2·15·127, so the
+	// eight of a block sum exactly in int16; VPMADDWD then widens them.
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000240, R13
+
+block:
+	// k = 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high nibbles)
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VMOVDQU      (DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      32(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD (DI), Y12
+	VPBROADCASTD 16(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y4
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y9, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 32(DI), Y12
+	VPBROADCASTD 48(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y5
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y9, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// k = 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high nibbles)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      128(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      160(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPBROADCASTD 20(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 36(DI), Y12
+	VPBROADCASTD 52(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// k = 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high nibbles)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      256(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      288(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPBROADCASTD 24(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 40(DI), Y12
+	VPBROADCASTD 56(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// k = 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high nibbles)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	PREFETCHT0   512(R11)
+	VMOVDQU      384(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      416(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPBROADCASTD 28(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 44(DI), Y12
+	VPBROADCASTD 60(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// acc += float(sum - 8·Σq_x) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
+	VPBROADCASTD 4(R8), Y12
+	VBROADCASTSS (R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y4, Y4
+	VPADDD       Y12, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y13, Y8, Y14
+	VFMADD231PS  Y14, Y4, Y0
+	VPMADDWD     ones_w<>+0(SB), Y6, Y6
+	VPADDD       Y12, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y13, Y9, Y14
+	VFMADD231PS  Y14, Y6, Y2
+	VPBROADCASTD 12(R8), Y12
+	VBROADCASTSS 8(R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y5, Y5
+	VPADDD       Y12, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y13, Y8, Y14
+	VFMADD231PS  Y14, Y5, Y1
+	VPMADDWD     ones_w<>+0(SB), Y7, Y7
+	VPADDD       Y12, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y13, Y9, Y14
+	VFMADD231PS  Y14, Y7, Y3
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000240, SI
+	ADDQ         $0x00000240, DX
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y2, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      Y1, (AX)
+	VMOVUPS      Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q4AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4AVX2x3(SB), NOSPLIT, $192-80
+	MOVQ    ws+0(FP), SI
+	MOVQ    wq+8(FP), DX
+	MOVQ    x+16(FP), DI
+	MOVQ    xm+24(FP), R8
+	MOVQ    nblk+32(FP), CX
+	MOVQ    xstride+40(FP), R9
+	MOVQ    R9, R10
+	SHRQ    $0x02, R10
+	MOVQ    pf+64(FP), R11
+	MOVQ    pfn+72(FP), R12
+	VPXOR   Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS Y0, 32(SP)
+	VMOVUPS Y0, 64(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS Y0, 128(SP)
+	VMOVUPS Y0, 160(SP)
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int16 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8-Y11 low and high nibbles of the two halves, Y12/Y13 activation broadcasts,
+	// Y14 product, Y15 0x0f bytes. A nibble product pair is ≤ 2·15·127, so the
+	// eight of a block sum exactly in int16; VPMADDWD then widens them.
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000240, R13
+
+block:
+	// k = 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high nibbles)
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VMOVDQU      (DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      32(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD (DI), Y12
+	VPBROADCASTD 16(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 32(DI), Y12
+	VPBROADCASTD 48(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 64(DI), Y12
+	VPBROADCASTD 80(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// k = 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high nibbles)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      128(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      160(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPBROADCASTD 20(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 36(DI), Y12
+	VPBROADCASTD 52(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 68(DI), Y12
+	VPBROADCASTD 84(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// k = 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high nibbles)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      256(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      288(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPBROADCASTD 24(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 40(DI), Y12
+	VPBROADCASTD 56(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 72(DI), Y12
+	VPBROADCASTD 88(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// k = 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high nibbles)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	PREFETCHT0   512(R11)
+	VMOVDQU      384(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      416(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPBROADCASTD 28(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 44(DI), Y12
+	VPBROADCASTD 60(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 76(DI), Y12
+	VPBROADCASTD 92(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// acc += float(sum - 8·Σq_x) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
+	VPBROADCASTD 4(R8), Y12
+	VBROADCASTSS (R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y0, Y0
+	VPADDD       Y12, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y13, Y8, Y14
+	VFMADD213PS  (SP), Y14, Y0
+	VMOVUPS      Y0, (SP)
+	VPMADDWD     ones_w<>+0(SB), Y3, Y3
+	VPADDD       Y12, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y13, Y9, Y14
+	VFMADD213PS  96(SP), Y14, Y3
+	VMOVUPS      Y3, 96(SP)
+	VPBROADCASTD 12(R8), Y12
+	VBROADCASTSS 8(R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y1, Y1
+	VPADDD       Y12, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y13, Y8, Y14
+	VFMADD213PS  32(SP), Y14, Y1
+	VMOVUPS      Y1, 32(SP)
+	VPMADDWD     ones_w<>+0(SB), Y4, Y4
+	VPADDD       Y12, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y13, Y9, Y14
+	VFMADD213PS  128(SP), Y14, Y4
+	VMOVUPS      Y4, 128(SP)
+	VPBROADCASTD 20(R8), Y12
+	VBROADCASTSS 16(R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y2, Y2
+	VPADDD       Y12, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y13, Y8, Y14
+	VFMADD213PS  64(SP), Y14, Y2
+	VMOVUPS      Y2, 64(SP)
+	VPMADDWD     ones_w<>+0(SB), Y5, Y5
+	VPADDD       Y12, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y13, Y9, Y14
+	VFMADD213PS  160(SP), Y14, Y5
+	VMOVUPS      Y5, 160(SP)
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000240, SI
+	ADDQ         $0x00000240, DX
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
+	VMOVUPS      (SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      96(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      128(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      64(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      160(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q4AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4AVX2x4(SB), NOSPLIT, $256-80
+	MOVQ    ws+0(FP), SI
+	MOVQ    wq+8(FP), DX
+	MOVQ    x+16(FP), DI
+	MOVQ    xm+24(FP), R8
+	MOVQ    nblk+32(FP), CX
+	MOVQ    xstride+40(FP), R9
+	MOVQ    R9, R10
+	SHRQ    $0x02, R10
+	MOVQ    pf+64(FP), R11
+	MOVQ    pfn+72(FP), R12
+	VPXOR   Y0, Y0, Y0
+	VMOVUPS Y0, (SP)
+	VMOVUPS Y0, 32(SP)
+	VMOVUPS Y0, 64(SP)
+	VMOVUPS Y0, 96(SP)
+	VMOVUPS Y0, 128(SP)
+	VMOVUPS Y0, 160(SP)
+	VMOVUPS Y0, 192(SP)
+	VMOVUPS Y0, 224(SP)
+
+	// f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int16 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);
+	// Y8-Y11 low and high nibbles of the two halves, Y12/Y13 activation broadcasts,
+	// Y14 product, Y15 0x0f bytes. A nibble product pair is ≤ 2·15·127, so the
+	// eight of a block sum exactly in int16; VPMADDWD then widens them.
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000240, R13
+
+block:
+	// k = 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high nibbles)
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VMOVDQU      (DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      32(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD (DI), Y12
+	VPBROADCASTD 16(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 32(DI), Y12
+	VPBROADCASTD 48(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 64(DI), Y12
+	VPBROADCASTD 80(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 96(DI), Y12
+	VPBROADCASTD 112(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// k = 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high nibbles)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      128(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      160(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 4(DI), Y12
+	VPBROADCASTD 20(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 36(DI), Y12
+	VPBROADCASTD 52(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 68(DI), Y12
+	VPBROADCASTD 84(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 100(DI), Y12
+	VPBROADCASTD 116(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// k = 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high nibbles)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      256(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      288(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 8(DI), Y12
+	VPBROADCASTD 24(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 40(DI), Y12
+	VPBROADCASTD 56(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 72(DI), Y12
+	VPBROADCASTD 88(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 104(DI), Y12
+	VPBROADCASTD 120(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// k = 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high nibbles)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	PREFETCHT0   512(R11)
+	VMOVDQU      384(DX), Y10
+	VPAND        Y15, Y10, Y8
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        Y15, Y10, Y10
+	VMOVDQU      416(DX), Y11
+	VPAND        Y15, Y11, Y9
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        Y15, Y11, Y11
+	VPBROADCASTD 12(DI), Y12
+	VPBROADCASTD 28(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 44(DI), Y12
+	VPBROADCASTD 60(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 76(DI), Y12
+	VPBROADCASTD 92(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 108(DI), Y12
+	VPBROADCASTD 124(DI), Y13
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// acc += float(sum - 8·Σq_x) · (d_w · d_x)
+	VCVTPH2PS    (SI), Y8
+	VCVTPH2PS    16(SI), Y9
+	VPBROADCASTD 4(R8), Y12
+	VBROADCASTSS (R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y0, Y0
+	VPADDD       Y12, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       Y13, Y8, Y14
+	VFMADD213PS  (SP), Y14, Y0
+	VMOVUPS      Y0, (SP)
+	VPMADDWD     ones_w<>+0(SB), Y4, Y4
+	VPADDD       Y12, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y13, Y9, Y14
+	VFMADD213PS  128(SP), Y14, Y4
+	VMOVUPS      Y4, 128(SP)
+	VPBROADCASTD 12(R8), Y12
+	VBROADCASTSS 8(R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y1, Y1
+	VPADDD       Y12, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y13, Y8, Y14
+	VFMADD213PS  32(SP), Y14, Y1
+	VMOVUPS      Y1, 32(SP)
+	VPMADDWD     ones_w<>+0(SB), Y5, Y5
+	VPADDD       Y12, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y13, Y9, Y14
+	VFMADD213PS  160(SP), Y14, Y5
+	VMOVUPS      Y5, 160(SP)
+	VPBROADCASTD 20(R8), Y12
+	VBROADCASTSS 16(R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y2, Y2
+	VPADDD       Y12, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y13, Y8, Y14
+	VFMADD213PS  64(SP), Y14, Y2
+	VMOVUPS      Y2, 64(SP)
+	VPMADDWD     ones_w<>+0(SB), Y6, Y6
+	VPADDD       Y12, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y13, Y9, Y14
+	VFMADD213PS  192(SP), Y14, Y6
+	VMOVUPS      Y6, 192(SP)
+	VPBROADCASTD 28(R8), Y12
+	VBROADCASTSS 24(R8), Y13
+	VPMADDWD     ones_w<>+0(SB), Y3, Y3
+	VPADDD       Y12, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y13, Y8, Y14
+	VFMADD213PS  96(SP), Y14, Y3
+	VMOVUPS      Y3, 96(SP)
+	VPMADDWD     ones_w<>+0(SB), Y7, Y7
+	VPADDD       Y12, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y13, Y9, Y14
+	VFMADD213PS  224(SP), Y14, Y7
+	VMOVUPS      Y7, 224(SP)
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000240, SI
+	ADDQ         $0x00000240, DX
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+48(FP), AX
+	MOVQ         ystride+56(FP), BX
+	VMOVUPS      (SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      128(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      160(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      64(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      192(SP), Y0
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      96(SP), Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      224(SP), Y0
+	VMOVUPS      Y0, 32(AX)
 	VZEROUPPER
 	RET
 
@@ -13820,6 +15759,215 @@ loop:
 	VMOVD         X6, AX
 
 	// all lanes -Inf or NaN: no lane matched, index 0
+	CMPL    AX, $0x7fffffff
+	MOVL    $0x00000000, DX
+	CMOVLEQ DX, AX
+	MOVSS   X5, best+16(FP)
+	MOVQ    AX, idx+24(FP)
+	VZEROUPPER
+	RET
+
+DATA perm_pack<>+0(SB)/4, $0x00000000
+DATA perm_pack<>+4(SB)/4, $0x00000004
+DATA perm_pack<>+8(SB)/4, $0x00000001
+DATA perm_pack<>+12(SB)/4, $0x00000005
+DATA perm_pack<>+16(SB)/4, $0x00000002
+DATA perm_pack<>+20(SB)/4, $0x00000006
+DATA perm_pack<>+24(SB)/4, $0x00000003
+DATA perm_pack<>+28(SB)/4, $0x00000007
+GLOBL perm_pack<>(SB), RODATA|NOPTR, $32
+
+// func quantQ8AVX2(x *float32, nblk int, q *byte, qstride int, m *byte, mstride int, off int)
+// Requires: AVX, AVX2, F16C
+TEXT ·quantQ8AVX2(SB), NOSPLIT, $0-56
+	MOVQ         x+0(FP), SI
+	MOVQ         nblk+8(FP), CX
+	MOVQ         q+16(FP), DI
+	MOVQ         qstride+24(FP), R9
+	MOVQ         m+32(FP), R8
+	MOVQ         mstride+40(FP), R10
+	MOVQ         off+48(FP), R11
+	NEGQ         R11
+	MOVL         $0x7fffffff, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x80000000, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x3f000000, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x3f800000, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Y12
+	MOVL         $0x42fe0000, AX
+	VMOVD        AX, X11
+	VXORPS       X10, X10, X10
+	VMOVDQU      perm_pack<>+0(SB), Y9
+
+block:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+
+	// amax of the block, in every lane of X4
+	VANDPS       Y15, Y0, Y4
+	VANDPS       Y15, Y1, Y5
+	VANDPS       Y15, Y2, Y6
+	VANDPS       Y15, Y3, Y7
+	VMAXPS       Y5, Y4, Y4
+	VMAXPS       Y7, Y6, Y6
+	VMAXPS       Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X5
+	VMAXPS       X5, X4, X4
+	VPERMILPS    $0x4e, X4, X5
+	VMAXPS       X5, X4, X4
+	VPERMILPS    $0xb1, X4, X5
+	VMAXPS       X5, X4, X4
+
+	// d = amax/127; store d rounded to f16 and back; id = d != 0 ? 1/d : 0
+	VDIVSS       X11, X4, X4
+	VCVTPS2PH    $0x00, X4, X5
+	VCVTPH2PS    X5, X5
+	VMOVSS       X5, (R8)
+	VDIVSS       X4, X12, X6
+	VCMPSS       $0x04, X10, X4, X7
+	VANDPS       X7, X6, X6
+	VBROADCASTSS X6, Y6
+
+	// quants 0…7: round half away from zero of x·id
+	VMULPS     Y6, Y0, Y0
+	VROUNDPS   $0x0b, Y0, Y4
+	VSUBPS     Y4, Y0, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y0, Y0
+	VORPS      Y12, Y0, Y0
+	VANDPS     Y5, Y0, Y0
+	VADDPS     Y0, Y4, Y0
+	VCVTTPS2DQ Y0, Y0
+
+	// quants 8…15: round half away from zero of x·id
+	VMULPS     Y6, Y1, Y1
+	VROUNDPS   $0x0b, Y1, Y4
+	VSUBPS     Y4, Y1, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y1, Y1
+	VORPS      Y12, Y1, Y1
+	VANDPS     Y5, Y1, Y1
+	VADDPS     Y1, Y4, Y1
+	VCVTTPS2DQ Y1, Y1
+
+	// quants 16…23: round half away from zero of x·id
+	VMULPS     Y6, Y2, Y2
+	VROUNDPS   $0x0b, Y2, Y4
+	VSUBPS     Y4, Y2, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y2, Y2
+	VORPS      Y12, Y2, Y2
+	VANDPS     Y5, Y2, Y2
+	VADDPS     Y2, Y4, Y2
+	VCVTTPS2DQ Y2, Y2
+
+	// quants 24…31: round half away from zero of x·id
+	VMULPS     Y6, Y3, Y3
+	VROUNDPS   $0x0b, Y3, Y4
+	VSUBPS     Y4, Y3, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y3, Y3
+	VORPS      Y12, Y3, Y3
+	VANDPS     Y5, Y3, Y3
+	VADDPS     Y3, Y4, Y3
+	VCVTTPS2DQ Y3, Y3
+
+	// pack to bytes (exact: every quant is within ±127), undo the lane interleave
+	VPACKSSDW Y1, Y0, Y4
+	VPACKSSDW Y3, Y2, Y5
+	VPACKSSWB Y5, Y4, Y4
+	VPERMD    Y4, Y9, Y4
+	VMOVDQU   Y4, (DI)
+
+	// corr = -off · Σq
+	VPADDD       Y1, Y0, Y0
+	VPADDD       Y3, Y2, Y2
+	VPADDD       Y2, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPADDD       X1, X0, X0
+	VMOVD        X0, AX
+	IMULL        R11, AX
+	MOVL         AX, 4(R8)
+	ADDQ         $0x80, SI
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	VZEROUPPER
+	RET
+
+DATA iota8<>+0(SB)/4, $0x00000000
+DATA iota8<>+4(SB)/4, $0x00000001
+DATA iota8<>+8(SB)/4, $0x00000002
+DATA iota8<>+12(SB)/4, $0x00000003
+DATA iota8<>+16(SB)/4, $0x00000004
+DATA iota8<>+20(SB)/4, $0x00000005
+DATA iota8<>+24(SB)/4, $0x00000006
+DATA iota8<>+28(SB)/4, $0x00000007
+GLOBL iota8<>(SB), RODATA|NOPTR, $32
+
+// func argmaxAVX2(x *float32, n int) (best float32, idx int)
+// Requires: AVX, AVX2, CMOV, SSE
+TEXT ·argmaxAVX2(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	MOVL         $0xff800000, AX
+	VMOVD        AX, X0
+	VPBROADCASTD X0, Y0
+	VPXOR        Y1, Y1, Y1
+	MOVL         $0x00000008, AX
+	VMOVD        AX, X3
+	VPBROADCASTD X3, Y3
+	VMOVDQU      iota8<>+0(SB), Y2
+
+loop:
+	VMOVUPS   (SI), Y5
+	VCMPPS    $0x1e, Y0, Y5, Y6
+	VBLENDVPS Y6, Y5, Y0, Y0
+	VBLENDVPS Y6, Y2, Y1, Y1
+	VPADDD    Y3, Y2, Y2
+	ADDQ      $0x20, SI
+	SUBQ      $0x08, CX
+	JNZ       loop
+
+	// reduce: the max value, then the lowest index among lanes holding it
+	VEXTRACTF128 $0x01, Y0, X5
+	VMAXPS       X5, X0, X5
+	VPERMILPS    $0x4e, X5, X6
+	VMAXPS       X6, X5, X5
+	VPERMILPS    $0xb1, X5, X6
+	VMAXPS       X6, X5, X5
+	VBROADCASTSS X5, Y7
+	VCMPPS       $0x00, Y7, Y0, Y7
+	MOVL         $0x7fffffff, AX
+	VMOVD        AX, X6
+	VPBROADCASTD X6, Y6
+	VBLENDVPS    Y7, Y1, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPMINUD      X7, X6, X6
+	VPSHUFD      $0x4e, X6, X7
+	VPMINUD      X7, X6, X6
+	VPSHUFD      $0xb1, X6, X7
+	VPMINUD      X7, X6, X6
+	VMOVD        X6, AX
+
+	// no lane matched (cannot happen: the max is one of the lanes): index 0
 	CMPL    AX, $0x7fffffff
 	MOVL    $0x00000000, DX
 	CMOVLEQ DX, AX

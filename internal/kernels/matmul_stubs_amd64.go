@@ -5,8 +5,8 @@
 package kernels
 
 // q8AVX512x1 computes a 32-row × 1-activation tile of y = x·Wᵀ for
-// Q8_0 weights packed by packQ (1088 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q8_0 weights packed by packTile (1088 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -18,8 +18,8 @@ package kernels
 func q8AVX512x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q8AVX512x2 computes a 32-row × 2-activation tile of y = x·Wᵀ for
-// Q8_0 weights packed by packQ (1088 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q8_0 weights packed by packTile (1088 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -31,8 +31,8 @@ func q8AVX512x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q8AVX512x2(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q8AVX512x3 computes a 32-row × 3-activation tile of y = x·Wᵀ for
-// Q8_0 weights packed by packQ (1088 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q8_0 weights packed by packTile (1088 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -44,8 +44,8 @@ func q8AVX512x2(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q8AVX512x3(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q8AVX512x4 computes a 32-row × 4-activation tile of y = x·Wᵀ for
-// Q8_0 weights packed by packQ (1088 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q8_0 weights packed by packTile (1088 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -57,8 +57,8 @@ func q8AVX512x3(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q8AVX512x4(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q8AVX512x5 computes a 32-row × 5-activation tile of y = x·Wᵀ for
-// Q8_0 weights packed by packQ (1088 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q8_0 weights packed by packTile (1088 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -70,8 +70,8 @@ func q8AVX512x4(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q8AVX512x5(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q8AVX512x6 computes a 32-row × 6-activation tile of y = x·Wᵀ for
-// Q8_0 weights packed by packQ (1088 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q8_0 weights packed by packTile (1088 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -83,8 +83,8 @@ func q8AVX512x5(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q8AVX512x6(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q4AVX512x1 computes a 32-row × 1-activation tile of y = x·Wᵀ for
-// Q4_0 weights packed by packQ (576 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q4_0 weights packed by packTile (576 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -96,8 +96,8 @@ func q8AVX512x6(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q4AVX512x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q4AVX512x2 computes a 32-row × 2-activation tile of y = x·Wᵀ for
-// Q4_0 weights packed by packQ (576 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q4_0 weights packed by packTile (576 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -109,8 +109,8 @@ func q4AVX512x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q4AVX512x2(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q4AVX512x3 computes a 32-row × 3-activation tile of y = x·Wᵀ for
-// Q4_0 weights packed by packQ (576 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q4_0 weights packed by packTile (576 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -122,8 +122,8 @@ func q4AVX512x2(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q4AVX512x3(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q4AVX512x4 computes a 32-row × 4-activation tile of y = x·Wᵀ for
-// Q4_0 weights packed by packQ (576 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q4_0 weights packed by packTile (576 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -135,8 +135,8 @@ func q4AVX512x3(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q4AVX512x4(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q4AVX512x5 computes a 32-row × 5-activation tile of y = x·Wᵀ for
-// Q4_0 weights packed by packQ (576 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q4_0 weights packed by packTile (576 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -148,8 +148,8 @@ func q4AVX512x4(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q4AVX512x5(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // q4AVX512x6 computes a 32-row × 6-activation tile of y = x·Wᵀ for
-// Q4_0 weights packed by packQ (576 bytes per 32×32 block) and activations
-// quantized by quantQ8 (blocked layout): for b < nb, r < 32,
+// Q4_0 weights packed by packTile (576 bytes per 32×32 block) and activations
+// quantized by quantizeRow (blocked layout): for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_blk float32(Σ_j u[r][j]·q[b][j] + corr[b]) · (d_w[r] · d_x[b])
 //
@@ -161,7 +161,7 @@ func q4AVX512x5(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func q4AVX512x6(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x1 computes a 32-row × 1-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -171,7 +171,7 @@ func q4AVX512x6(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, y
 func bf16AVX512x1(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x2 computes a 32-row × 2-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -181,7 +181,7 @@ func bf16AVX512x1(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x2(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x3 computes a 32-row × 3-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -191,7 +191,7 @@ func bf16AVX512x2(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x3(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x4 computes a 32-row × 4-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -201,7 +201,7 @@ func bf16AVX512x3(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x4(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x5 computes a 32-row × 5-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -211,7 +211,7 @@ func bf16AVX512x4(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x5(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x6 computes a 32-row × 6-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -221,7 +221,7 @@ func bf16AVX512x5(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x6(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x7 computes a 32-row × 7-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -231,7 +231,7 @@ func bf16AVX512x6(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x7(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x8 computes a 32-row × 8-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -241,7 +241,7 @@ func bf16AVX512x7(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x8(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x9 computes a 32-row × 9-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -251,7 +251,7 @@ func bf16AVX512x8(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x9(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x10 computes a 32-row × 10-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -261,7 +261,7 @@ func bf16AVX512x9(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func bf16AVX512x10(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x11 computes a 32-row × 11-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -271,7 +271,7 @@ func bf16AVX512x10(w *byte, x *float32, xstride int, nk int, y *float32, ystride
 func bf16AVX512x11(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX512x12 computes a 32-row × 12-activation tile of y = x·Wᵀ for
-// bf16 weights packed by packF: for b < nb, r < 32,
+// bf16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -281,7 +281,7 @@ func bf16AVX512x11(w *byte, x *float32, xstride int, nk int, y *float32, ystride
 func bf16AVX512x12(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x1 computes a 32-row × 1-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -291,7 +291,7 @@ func bf16AVX512x12(w *byte, x *float32, xstride int, nk int, y *float32, ystride
 func f16AVX512x1(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x2 computes a 32-row × 2-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -301,7 +301,7 @@ func f16AVX512x1(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x2(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x3 computes a 32-row × 3-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -311,7 +311,7 @@ func f16AVX512x2(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x3(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x4 computes a 32-row × 4-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -321,7 +321,7 @@ func f16AVX512x3(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x4(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x5 computes a 32-row × 5-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -331,7 +331,7 @@ func f16AVX512x4(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x5(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x6 computes a 32-row × 6-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -341,7 +341,7 @@ func f16AVX512x5(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x6(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x7 computes a 32-row × 7-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -351,7 +351,7 @@ func f16AVX512x6(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x7(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x8 computes a 32-row × 8-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -361,7 +361,7 @@ func f16AVX512x7(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x8(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x9 computes a 32-row × 9-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -371,7 +371,7 @@ func f16AVX512x8(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x9(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x10 computes a 32-row × 10-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -381,7 +381,7 @@ func f16AVX512x9(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f16AVX512x10(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x11 computes a 32-row × 11-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -391,7 +391,7 @@ func f16AVX512x10(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func f16AVX512x11(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f16AVX512x12 computes a 32-row × 12-activation tile of y = x·Wᵀ for
-// f16 weights packed by packF: for b < nb, r < 32,
+// f16 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -401,7 +401,7 @@ func f16AVX512x11(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func f16AVX512x12(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x1 computes a 32-row × 1-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -411,7 +411,7 @@ func f16AVX512x12(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func f32AVX512x1(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x2 computes a 32-row × 2-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -421,7 +421,7 @@ func f32AVX512x1(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x2(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x3 computes a 32-row × 3-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -431,7 +431,7 @@ func f32AVX512x2(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x3(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x4 computes a 32-row × 4-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -441,7 +441,7 @@ func f32AVX512x3(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x4(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x5 computes a 32-row × 5-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -451,7 +451,7 @@ func f32AVX512x4(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x5(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x6 computes a 32-row × 6-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -461,7 +461,7 @@ func f32AVX512x5(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x6(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x7 computes a 32-row × 7-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -471,7 +471,7 @@ func f32AVX512x6(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x7(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x8 computes a 32-row × 8-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -481,7 +481,7 @@ func f32AVX512x7(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x8(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x9 computes a 32-row × 9-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -491,7 +491,7 @@ func f32AVX512x8(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x9(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x10 computes a 32-row × 10-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -501,7 +501,7 @@ func f32AVX512x9(w *byte, x *float32, xstride int, nk int, y *float32, ystride i
 func f32AVX512x10(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x11 computes a 32-row × 11-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -511,7 +511,7 @@ func f32AVX512x10(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 func f32AVX512x11(w *byte, x *float32, xstride int, nk int, y *float32, ystride int, pf *byte, pfn int)
 
 // f32AVX512x12 computes a 32-row × 12-activation tile of y = x·Wᵀ for
-// f32 weights packed by packF: for b < nb, r < 32,
+// f32 weights packed by packTile: for b < nb, r < 32,
 //
 //	y[b*ystride/4+r] = Σ_k W[r][k] · x[b*xstride/4+k]   (k < 8·nk, sequential FMA in f32)
 //
@@ -528,19 +528,117 @@ func f32AVX512x12(w *byte, x *float32, xstride int, nk int, y *float32, ystride 
 //go:noescape
 func quantQ8AVX512(x *float32, nblk int, q *byte, qstride int, m *byte, mstride int, off int)
 
-// q8AVX2 is the AVX2 Q8_0 kernel for one 16-row group of a packed tile and one
-// activation row: ws points at the group's scales, wq at its first quants
-// (blocks are 1088 bytes apart); x/xm at the row's quants/meta. y gets 16 floats.
+// q8AVX2x1 computes one 16-row group × 1 activation rows of y = x·Wᵀ for
+// Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
 //
 //go:noescape
-func q8AVX2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32)
+func q8AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
-// q4AVX2 is the AVX2 Q4_0 kernel for one 16-row group of a packed tile and one
-// activation row: ws points at the group's scales, wq at its first quants
-// (blocks are 576 bytes apart); x/xm at the row's quants/meta. y gets 16 floats.
+// q8AVX2x2 computes one 16-row group × 2 activation rows of y = x·Wᵀ for
+// Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
 //
 //go:noescape
-func q4AVX2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32)
+func q8AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q8AVX2x3 computes one 16-row group × 3 activation rows of y = x·Wᵀ for
+// Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q8AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q8AVX2x4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for
+// Q8_0 weights packed by packTile (blocks 1088 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q8AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q4AVX2x1 computes one 16-row group × 1 activation rows of y = x·Wᵀ for
+// Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q4AVX2x1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q4AVX2x2 computes one 16-row group × 2 activation rows of y = x·Wᵀ for
+// Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q4AVX2x2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q4AVX2x3 computes one 16-row group × 3 activation rows of y = x·Wᵀ for
+// Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q4AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
+
+// q4AVX2x4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for
+// Q4_0 weights packed by packTile (blocks 576 bytes apart; ws points at the
+// group's 16 scales, wq at its first quants) and activations quantized by
+// quantizeRow (x, xm at row 0's quants and meta of block 0; row b's are 32·b
+// and 8·b bytes further, the next block's xstride and xstride/4): for b < nb, r < 16,
+//
+//	y[b*ystride/4+r] = Σ_blk float32(Σ_j w[r][j]·q[b][j]) · (d_w[r] · d_x[b])
+//
+// with the sum over blk a sequential FMA. Meanwhile it prefetches pfn bytes at
+// pf (the next tile).
+//
+//go:noescape
+func q4AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
 // bf16AVX2x1 is bf16AVX512x1 for the one 16-row group of the packed tile at w:
 // y gets 16 floats per activation row.
@@ -619,3 +717,13 @@ func f32AVX2x4(w *byte, x *float32, xstride int, nk int, y *float32, ystride int
 //
 //go:noescape
 func argmaxAVX512(x *float32, n int) (best float32, idx int)
+
+// quantQ8AVX2 is quantQ8AVX512 on AVX2: the same quants and meta, bit for bit.
+//
+//go:noescape
+func quantQ8AVX2(x *float32, nblk int, q *byte, qstride int, m *byte, mstride int, off int)
+
+// argmaxAVX2 is argmaxAVX512 on AVX2, for n a positive multiple of 8.
+//
+//go:noescape
+func argmaxAVX2(x *float32, n int) (best float32, idx int)

@@ -1,5 +1,7 @@
-// Small vector kernels of the decoder: RMSNorm, RoPE, SiLU·mul, softmax-free
-// argmax. Plain Go; their cost is negligible next to matmul and attention.
+// Small vector kernels of the decoder: RMSNorm, RoPE, SiLU·mul, f32→f16,
+// argmax. The API and plain-Go references are here; the dispatch files
+// choose vector versions (which for RMSNorm and RoPE give the same bits).
+// They are per token, so a prefill of thousands of tokens feels them.
 package kernels
 
 import (
@@ -8,14 +10,46 @@ import (
 	"github.com/draftd/draftd/internal/dtype"
 )
 
-// RMSNorm sets out[i] = x[i] / sqrt(mean(x²) + eps) * w[i]; out may alias x.
-// The mean is accumulated in float64 so long rows do not lose precision.
+// RMSNorm sets out[i] = x[i] * scale * w[i] with scale = 1/sqrt(mean(x²) +
+// eps); out may alias x. Σx² is accumulated in float64 (so long rows do not
+// lose precision) in the order sumSquaresGeneric specifies, which every
+// implementation follows, so all give the same bits.
 func RMSNorm(out, x, w []float32, eps float32) {
+	if len(out) < len(x) || len(w) < len(x) {
+		panic("kernels.RMSNorm: out or w shorter than x")
+	}
+	scale := float32(1 / math.Sqrt(sumSquares(x)/float64(len(x))+float64(eps)))
+	scaleMul(out, x, w, scale)
+}
+
+// sumSquaresGeneric returns Σ x[i]² in float64: the first len(x)&^15
+// elements go to 16 partial sums by i mod 16, combined as
+// q_l = (p_l + p_{4+l}) + (p_{8+l} + p_{12+l}) and then (q_0+q_2) + (q_1+q_3);
+// the remaining elements are added one by one. (Each square of a float32 is
+// exact in float64, so fused and unfused accumulation agree.)
+func sumSquaresGeneric(x []float32) float64 {
+	n := len(x) &^ 15
 	var ss float64
-	for _, v := range x {
+	if n > 0 {
+		var p [16]float64
+		for i := 0; i < n; i += 16 {
+			for j, v := range x[i : i+16] {
+				p[j] += float64(v) * float64(v)
+			}
+		}
+		var q [4]float64
+		for l := range q {
+			q[l] = (p[l] + p[4+l]) + (p[8+l] + p[12+l])
+		}
+		ss = (q[0] + q[2]) + (q[1] + q[3])
+	}
+	for _, v := range x[n:] {
 		ss += float64(v) * float64(v)
 	}
-	scale := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
+	return ss
+}
+
+func scaleMulGeneric(out, x, w []float32, scale float32) {
 	for i, v := range x {
 		out[i] = v * scale * w[i]
 	}
@@ -48,8 +82,13 @@ func NewRoPETable(headDim, n int, theta float64) *RoPETable {
 // pos, NeoX style: element i pairs with element i+half.
 func (t *RoPETable) RoPE(x []float32, nHeads, pos int) {
 	half := t.Half
-	c := t.Cos[pos*half : (pos+1)*half]
-	s := t.Sin[pos*half : (pos+1)*half]
+	if len(x) < nHeads*2*half {
+		panic("kernels.RoPE: x shorter than nHeads vectors")
+	}
+	rope(x, t.Cos[pos*half:(pos+1)*half], t.Sin[pos*half:(pos+1)*half], nHeads, half)
+}
+
+func ropeGeneric(x, c, s []float32, nHeads, half int) {
 	for h := range nHeads {
 		v := x[h*2*half : (h+1)*2*half]
 		for i := range half {

@@ -122,3 +122,226 @@ loop:
 	JNZ       loop
 	VZEROUPPER
 	RET
+
+DATA exp_max<>+0(SB)/4, $0x42c80000
+GLOBL exp_max<>(SB), RODATA|NOPTR, $4
+
+// func siluMulAVX2(out *float32, gate *float32, up *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32
+	MOVQ   out+0(FP), DI
+	MOVQ   gate+8(FP), SI
+	MOVQ   up+16(FP), DX
+	MOVQ   n+24(FP), CX
+	VXORPS Y15, Y15, Y15
+
+loop:
+	// elements 0…7
+	VMOVUPS      (SI), Y0
+	VSUBPS       Y0, Y15, Y1
+	VBROADCASTSS exp_min<>+0(SB), Y4
+	VMAXPS       Y4, Y1, Y1
+	VBROADCASTSS exp_max<>+0(SB), Y4
+	VMINPS       Y4, Y1, Y1
+	VBROADCASTSS exp_log2e<>+0(SB), Y4
+	VMULPS       Y4, Y1, Y2
+	VROUNDPS     $0x00, Y2, Y2
+	VBROADCASTSS exp_c1<>+0(SB), Y4
+	VFNMADD231PS Y4, Y2, Y1
+	VBROADCASTSS exp_c2<>+0(SB), Y4
+	VFNMADD231PS Y4, Y2, Y1
+	VBROADCASTSS exp_p0<>+0(SB), Y3
+	VBROADCASTSS exp_p1<>+0(SB), Y4
+	VFMADD213PS  Y4, Y1, Y3
+	VBROADCASTSS exp_p2<>+0(SB), Y4
+	VFMADD213PS  Y4, Y1, Y3
+	VBROADCASTSS exp_p3<>+0(SB), Y4
+	VFMADD213PS  Y4, Y1, Y3
+	VBROADCASTSS exp_p4<>+0(SB), Y4
+	VFMADD213PS  Y4, Y1, Y3
+	VBROADCASTSS exp_p5<>+0(SB), Y4
+	VFMADD213PS  Y4, Y1, Y3
+	VBROADCASTSS exp_one<>+0(SB), Y4
+	VFMADD213PS  Y4, Y1, Y3
+	VFMADD213PS  Y4, Y1, Y3
+
+	// x = t · 2^(n>>1) · 2^(n - n>>1); c holds 1.0, whose bits are 127<<23
+	VCVTPS2DQ Y2, Y2
+	VPSRAD    $0x01, Y2, Y1
+	VPSUBD    Y1, Y2, Y2
+	VPSLLD    $0x17, Y1, Y1
+	VPADDD    Y4, Y1, Y1
+	VPSLLD    $0x17, Y2, Y2
+	VPADDD    Y4, Y2, Y2
+	VMULPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y1
+	VADDPS    Y4, Y1, Y1
+	VDIVPS    Y1, Y0, Y0
+	VMULPS    (DX), Y0, Y0
+	VMOVUPS   Y0, (DI)
+
+	// elements 8…15
+	CMPQ         CX, $0x08
+	JE           last
+	VMOVUPS      32(SI), Y5
+	VSUBPS       Y5, Y15, Y6
+	VBROADCASTSS exp_min<>+0(SB), Y9
+	VMAXPS       Y9, Y6, Y6
+	VBROADCASTSS exp_max<>+0(SB), Y9
+	VMINPS       Y9, Y6, Y6
+	VBROADCASTSS exp_log2e<>+0(SB), Y9
+	VMULPS       Y9, Y6, Y7
+	VROUNDPS     $0x00, Y7, Y7
+	VBROADCASTSS exp_c1<>+0(SB), Y9
+	VFNMADD231PS Y9, Y7, Y6
+	VBROADCASTSS exp_c2<>+0(SB), Y9
+	VFNMADD231PS Y9, Y7, Y6
+	VBROADCASTSS exp_p0<>+0(SB), Y8
+	VBROADCASTSS exp_p1<>+0(SB), Y9
+	VFMADD213PS  Y9, Y6, Y8
+	VBROADCASTSS exp_p2<>+0(SB), Y9
+	VFMADD213PS  Y9, Y6, Y8
+	VBROADCASTSS exp_p3<>+0(SB), Y9
+	VFMADD213PS  Y9, Y6, Y8
+	VBROADCASTSS exp_p4<>+0(SB), Y9
+	VFMADD213PS  Y9, Y6, Y8
+	VBROADCASTSS exp_p5<>+0(SB), Y9
+	VFMADD213PS  Y9, Y6, Y8
+	VBROADCASTSS exp_one<>+0(SB), Y9
+	VFMADD213PS  Y9, Y6, Y8
+	VFMADD213PS  Y9, Y6, Y8
+
+	// x = t · 2^(n>>1) · 2^(n - n>>1); c holds 1.0, whose bits are 127<<23
+	VCVTPS2DQ Y7, Y7
+	VPSRAD    $0x01, Y7, Y6
+	VPSUBD    Y6, Y7, Y7
+	VPSLLD    $0x17, Y6, Y6
+	VPADDD    Y9, Y6, Y6
+	VPSLLD    $0x17, Y7, Y7
+	VPADDD    Y9, Y7, Y7
+	VMULPS    Y6, Y8, Y8
+	VMULPS    Y7, Y8, Y6
+	VADDPS    Y9, Y6, Y6
+	VDIVPS    Y6, Y5, Y5
+	VMULPS    32(DX), Y5, Y5
+	VMOVUPS   Y5, 32(DI)
+	ADDQ      $0x40, SI
+	ADDQ      $0x40, DX
+	ADDQ      $0x40, DI
+	SUBQ      $0x10, CX
+	JNZ       loop
+
+last:
+	VZEROUPPER
+	RET
+
+// func f32ToF16AVX2(dst *uint16, src *float32, n int)
+// Requires: AVX, F16C
+TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+loop:
+	VMOVUPS   (SI), Y0
+	VCVTPS2PH $0x00, Y0, (DI)
+	ADDQ      $0x20, SI
+	ADDQ      $0x10, DI
+	SUBQ      $0x08, CX
+	JNZ       loop
+	VZEROUPPER
+	RET
+
+// func sumSquaresAVX2(x *float32, n int) float64
+// Requires: AVX, FMA3, SSE2
+TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+
+loop:
+	VCVTPS2PD   (SI), Y4
+	VFMADD231PD Y4, Y4, Y0
+	VCVTPS2PD   16(SI), Y5
+	VFMADD231PD Y5, Y5, Y1
+	VCVTPS2PD   32(SI), Y6
+	VFMADD231PD Y6, Y6, Y2
+	VCVTPS2PD   48(SI), Y7
+	VFMADD231PD Y7, Y7, Y3
+	ADDQ        $0x40, SI
+	SUBQ        $0x10, CX
+	JNZ         loop
+
+	// ((p0+p1)+(p2+p3)) per lane l, then (l0+l2)+(l1+l3)
+	VADDPD       Y1, Y0, Y0
+	VADDPD       Y3, Y2, Y2
+	VADDPD       Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X0
+	VPERMILPD    $0x01, X0, X1
+	VADDSD       X1, X0, X0
+	MOVSD        X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleMulAVX2(out *float32, x *float32, w *float32, scale float32, n int)
+// Requires: AVX, AVX2, SSE
+TEXT ·scaleMulAVX2(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         w+16(FP), DX
+	MOVQ         n+32(FP), CX
+	MOVSS        scale+24(FP), X15
+	VBROADCASTSS X15, Y15
+
+loop:
+	VMULPS  (SI), Y15, Y0
+	VMULPS  (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $0x20, SI
+	ADDQ    $0x20, DX
+	ADDQ    $0x20, DI
+	SUBQ    $0x08, CX
+	JNZ     loop
+	VZEROUPPER
+	RET
+
+// func ropeAVX2(x *float32, c *float32, s *float32, half int, nHeads int)
+// Requires: AVX
+TEXT ·ropeAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), DI
+	MOVQ c+8(FP), SI
+	MOVQ s+16(FP), DX
+	MOVQ half+24(FP), R8
+	MOVQ nHeads+32(FP), R9
+	MOVQ R8, R10
+	SHLQ $0x02, R10
+
+head:
+	XORQ AX, AX
+
+loop:
+	VMOVUPS (DI)(AX*1), Y0
+	LEAQ    (DI)(R10*1), R11
+	VMOVUPS (R11)(AX*1), Y1
+	VMOVUPS (SI)(AX*1), Y2
+	VMOVUPS (DX)(AX*1), Y3
+	VMULPS  Y2, Y0, Y4
+	VMULPS  Y3, Y1, Y5
+	VSUBPS  Y5, Y4, Y4
+	VMULPS  Y2, Y1, Y6
+	VMULPS  Y3, Y0, Y7
+	VADDPS  Y7, Y6, Y6
+	VMOVUPS Y4, (DI)(AX*1)
+	VMOVUPS Y6, (R11)(AX*1)
+	ADDQ    $0x20, AX
+	CMPQ    AX, R10
+	JL      loop
+	LEAQ    (DI)(R10*2), DI
+	DECQ    R9
+	JNZ     head
+	VZEROUPPER
+	RET

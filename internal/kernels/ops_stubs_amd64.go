@@ -15,3 +15,33 @@ func siluMulAVX512(out *float32, gate *float32, up *float32, n int)
 //
 //go:noescape
 func f32ToF16AVX512(dst *uint16, src *float32, n int)
+
+// siluMulAVX2 is siluMulAVX512 on AVX2, for n a positive multiple of 8.
+//
+//go:noescape
+func siluMulAVX2(out *float32, gate *float32, up *float32, n int)
+
+// f32ToF16AVX2 is f32ToF16AVX512 on AVX2+F16C, for n a positive multiple of 8.
+//
+//go:noescape
+func f32ToF16AVX2(dst *uint16, src *float32, n int)
+
+// sumSquaresAVX2 is sumSquares16Generic on AVX2 (n a positive multiple of 16),
+// with the same partial sums in the same order, so the same float64 bits.
+//
+//go:noescape
+func sumSquaresAVX2(x *float32, n int) float64
+
+// scaleMulAVX2 sets out[i] = x[i] * scale * w[i] (two f32 roundings, as Go
+// evaluates it) for i < n, n a positive multiple of 8.
+//
+//go:noescape
+func scaleMulAVX2(out *float32, x *float32, w *float32, scale float32, n int)
+
+// ropeAVX2 is ropeGeneric on AVX2 (half a positive multiple of 8): each of the
+// nHeads vectors of x, 2·half floats apart, gets x[i], x[i+half] =
+// x[i]·c[i] - x[i+half]·s[i], x[i+half]·c[i] + x[i]·s[i], every product
+// and sum rounded to f32 as Go evaluates it.
+//
+//go:noescape
+func ropeAVX2(x *float32, c *float32, s *float32, half int, nHeads int)

@@ -65,3 +65,79 @@ func TestSiLUMulImpls(t *testing.T) {
 		}
 	})
 }
+
+// TestRMSNormImpls checks RMSNorm on every implementation bit for bit
+// against the plain-Go reference (the summation order is part of the
+// specification) and against a float64 computation within f32 rounding,
+// including in-place use and lengths around the vector widths.
+func TestRMSNormImpls(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 36))
+	forEachImpl(t, func(t *testing.T) {
+		for _, n := range []int{1, 7, 8, 15, 16, 17, 33, 128, 1000, 1024, 3072} {
+			x, w := randVec(r, n, 3), randVec(r, n, 1)
+			x[0] = 1e30 // float64 accumulation: no overflow
+			want := make([]float32, n)
+			scale := float32(1 / math.Sqrt(sumSquaresGeneric(x)/float64(n)+1e-6))
+			scaleMulGeneric(want, x, w, scale)
+			var ss float64
+			for _, v := range x {
+				ss += float64(v) * float64(v)
+			}
+			ref := 1 / math.Sqrt(ss/float64(n)+1e-6)
+			have, check := guarded(n)
+			RMSNorm(have, x, w, 1e-6)
+			check(t)
+			for i := range want {
+				if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d: RMSNorm[%d] = %g; plain Go %g", n, i, have[i], want[i])
+				}
+				if d := math.Abs(float64(have[i]) - float64(x[i])*ref*float64(w[i])); d > 3e-7*math.Abs(float64(have[i]))+1e-37 {
+					t.Fatalf("n=%d: RMSNorm[%d] = %g; float64 %g", n, i, have[i], float64(x[i])*ref*float64(w[i]))
+				}
+			}
+			RMSNorm(x, x, w, 1e-6) // in place
+			for i := range want {
+				if x[i] != have[i] {
+					t.Fatalf("n=%d: in place RMSNorm[%d] = %g; %g", n, i, x[i], have[i])
+				}
+			}
+		}
+	})
+}
+
+// TestRoPEImpls checks RoPE on every implementation bit for bit against the
+// plain-Go reference, for head sizes the vector kernel takes (half a
+// multiple of 8) and one it leaves to Go, without touching anything past
+// the heads.
+func TestRoPEImpls(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 38))
+	forEachImpl(t, func(t *testing.T) {
+		for _, hd := range []int{8, 16, 128, 256} {
+			tab := NewRoPETable(hd, 40, 1e6)
+			for _, nHeads := range []int{1, 3, 16} {
+				for _, pos := range []int{0, 1, 39} {
+					x := randVec(r, nHeads*hd, 2)
+					want := append([]float32(nil), x...)
+					half := hd / 2
+					ropeGeneric(want, tab.Cos[pos*half:(pos+1)*half], tab.Sin[pos*half:(pos+1)*half], nHeads, half)
+					have, check := guarded(nHeads * hd)
+					copy(have, x)
+					tab.RoPE(have, nHeads, pos)
+					check(t)
+					for i := range want {
+						if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("hd=%d heads=%d pos=%d: x[%d] = %g; plain Go %g", hd, nHeads, pos, i, have[i], want[i])
+						}
+					}
+					if pos == 0 {
+						for i := range x { // cos 1, sin 0: unchanged
+							if have[i] != x[i] {
+								t.Fatalf("hd=%d: position 0 changed x[%d] from %g to %g", hd, i, x[i], have[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -2,12 +2,17 @@
 // --threads cores. It lives as long as the model that owns it. It is not a
 // general task queue: one caller at a time runs one parallel loop.
 //
-// Hand-off is by busy polling: a worker that has just finished a loop spins
-// on an atomic epoch counter for spinFor (a decode step issues hundreds of
-// loops a few microseconds apart, and waking a parked goroutine costs tens of
-// microseconds), then parks on a channel so an idle pool burns no CPU. Work
-// inside a loop is claimed from atomic counters, so a worker that wakes late
-// finds the work already done and costs the caller nothing.
+// Hand-off is by short busy polling: a worker that has just finished a loop
+// spins on an atomic epoch counter for spinFor (a decode step issues
+// hundreds of loops a few microseconds apart, and waking a parked goroutine
+// costs tens of microseconds), then parks on a channel, so an idle pool
+// burns no CPU and a pool between decode steps burns at most spinFor per
+// worker. The caller, once its own share is done, polls for the workers
+// for at most joinSpinFor and then parks too, woken by the last worker to
+// finish: on a shared host a worker the OS has descheduled gets the
+// caller's CPU instead of waiting behind a spinning caller. Work inside a
+// loop is claimed from atomic counters, so a worker that wakes late finds
+// the work already done and costs the caller nothing.
 package kernels
 
 import (
@@ -18,8 +23,12 @@ import (
 	"unsafe"
 )
 
-// spinFor is how long an idle worker polls before parking.
-const spinFor = 2 * time.Millisecond
+// spinFor is how long an idle worker polls before parking; joinSpinFor is
+// how long the caller polls for workers still running their share.
+const (
+	spinFor     = 100 * time.Microsecond
+	joinSpinFor = 50 * time.Microsecond
+)
 
 // Pool runs parallel loops on a fixed set of worker goroutines.
 type Pool struct {
@@ -32,6 +41,8 @@ type Pool struct {
 	done    atomic.Int32  // joined workers that finished task
 	closed  atomic.Bool
 	workers []*worker
+	waiting atomic.Bool   // the caller is parked (or parking) on wake
+	wake    chan struct{} // to the caller: a worker finished
 
 	forJob forTask
 	arena  arena
@@ -57,7 +68,7 @@ func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	p := &Pool{n: n, workers: make([]*worker, n-1)}
+	p := &Pool{n: n, workers: make([]*worker, n-1), wake: make(chan struct{}, 1)}
 	for i := range p.workers {
 		w := &worker{wake: make(chan struct{}, 1)}
 		p.workers[i] = w
@@ -84,6 +95,9 @@ func (p *Pool) work(id int, w *worker) {
 		if p.join.Add(1)&joinClosed == 0 {
 			p.task.run(id)
 			p.done.Add(1)
+			if p.waiting.Load() && p.waiting.CompareAndSwap(true, false) {
+				p.wake <- struct{}{}
+			}
 		}
 	}
 }
@@ -138,12 +152,30 @@ func (p *Pool) run(t task) {
 	}
 	t.run(0)
 	joined := p.join.Or(joinClosed) // late workers now skip t
-	for i := 1; p.done.Load() != joined; i++ {
-		if i%64 == 0 {
-			runtime.Gosched()
-		}
-	}
+	p.awaitWorkers(joined)
 	p.task = nil
+}
+
+// awaitWorkers returns once joined workers have finished the current task: it
+// polls for joinSpinFor, then parks until a finishing worker wakes it.
+func (p *Pool) awaitWorkers(joined int32) {
+	start := time.Now()
+	for i := 1; p.done.Load() != joined; i++ {
+		if i%64 != 0 {
+			continue
+		}
+		if time.Since(start) < joinSpinFor {
+			continue
+		}
+		p.waiting.Store(true)
+		if p.done.Load() == joined {
+			if !p.waiting.CompareAndSwap(true, false) {
+				<-p.wake // a worker claimed the wake-up and is sending
+			}
+			return
+		}
+		<-p.wake
+	}
 }
 
 // For splits [0, n) into at most Threads() contiguous chunks whose starts are

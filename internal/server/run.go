@@ -101,7 +101,14 @@ func (s *Server) Load(ctx context.Context) error {
 		s.cfg.beforeLoad()
 	}
 	t0 := time.Now()
-	m, err := model.Load(s.cfg.ModelPath, model.Options{Threads: s.cfg.Threads, KVF32: s.cfg.KVF32})
+	path := s.cfg.ModelPath
+	if s.cfg.Resolve != nil {
+		var err error
+		if path, err = s.cfg.Resolve(ctx, path); err != nil {
+			return fmt.Errorf("prepare model %s: %w", s.cfg.ModelPath, err)
+		}
+	}
+	m, err := model.Load(path, model.Options{Threads: s.cfg.Threads, KVF32: s.cfg.KVF32})
 	if err != nil {
 		return fmt.Errorf("load model: %w", err)
 	}

@@ -51,6 +51,10 @@ type Config struct {
 	ShutdownTimeout time.Duration // how long in-flight requests may take to finish
 	Logger          *slog.Logger
 
+	// Resolve, when set, turns ModelPath into the path to load (e.g. a Hub
+	// model id prepared into a cache) while /health answers 503.
+	Resolve func(ctx context.Context, model string) (string, error)
+
 	// Test hooks.
 	beforeLoad func()                // called before the model is loaded
 	wrap       func(Drafter) Drafter // wraps the engine

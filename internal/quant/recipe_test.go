@@ -1,0 +1,183 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/gguf"
+	"github.com/draftd/draftd/internal/model"
+	"github.com/draftd/draftd/internal/testmodel"
+)
+
+// TestTensorType checks the recipes against llama.cpp's rules for a 28-layer
+// model, written out by hand from llama_tensor_get_type: Q4_K_M and Q5_K_M
+// give attn_v and ffn_down Q6_K in layers i < 28/8, i ≥ 7·28/8 and
+// (i − 28/8) % 3 == 2; the output (or a tied token_embd) is Q6_K in every K
+// recipe; pure recipes put every matrix in their type; norms and biases F32.
+func TestTensorType(t *testing.T) {
+	more := []int{0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27}
+	for _, tc := range []struct {
+		recipe, name string
+		want         dtype.Type
+	}{
+		{"q8_0", "output.weight", dtype.Q8_0},
+		{"q8_0", "blk.3.attn_v.weight", dtype.Q8_0},
+		{"q4_0", "output.weight", dtype.Q4_0},
+		{"q4_0", "token_embd.weight", dtype.Q4_0},
+		{"q4_0", "blk.0.attn_norm.weight", dtype.F32},
+		{"q4_0", "blk.0.attn_q.bias", dtype.F32},
+		{"bf16", "blk.0.ffn_up.weight", dtype.BF16},
+		{"f16", "output.weight", dtype.F16},
+		{"q6_k", "blk.0.ffn_down.weight", typeQ6K},
+		{"q6_k", "token_embd.weight", typeQ6K},
+		{"q4_k_m", "output.weight", typeQ6K},
+		{"q4_k_m", "token_embd.weight", typeQ4K},
+		{"q4_k_m", "blk.3.attn_q.weight", typeQ4K},
+		{"q4_k_m", "blk.0.attn_k.weight", typeQ4K},
+		{"q4_k_m", "blk.0.attn_output.weight", typeQ4K},
+		{"q4_k_m", "blk.27.ffn_gate.weight", typeQ4K},
+		{"q5_k_m", "output.weight", typeQ6K},
+		{"q5_k_m", "blk.4.ffn_up.weight", typeQ5K},
+	} {
+		have, err := TensorType(tc.recipe, tc.name, 28)
+		if err != nil || have != tc.want {
+			t.Errorf("%s %s: have %v (%v); want %v", tc.recipe, tc.name, have, err, tc.want)
+		}
+	}
+	for _, recipe := range []string{"q4_k_m", "q5_k_m"} {
+		base := map[string]dtype.Type{"q4_k_m": typeQ4K, "q5_k_m": typeQ5K}[recipe]
+		for i := range 28 {
+			for _, role := range []string{"attn_v", "ffn_down"} {
+				want := base
+				if slices.Contains(more, i) {
+					want = typeQ6K
+				}
+				name := fmt.Sprintf("blk.%d.%s.weight", i, role)
+				if have, err := TensorType(recipe, name, 28); err != nil || have != want {
+					t.Errorf("%s %s: have %v (%v); want %v", recipe, name, have, err, want)
+				}
+			}
+		}
+	}
+	for _, bad := range []string{"blk.28.attn_q.weight", "blk.0.mystery.weight", "rope_freqs.weight"} {
+		if _, err := TensorType("q4_0", bad, 28); err == nil {
+			t.Errorf("%s: want an error", bad)
+		}
+	}
+	if _, err := TensorType("q3_k_m", "output.weight", 28); err == nil {
+		t.Error("unknown recipe: want an error")
+	}
+}
+
+// TestPlan: in a tied model token_embd takes the output's type; a Q6_K row
+// that is not a whole number of 256-blocks falls back to Q8_0 as llama.cpp
+// does; 1-D tensors stay F32.
+func TestPlan(t *testing.T) {
+	r, _ := Lookup("q4_k_m")
+	tied := []TensorSpec{{"token_embd.weight", []uint64{2048, 151936}}, {"output_norm.weight", []uint64{2048}}}
+	types, err := r.Plan(tied, 28)
+	if err != nil || types[0] != typeQ6K || types[1] != dtype.F32 {
+		t.Errorf("tied: have %v (%v); want [Q6_K F32]", types, err)
+	}
+	untied := append(tied, TensorSpec{"output.weight", []uint64{2048, 151936}})
+	types, err = r.Plan(untied, 28)
+	if err != nil || types[0] != typeQ4K || types[2] != typeQ6K {
+		t.Errorf("untied: have %v (%v); want [Q4_K F32 Q6_K]", types, err)
+	}
+	odd := []TensorSpec{{"output.weight", []uint64{96, 10}}}
+	if types, err := r.Plan(odd, 28); err != nil || types[0] != dtype.Q8_0 {
+		t.Errorf("output with 96-wide rows: have %v (%v); want Q8_0", types, err)
+	}
+	if _, err := r.Plan([]TensorSpec{{"blk.0.attn_q.weight", []uint64{96, 10}}}, 28); err == nil {
+		t.Error("Q4_K with 96-wide rows: want an error (llama.cpp falls back to Q5_0, which draftd lacks)")
+	}
+}
+
+// TestRecipesOrder: highest quality first, each K recipe unsupported exactly
+// while its types are.
+func TestRecipesOrder(t *testing.T) {
+	var names []string
+	for _, r := range Recipes() {
+		names = append(names, r.Name)
+		if r.Supported() != (r.Base.Supported() && typeQ6K.Supported()) && r.mixed {
+			t.Errorf("%s: Supported() = %v", r.Name, r.Supported())
+		}
+		if !r.Supported() {
+			t.Logf("%s: not supported yet (types %v)", r.Name, r.Types())
+		}
+	}
+	want := []string{"f32", "bf16", "f16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0"}
+	if !slices.Equal(names, want) {
+		t.Errorf("have %v; want %v", names, want)
+	}
+}
+
+// TestKRecipes converts a 256-wide random model with each K recipe once
+// internal/dtype encodes the K-quant types (skipped until then): every
+// tensor has the type Plan gave it, and every matrix decodes to within the
+// type's quantization error of the source (relative RMS error below 2^-(bits-2)).
+func TestKRecipes(t *testing.T) {
+	spec := testmodel.Spec{Name: "k-test", Arch: model.ArchQwen3, Hidden: 256, Intermediate: 512, Layers: 8,
+		Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 512, MaxContext: 256, Tied: true, Type: dtype.F32, Seed: 3}
+	dir := filepath.Join(t.TempDir(), "hf")
+	for _, name := range []string{"q6_k", "q5_k_m", "q4_k_m"} {
+		t.Run(name, func(t *testing.T) {
+			r, _ := Lookup(name)
+			if !r.Supported() {
+				t.Skipf("%s: K-quant types not in internal/dtype yet", name)
+			}
+			if _, err := os.Stat(dir); err != nil {
+				if err := spec.WriteHF(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := prepare(t, dir, name)
+			f, err := gguf.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			src, err := gguf.Open(prepare(t, dir, "f32"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			bits := map[dtype.Type]float64{typeQ4K: 4, typeQ5K: 5, typeQ6K: 6, dtype.Q8_0: 8, dtype.F32: 24}
+			for _, ti := range f.Tensors {
+				want, err := r.tensorType(ti.Name, spec.Layers)
+				if ti.Name == "token_embd.weight" {
+					want, err = r.tensorType("output.weight", spec.Layers)
+				}
+				if err != nil || ti.Type != want {
+					t.Errorf("%s: type %v; want %v (%v)", ti.Name, ti.Type, want, err)
+					continue
+				}
+				st, _ := src.Tensor(ti.Name)
+				have := make([]float32, ti.NumElements())
+				ref := make([]float32, len(have))
+				if err := dtype.Dequantize(ti.Type, have, ti.Data); err != nil {
+					t.Fatal(err)
+				}
+				if err := dtype.Dequantize(st.Type, ref, st.Data); err != nil {
+					t.Fatal(err)
+				}
+				var num, den float64
+				for i := range ref {
+					d := float64(have[i] - ref[i])
+					num, den = num+d*d, den+float64(ref[i])*float64(ref[i])
+				}
+				if rel := math.Sqrt(num / den); !(rel < math.Exp2(-(bits[ti.Type] - 2))) {
+					t.Errorf("%s (%v): relative RMS error %.3g", ti.Name, ti.Type, rel)
+				}
+			}
+			if _, err := model.Load(out, model.Options{Threads: 2}); err != nil {
+				t.Errorf("load: %v", err)
+			}
+		})
+	}
+}
