@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -369,17 +368,6 @@ func startProxy(t *testing.T, haproxy, dir string, reps []*replica) string {
 	})
 	waitFor(t, "http://"+maddr+"/metrics", p)
 	return "http://" + addr
-}
-
-// freeAddr is a loopback address with a port nothing listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // waitFor polls u until it answers 200; it fails when the process exits
