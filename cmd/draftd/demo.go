@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/eval"
 	"github.com/draftd/draftd/internal/fileio"
 	"github.com/draftd/draftd/internal/model"
@@ -68,6 +69,10 @@ func runDemo(ctx context.Context, args []string) error {
 		return clientUsageError(fs, "--samples, --tokens, --n and --concurrency must be at least 1")
 	case *tokens > 160:
 		return clientUsageError(fs, "--tokens must be at most 160 (the tiny models' context is 256)")
+	case *n > engine.MaxMaxDraftLen:
+		return clientUsageError(fs, fmt.Sprintf("--n %d outside [1, %d]", *n, engine.MaxMaxDraftLen))
+	case checkThreads(*threads) != nil:
+		return clientUsageError(fs, checkThreads(*threads).Error())
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -120,10 +125,13 @@ func runDemo(ctx context.Context, args []string) error {
 	served := make(chan error, 1)
 	tServe := time.Now()
 	go func() {
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		served <- server.Run(sctx, ln, server.Config{
-			ModelPath: draftPath, Threads: *threads, DraftLen: *n, MaxDraftLen: max(*n, server.Defaults.MaxDraftLen),
-			KVCacheBytes: 256 << 20,
-			Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Name: draftPath, DraftLen: *n, Logger: logger,
+			Open: openBackend(backendOptions{
+				ModelPath: draftPath, Model: model.Options{Threads: *threads},
+				Engine: engine.Options{MaxDraftLen: max(*n, engine.DefaultMaxDraftLen), KVCacheBytes: 256 << 20, Logger: logger},
+			}),
 		})
 	}()
 	hc := eval.NewHTTPClient(*concurrency)

@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -176,26 +175,3 @@ func (e evalTokenizer) EncodeChat(msgs []eval.Message) ([]int, error) {
 }
 
 func (e evalTokenizer) Encode(text string) ([]int, error) { return e.tok.Encode(text), nil }
-
-// parseClientFlags parses args into fs and says whether the command should stop
-// now, with err to return: nil after -h printed the usage, an ErrUsage for a
-// bad flag (already reported by fs) or a stray argument.
-func parseClientFlags(fs *flag.FlagSet, args []string) (stop bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return true, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return true, clientUsageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
-	}
-	return false, nil
-}
-
-// clientUsageError prints msg and the flags of fs, and returns an ErrUsage.
-func clientUsageError(fs *flag.FlagSet, msg string) error {
-	fmt.Fprintf(fs.Output(), "draftd %s: %s\n", fs.Name(), msg)
-	fs.Usage()
-	return fmt.Errorf("%w: %s", ErrUsage, msg)
-}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,7 +48,7 @@ type genSample struct {
 const genChunk = engine.DefaultMaxDraftLen
 
 func runGen(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	fs := newFlags("gen", "gen --model PATH --prompts FILE --out FILE [flags]", "")
 	path := fs.String("model", "", "target model: a .gguf file or an HF directory (required)")
 	promptsPath := fs.String("prompts", "", `prompts, JSON Lines of {"id":..., "prompt":[token ids]} (required)`)
 	maxNew := fs.Int("max-new", 256, "largest number of continuation tokens per prompt")
@@ -60,20 +59,24 @@ func runGen(ctx context.Context, args []string) error {
 	maxBatch := fs.Int("max-batch", engine.DefaultMaxBatch, "max sequences per forward step")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "KV cache budget in bytes (0: a quarter of available memory, ≤ 8 GiB)")
 	kvF32 := fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if stop, err := parseClientFlags(fs, args); stop {
+		return err
 	}
 	switch {
 	case *path == "":
-		return errors.New("gen: --model is required")
+		return clientUsageError(fs, "--model is required")
 	case *promptsPath == "":
-		return errors.New("gen: --prompts is required")
+		return clientUsageError(fs, "--prompts is required")
 	case *outPath == "":
-		return errors.New("gen: --out is required")
+		return clientUsageError(fs, "--out is required")
 	case *maxNew < 1:
-		return fmt.Errorf("gen: --max-new %d must be ≥ 1", *maxNew)
-	case *maxBatch < 1:
-		return fmt.Errorf("gen: --max-batch %d must be ≥ 1", *maxBatch)
+		return clientUsageError(fs, fmt.Sprintf("--max-new %d must be ≥ 1", *maxNew))
+	case *maxBatch < 1 || *maxBatch > engine.MaxMaxBatch:
+		return clientUsageError(fs, fmt.Sprintf("--max-batch %d outside [1, %d]", *maxBatch, engine.MaxMaxBatch))
+	case checkThreads(*threads) != nil:
+		return clientUsageError(fs, checkThreads(*threads).Error())
+	case *kvBytes < 0:
+		return clientUsageError(fs, fmt.Sprintf("--kv-cache-bytes %d must not be negative", *kvBytes))
 	}
 	stop := map[int]bool{}
 	if *stopFlag != "" {
@@ -110,9 +113,13 @@ func runGen(ctx context.Context, args []string) error {
 		return fmt.Errorf("gen: %s has no prompts", *promptsPath)
 	}
 
-	m, err := model.Load(*path, model.Options{Threads: *threads, KVF32: *kvF32})
-	if err != nil {
+	var m *model.Model
+	err = interruptible(ctx, func() (err error) {
+		m, err = model.Load(*path, model.Options{Threads: *threads, KVF32: *kvF32})
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("gen: %w", err)
 	}
 	defer m.Close()
 	for _, p := range prompts {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -20,7 +19,7 @@ func init() {
 }
 
 func runGenerate(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	fs := newFlags("generate", "generate --model PATH (--prompt-ids IDS | --prompt-file FILE) [-n N] [flags]", "")
 	path := fs.String("model", "", "model: a .gguf file or an HF directory (required)")
 	idsFlag := fs.String("prompt-ids", "", "prompt token ids, e.g. 1,2,3")
 	idsFile := fs.String("prompt-file", "", "file of prompt token ids (comma/space separated or a JSON array)")
@@ -28,17 +27,20 @@ func runGenerate(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, `print {"tokens":[...]}`)
 	threads := fs.Int("threads", 0, "kernel worker threads (0: all cores)")
 	kvF32 := fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if stop, err := parseClientFlags(fs, args); stop {
+		return err
 	}
 	if *path == "" {
-		return errors.New("generate: --model is required")
+		return clientUsageError(fs, "--model is required")
 	}
 	if (*idsFlag == "") == (*idsFile == "") {
-		return errors.New("generate: give exactly one of --prompt-ids and --prompt-file")
+		return clientUsageError(fs, "give exactly one of --prompt-ids and --prompt-file")
 	}
 	if *n < 1 {
-		return fmt.Errorf("generate: -n %d must be ≥ 1", *n)
+		return clientUsageError(fs, fmt.Sprintf("-n %d must be ≥ 1", *n))
+	}
+	if err := checkThreads(*threads); err != nil {
+		return clientUsageError(fs, err.Error())
 	}
 	var prompt []int
 	var err error
@@ -53,9 +55,13 @@ func runGenerate(ctx context.Context, args []string) error {
 	if len(prompt) == 0 {
 		return errors.New("generate: the prompt is empty")
 	}
-	m, err := model.Load(*path, model.Options{Threads: *threads, KVF32: *kvF32})
-	if err != nil {
+	var m *model.Model
+	err = interruptible(ctx, func() (err error) {
+		m, err = model.Load(*path, model.Options{Threads: *threads, KVF32: *kvF32})
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
 	defer m.Close()
 	for i, id := range prompt {
@@ -63,9 +69,13 @@ func runGenerate(ctx context.Context, args []string) error {
 			return fmt.Errorf("generate: prompt id %d at index %d is outside the vocabulary [0, %d)", id, i, m.Vocab)
 		}
 	}
-	out, err := m.Generate(prompt, *n)
-	if err != nil {
+	var out []int
+	err = interruptible(ctx, func() (err error) {
+		out, err = m.Generate(prompt, *n)
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
 	if len(out) < *n {
 		fmt.Fprintf(os.Stderr, "draftd generate: stopped after %d tokens at the model's maximum context of %d\n", len(out), m.MaxContext)

@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -19,17 +17,21 @@ func init() {
 }
 
 func runInfo(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("info", flag.ContinueOnError)
+	fs := newFlags("info", "info --model PATH", "")
 	path := fs.String("model", "", "model: a .gguf file or an HF directory (required)")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if stop, err := parseClientFlags(fs, args); stop {
+		return err
 	}
 	if *path == "" {
-		return errors.New("info: --model is required")
+		return clientUsageError(fs, "--model is required")
 	}
-	m, err := model.Load(*path, model.Options{})
-	if err != nil {
+	var m *model.Model
+	err := interruptible(ctx, func() (err error) {
+		m, err = model.Load(*path, model.Options{})
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("info: %w", err)
 	}
 	defer m.Close()
 	c := m.Config

@@ -34,15 +34,32 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 var ErrUsage = errors.New("usage")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go onSignals(cancel)
 	if err := Run(ctx, os.Args[1:]); err != nil {
 		if errors.Is(err, ErrUsage) {
-			os.Exit(2)
+			os.Exit(2) // the command printed what was wrong and its synopsis
 		}
 		fmt.Fprintln(os.Stderr, "draftd:", err)
 		os.Exit(1)
 	}
+}
+
+// onSignals turns the first SIGINT, SIGTERM or SIGHUP into a cancellation
+// of the command's context (serve: a graceful shutdown; SIGHUP is treated
+// as SIGTERM, so that closing a terminal or a hang-up from a supervisor
+// never kills the process mid-request) and the second into an immediate
+// exit with status 1.
+func onSignals(cancel context.CancelFunc) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	sig := <-sigs
+	fmt.Fprintf(os.Stderr, "draftd: %v: stopping (a second signal exits at once)\n", sig)
+	cancel()
+	sig = <-sigs
+	fmt.Fprintf(os.Stderr, "draftd: second signal (%v): exiting now\n", sig)
+	os.Exit(1)
 }
 
 // Run dispatches args[0] to its subcommand.

@@ -1,18 +1,20 @@
 // draftd serve: the drafter service of DESIGN §1 on one address. This file
-// only turns flags into a server.Config and a logger; listening, loading,
-// the protocol and graceful shutdown live in internal/server.
+// turns flags into a backend (backend.go) and a server.Config, and checks
+// every flag against its documented range; listening, the protocol and
+// graceful shutdown live in internal/server.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 
+	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/server"
 )
 
@@ -20,32 +22,53 @@ func init() {
 	register("serve", "serve drafts over HTTP (POST /draft, /health, /metrics, /v1/info)", runServe)
 }
 
+// maxThreads is the largest --threads: more workers than 4 per core only
+// thrash (100000 of them never finish a step).
+func maxThreads() int { return 4 * runtime.NumCPU() }
+
+// checkThreads checks a --threads value.
+func checkThreads(n int) error {
+	if n < 0 || n > maxThreads() {
+		return fmt.Errorf("--threads %d outside [0, %d] (0: all cores; at most 4 per core)", n, maxThreads())
+	}
+	return nil
+}
+
+// Bounds of the serve flags that are not bounds of a server or engine
+// option.
+const (
+	minKVCacheBytes = 1 << 20
+	maxKVCacheBytes = 1 << 40
+)
+
+const serveDoc = `Listens at once; GET /health answers 503 until the model is loaded and one
+warm-up draft ran, then 200. SIGINT, SIGTERM and SIGHUP stop accepting,
+finish in-flight requests (up to --shutdown-timeout) and exit 0; a second
+signal exits 1 at once. A signal while the model loads exits at once.
+Every flag's valid range is in its description; a value outside it is a
+usage error (exit 2).`
+
 func runServe(ctx context.Context, args []string) error {
 	d := server.Defaults
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("serve", "serve --model PATH [flags]", serveDoc)
 	var (
 		path       = fs.String("model", "", "draft model: a .gguf file, an HF directory, or a Hub id Org/Name[@rev] prepared on first start (required)")
-		addr       = fs.String("addr", "127.0.0.1:8080", "listen address")
-		draftLen   = fs.Int("draft-len", d.DraftLen, "draft tokens when a request gives no n")
-		maxDraft   = fs.Int("max-draft-len", d.MaxDraftLen, "largest n a request may ask")
-		threads    = fs.Int("threads", 0, "kernel worker threads (0: all cores)")
-		maxBatch   = fs.Int("max-batch", d.MaxBatch, "sequences per engine step")
-		kvBytes    = fs.Int64("kv-cache-bytes", 0, "KV cache budget in bytes (0: sized from free memory)")
-		maxQueue   = fs.Int("max-queue", d.MaxQueue, "requests waiting for a batch slot before 503")
-		maxBody    = fs.Int64("max-body-bytes", d.MaxBodyBytes, "POST /draft body limit in bytes (413 above)")
+		addr       = fs.String("addr", "127.0.0.1:8080", "listen address (port 0: any free port, logged)")
+		draftLen   = fs.Int("draft-len", d.DraftLen, "draft tokens when a request gives no n; [1, --max-draft-len]")
+		maxDraft   = fs.Int("max-draft-len", engine.DefaultMaxDraftLen, fmt.Sprintf("largest n a request may ask; [1, %d]", engine.MaxMaxDraftLen))
+		threads    = fs.Int("threads", 0, fmt.Sprintf("kernel worker threads; [0, 4×cores = %d], 0: all cores", maxThreads()))
+		maxBatch   = fs.Int("max-batch", engine.DefaultMaxBatch, fmt.Sprintf("sequences per engine step; [1, %d]", engine.MaxMaxBatch))
+		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("KV cache budget in bytes; 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", minKVCacheBytes, int64(maxKVCacheBytes)))
+		maxQueue   = fs.Int("max-queue", engine.DefaultMaxQueue, fmt.Sprintf("requests waiting for a batch slot before 503 queue_full; [1, %d]", engine.MaxMaxQueue))
+		queueTO    = fs.Duration("queue-timeout", engine.DefaultQueueTimeout, fmt.Sprintf("longest wait for a batch slot before 503 queue_timeout; (0, %v]", engine.MaxQueueTimeout))
+		maxBody    = fs.Int64("max-body-bytes", d.MaxBodyBytes, fmt.Sprintf("POST /draft body limit in bytes (413 above); [%d, %d]", server.MinBodyBytes, server.MaxBodyBytes))
+		maxInfl    = fs.Int64("max-inflight-body-bytes", d.MaxInflightBodyBytes, fmt.Sprintf("bytes of request bodies read or parsed at once (503 busy above); [--max-body-bytes, %d]", int64(server.MaxInflightBodyBytes)))
+		bodyTO     = fs.Duration("body-timeout", d.BodyTimeout, fmt.Sprintf("time to receive a request body (408 after); (0, %v]", server.MaxBodyTimeout))
 		kvF32      = fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
 		logFormat  = fs.String("log-format", "text", "log format: text or json")
 		logLevel   = fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
-		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, fmt.Sprintf("how long in-flight requests may take to finish on a signal; (0, %v]", server.MaxShutdownTimeout))
 	)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: draftd serve --model PATH [flags]\n\n"+
-			"Listens at once; GET /health answers 503 until the model is loaded and one\n"+
-			"warm-up draft ran, then 200. SIGINT/SIGTERM stop accepting, finish in-flight\n"+
-			"requests and exit 0.\n\nflags:")
-		fs.PrintDefaults()
-	}
 	if stop, err := parseClientFlags(fs, args); stop {
 		return err
 	}
@@ -66,36 +89,47 @@ func runServe(ctx context.Context, args []string) error {
 	default:
 		return clientUsageError(fs, fmt.Sprintf("--log-format %q: want text or json", *logFormat))
 	}
-	cfg := server.Config{
-		ModelPath: *path, Resolve: resolveModel, Threads: *threads, KVF32: *kvF32,
-		DraftLen: *draftLen, MaxDraftLen: *maxDraft, MaxBatch: *maxBatch, MaxQueue: *maxQueue,
-		KVCacheBytes: *kvBytes, MaxBodyBytes: *maxBody, ShutdownTimeout: *shutdownTO, Logger: logger,
+	outside := func(flag string, v, lo, hi any) string {
+		return fmt.Sprintf("--%s %v outside [%v, %v]", flag, v, lo, hi)
 	}
 	for _, c := range []struct {
 		bad bool
 		msg string
 	}{
-		{*maxDraft < 1, "--max-draft-len must be at least 1"},
-		{*draftLen < 1 || *draftLen > *maxDraft, "--draft-len must be in [1, --max-draft-len]"},
-		{*maxBatch < 1, "--max-batch must be at least 1"},
-		{*maxQueue < 1, "--max-queue must be at least 1"},
-		{*kvBytes < 0, "--kv-cache-bytes must not be negative"},
-		{*maxBody < 64, "--max-body-bytes must be at least 64"},
-		{*shutdownTO <= 0, "--shutdown-timeout must be positive"},
+		{*maxDraft < 1 || *maxDraft > engine.MaxMaxDraftLen, outside("max-draft-len", *maxDraft, 1, engine.MaxMaxDraftLen)},
+		{*draftLen < 1 || *draftLen > *maxDraft, outside("draft-len", *draftLen, 1, fmt.Sprintf("--max-draft-len %d", *maxDraft))},
+		{checkThreads(*threads) != nil, fmt.Sprint(checkThreads(*threads))},
+		{*maxBatch < 1 || *maxBatch > engine.MaxMaxBatch, outside("max-batch", *maxBatch, 1, engine.MaxMaxBatch)},
+		{*maxQueue < 1 || *maxQueue > engine.MaxMaxQueue, outside("max-queue", *maxQueue, 1, engine.MaxMaxQueue)},
+		{*queueTO <= 0 || *queueTO > engine.MaxQueueTimeout, fmt.Sprintf("--queue-timeout %v outside (0, %v]", *queueTO, engine.MaxQueueTimeout)},
+		{*kvBytes != 0 && (*kvBytes < minKVCacheBytes || *kvBytes > maxKVCacheBytes), fmt.Sprintf("--kv-cache-bytes %d: want 0 (automatic) or [%d, %d]", *kvBytes, minKVCacheBytes, int64(maxKVCacheBytes))},
+		{*maxBody < server.MinBodyBytes || *maxBody > server.MaxBodyBytes, outside("max-body-bytes", *maxBody, server.MinBodyBytes, server.MaxBodyBytes)},
+		{*maxInfl < *maxBody || *maxInfl > server.MaxInflightBodyBytes, outside("max-inflight-body-bytes", *maxInfl, fmt.Sprintf("--max-body-bytes %d", *maxBody), int64(server.MaxInflightBodyBytes))},
+		{*bodyTO <= 0 || *bodyTO > server.MaxBodyTimeout, fmt.Sprintf("--body-timeout %v outside (0, %v]", *bodyTO, server.MaxBodyTimeout)},
+		{*shutdownTO <= 0 || *shutdownTO > server.MaxShutdownTimeout, fmt.Sprintf("--shutdown-timeout %v outside (0, %v]", *shutdownTO, server.MaxShutdownTimeout)},
 	} {
 		if c.bad {
 			return clientUsageError(fs, c.msg)
 		}
 	}
+	cfg := server.Config{
+		Name: *path,
+		Open: openBackend(backendOptions{
+			ModelPath: *path,
+			Resolve:   resolveModel,
+			Model:     model.Options{Threads: *threads, KVF32: *kvF32},
+			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: *kvBytes,
+				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger},
+		}),
+		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
+		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("serve: --addr %s: %w", *addr, err)
 	}
 	if err := server.Run(ctx, ln, cfg); err != nil {
-		if errors.Is(err, server.ErrConfig) {
-			return fmt.Errorf("%w: %v", ErrUsage, err)
-		}
-		return fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("serve: --model %s: %w", *path, err)
 	}
 	return nil
 }

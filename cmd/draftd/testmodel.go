@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -22,7 +20,7 @@ func init() {
 }
 
 func runTestModel(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("testmodel", flag.ContinueOnError)
+	fs := newFlags("testmodel", "testmodel (--gguf FILE | --hf DIR) [--shape S] [--type T] [flags]", "")
 	shape := fs.String("shape", "qwen3-0.6b", "qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2 or tiny-llama")
 	typ := fs.String("type", "q8_0", "matrix storage type: f32, f16, bf16, q8_0 or q4_0")
 	out := fs.String("gguf", "", "write the GGUF file here")
@@ -30,25 +28,25 @@ func runTestModel(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 0, "random seed (0: the shape's default)")
 	layers := fs.Int("layers", 0, "override the number of layers (0: the shape's)")
 	tokPath := fs.String("tokenizer", "", "embed this tokenizer (tokenizer.json, HF dir or GGUF) in the GGUF, padded to the vocabulary")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if stop, err := parseClientFlags(fs, args); stop {
+		return err
 	}
 	if *out == "" && *hf == "" {
-		return errors.New("testmodel: give --gguf FILE and/or --hf DIR")
+		return clientUsageError(fs, "give --gguf FILE and/or --hf DIR")
 	}
 	t, err := dtype.Parse(*typ)
 	if err != nil {
-		return fmt.Errorf("testmodel: %w", err)
+		return clientUsageError(fs, fmt.Sprintf("--type: %v", err))
 	}
 	spec, err := testmodel.ByName(*shape, t)
 	if err != nil {
-		return fmt.Errorf("testmodel: %w", err)
+		return clientUsageError(fs, fmt.Sprintf("--shape: %v", err))
 	}
 	if *seed != 0 {
 		spec.Seed = *seed
 	}
 	if *layers < 0 {
-		return fmt.Errorf("testmodel: --layers %d must be ≥ 0", *layers)
+		return clientUsageError(fs, fmt.Sprintf("--layers %d must be ≥ 0", *layers))
 	}
 	if *layers > 0 {
 		spec.Layers = *layers
@@ -66,14 +64,14 @@ func runTestModel(ctx context.Context, args []string) error {
 			}
 			extra = append(extra, func(w *gguf.Writer) error { return tok.WriteGGUFPadded(w, spec.Vocab) })
 		}
-		if err := spec.WriteGGUF(*out, extra...); err != nil {
-			return err
+		if err := interruptible(ctx, func() error { return spec.WriteGGUF(*out, extra...) }); err != nil {
+			return fmt.Errorf("testmodel: --gguf %s: %w", *out, err)
 		}
 		fmt.Fprintf(os.Stderr, "wrote %s (%s) in %v\n", *out, spec.Name, time.Since(start).Round(time.Millisecond))
 	}
 	if *hf != "" {
-		if err := spec.WriteHF(*hf); err != nil {
-			return err
+		if err := interruptible(ctx, func() error { return spec.WriteHF(*hf) }); err != nil {
+			return fmt.Errorf("testmodel: --hf %s: %w", *hf, err)
 		}
 		fmt.Fprintf(os.Stderr, "wrote %s (%s) in %v\n", *hf, spec.Name, time.Since(start).Round(time.Millisecond))
 	}

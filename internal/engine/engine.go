@@ -17,17 +17,29 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/draftd/draftd/internal/kvcache"
 	"github.com/draftd/draftd/internal/model"
 )
 
-// Defaults for zero Options fields.
+// Defaults for zero Options fields: the one definition (the server and
+// cmd/draftd take theirs from here).
 const (
 	DefaultMaxBatch     = 32
 	DefaultMaxQueue     = 256
 	DefaultMaxDraftLen  = 64
 	DefaultPrefillChunk = 512
+	DefaultQueueTimeout = 30 * time.Second
+)
+
+// Upper bounds of Options fields; New refuses larger values. They keep a
+// typo (or 2⁶³) from allocating a queue or a batch nobody can serve.
+const (
+	MaxMaxBatch     = 1024    // sequences per step
+	MaxMaxQueue     = 1 << 16 // waiting requests
+	MaxMaxDraftLen  = 1024    // draft tokens per request
+	MaxQueueTimeout = time.Hour
 )
 
 // Options configure an Engine. Zero fields take the defaults.
@@ -40,6 +52,9 @@ type Options struct {
 	// /proc/meminfo is unreadable. See DefaultKVCacheBytes.
 	KVCacheBytes int64
 	MaxDraftLen  int // largest n accepted (default 64)
+	// QueueTimeout bounds the time a request waits in the queue before it
+	// joins the batch; past it Draft returns ErrQueueTimeout (default 30 s).
+	QueueTimeout time.Duration
 	// PrefillChunk caps the prefill tokens of one step, summed over the
 	// batch (default 512); longer prompts are prefilled over several steps.
 	PrefillChunk int
@@ -86,6 +101,8 @@ type Stats struct {
 var (
 	// ErrQueueFull: the queue holds MaxQueue requests; retry later (503).
 	ErrQueueFull = errors.New("engine: queue is full")
+	// ErrQueueTimeout: the request waited QueueTimeout in the queue (503).
+	ErrQueueTimeout = errors.New("engine: waited too long in the queue")
 	// ErrClosed: the engine is shutting down or closed (503).
 	ErrClosed = errors.New("engine: closed")
 	// ErrInternal wraps a failed or panicking forward step: a bug (500).
@@ -94,9 +111,46 @@ var (
 	ErrInput = errors.New("engine: invalid input")
 )
 
+// The request rules of DESIGN §1, defined once: the codes of an
+// InputError and the checks of Rules. The server applies the same Rules
+// while it parses a body (to name the JSON field in its messages); Draft
+// applies them for every other caller.
+const (
+	CodeMissingTokens   = "missing_tokens"         // no context, or an empty one
+	CodeTokenOutOfRange = "token_out_of_range"     // an id < 0 or ≥ vocab
+	CodeInvalidN        = "invalid_n"              // n outside [1, MaxDraftLen]
+	CodeContextTooLong  = "context_too_long"       // the context fills the model's maximum
+	CodeContextOverKV   = "context_over_kv_budget" // context + draft need more KV than the budget
+)
+
+// Rules are the limits a request is checked against.
+type Rules struct {
+	Vocab       int // ids in [0, Vocab)
+	MaxContext  int // contexts shorter than this
+	MaxDraftLen int // 1 ≤ n ≤ MaxDraftLen
+}
+
+// TokenOK reports whether id is in the vocabulary.
+func (r Rules) TokenOK(id int64) bool { return id >= 0 && id < int64(r.Vocab) }
+
+// ContextOK reports whether a context of L tokens can be drafted from
+// (at least one token of room before the maximum context).
+func (r Rules) ContextOK(L int) bool { return L >= 1 && L < r.MaxContext }
+
+// NOK reports whether n draft tokens may be asked for.
+func (r Rules) NOK(n int64) bool { return n >= 1 && n <= int64(r.MaxDraftLen) }
+
+// Fit is the draft length that fits before the maximum context.
+func (r Rules) Fit(L, n int) int { return min(n, r.MaxContext-L) }
+
+// Rules returns the rules this engine checks.
+func (e *Engine) Rules() Rules {
+	return Rules{Vocab: e.m.Vocab, MaxContext: e.m.MaxContext, MaxDraftLen: e.opt.MaxDraftLen}
+}
+
 // InputError reports a request that can never be served as given (400).
 type InputError struct {
-	Code string // machine-readable: empty_tokens, token_out_of_range, n_out_of_range, context_too_long, context_over_kv_budget
+	Code string // one of the Code constants above
 	Msg  string // what was wrong, for the client
 }
 
@@ -125,7 +179,7 @@ type Engine struct {
 	once    sync.Once     // closes closing
 	abortMu sync.Once     // closes abort
 
-	testHookForward func([]*model.Seq) // tests: runs before each Forward
+	fwd func([]*model.Seq) error // the model's Forward (tests wrap it, through newEngine)
 
 	// Owned by the loop goroutine, reused across steps.
 	batch []*seq       // sequences in the current step
@@ -138,10 +192,21 @@ type Engine struct {
 // request is one Draft call on its way through the engine.
 type request struct {
 	ctx    context.Context
-	tokens []int // (L) the context, a private copy
+	tokens []int // (L) the context, a private copy with room for n more
 	n      int   // draft tokens to produce, already shortened to fit MaxContext
 	reply  chan reply
+	state  atomic.Int32 // queued, taken by the loop, or withdrawn by Draft
 }
+
+const (
+	stateQueued int32 = iota
+	stateTaken
+	stateWithdrawn
+)
+
+// take claims a request popped from the queue for the loop; false means
+// Draft withdrew it (queue timeout) and nobody waits for it.
+func (r *request) take() bool { return r.state.CompareAndSwap(stateQueued, stateTaken) }
 
 type reply struct {
 	res Result
@@ -149,9 +214,30 @@ type reply struct {
 }
 
 // New starts an engine on m. The caller keeps m and closes it after Close.
+// Options outside their bounds (negative, or above the Max constants) are
+// an error.
 func New(m *model.Model, opt Options) (*Engine, error) {
 	if m == nil {
 		return nil, errors.New("engine: nil model")
+	}
+	return newWithForward(m, opt, m.Forward)
+}
+
+// newWithForward is New with the forward step given (tests wrap m.Forward).
+func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (*Engine, error) {
+	switch {
+	case opt.MaxBatch < 0 || opt.MaxBatch > MaxMaxBatch:
+		return nil, fmt.Errorf("engine: max batch %d outside [1, %d]", opt.MaxBatch, MaxMaxBatch)
+	case opt.MaxQueue < 0 || opt.MaxQueue > MaxMaxQueue:
+		return nil, fmt.Errorf("engine: max queue %d outside [1, %d]", opt.MaxQueue, MaxMaxQueue)
+	case opt.MaxDraftLen < 0 || opt.MaxDraftLen > MaxMaxDraftLen:
+		return nil, fmt.Errorf("engine: max draft length %d outside [1, %d]", opt.MaxDraftLen, MaxMaxDraftLen)
+	case opt.QueueTimeout < 0 || opt.QueueTimeout > MaxQueueTimeout:
+		return nil, fmt.Errorf("engine: queue timeout %v outside [0, %v]", opt.QueueTimeout, MaxQueueTimeout)
+	case opt.KVCacheBytes < 0:
+		return nil, fmt.Errorf("engine: KV cache budget %d bytes < 0", opt.KVCacheBytes)
+	case opt.PrefillChunk < 0:
+		return nil, fmt.Errorf("engine: prefill chunk %d < 0", opt.PrefillChunk)
 	}
 	if opt.MaxBatch <= 0 {
 		opt.MaxBatch = DefaultMaxBatch
@@ -165,6 +251,9 @@ func New(m *model.Model, opt Options) (*Engine, error) {
 	if opt.PrefillChunk <= 0 {
 		opt.PrefillChunk = DefaultPrefillChunk
 	}
+	if opt.QueueTimeout == 0 {
+		opt.QueueTimeout = DefaultQueueTimeout
+	}
 	if opt.KVCacheBytes <= 0 {
 		opt.KVCacheBytes = DefaultKVCacheBytes()
 	}
@@ -177,7 +266,7 @@ func New(m *model.Model, opt Options) (*Engine, error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e := &Engine{
-		m: m, opt: opt, log: log, cache: cache,
+		m: m, opt: opt, log: log, cache: cache, fwd: fwd,
 		queue:   make(chan *request, opt.MaxQueue),
 		closing: make(chan struct{}),
 		abort:   make(chan struct{}),
@@ -185,7 +274,8 @@ func New(m *model.Model, opt Options) (*Engine, error) {
 	}
 	log.Info("engine started", "max_batch", opt.MaxBatch, "max_queue", opt.MaxQueue,
 		"kv_budget_bytes", opt.KVCacheBytes, "kv_block_bytes", m.BlockBytes(),
-		"kv_blocks", cache.MaxBlocks(), "max_draft_len", opt.MaxDraftLen, "prefill_chunk", opt.PrefillChunk)
+		"kv_blocks", cache.MaxBlocks(), "max_draft_len", opt.MaxDraftLen, "prefill_chunk", opt.PrefillChunk,
+		"queue_timeout", opt.QueueTimeout)
 	go e.loop()
 	return e, nil
 }
@@ -196,8 +286,10 @@ func (e *Engine) Options() Options { return e.opt }
 // Draft returns the greedy continuation of tokens, n tokens long (shorter
 // when the model's maximum context comes first). It fails at once with an
 // *InputError for bad input, ErrQueueFull when MaxQueue requests wait, and
-// ErrClosed after Close; it returns ctx.Err() when ctx ends first (the
-// request then leaves the batch at the next step boundary).
+// ErrClosed after Close, ErrQueueTimeout when it waited QueueTimeout for a
+// place in the batch; it returns ctx.Err() when ctx ends first (the request
+// then leaves the batch at the next step boundary). Draft keeps no reference
+// to tokens after it returns.
 func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error) {
 	if err := e.validate(tokens, n); err != nil {
 		return Result{}, err
@@ -205,12 +297,12 @@ func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error)
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r := &request{
-		ctx:    ctx,
-		tokens: append([]int(nil), tokens...), // the loop may still read it after we return
-		n:      min(n, e.m.MaxContext-len(tokens)),
-		reply:  make(chan reply, 1),
-	}
+	n = e.Rules().Fit(len(tokens), n)
+	// The one copy of the context the engine keeps (the loop may still read
+	// it after we return), with room for the draft.
+	own := make([]int, len(tokens), len(tokens)+n)
+	copy(own, tokens)
+	r := &request{ctx: ctx, tokens: own, n: n, reply: make(chan reply, 1)}
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()
@@ -225,28 +317,41 @@ func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error)
 		return Result{}, ErrQueueFull
 	}
 	e.mu.RUnlock()
-	select {
-	case rep := <-r.reply:
-		return rep.res, rep.err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
+	t := time.NewTimer(e.opt.QueueTimeout)
+	defer t.Stop()
+	timeout := t.C
+	for {
+		select {
+		case rep := <-r.reply:
+			return rep.res, rep.err
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-timeout:
+			timeout = nil
+			if r.state.CompareAndSwap(stateQueued, stateWithdrawn) {
+				e.queued.Add(-1)
+				return Result{}, ErrQueueTimeout
+			}
+			// Taken by the loop just now: it runs to the end.
+		}
 	}
 }
 
 func (e *Engine) validate(tokens []int, n int) error {
+	r := e.Rules()
 	if len(tokens) == 0 {
-		return inputErr("empty_tokens", "tokens is empty")
+		return inputErr(CodeMissingTokens, "tokens is empty")
 	}
-	if n < 1 || n > e.opt.MaxDraftLen {
-		return inputErr("n_out_of_range", "n = %d is outside [1, %d]", n, e.opt.MaxDraftLen)
+	if !r.NOK(int64(n)) {
+		return inputErr(CodeInvalidN, "n = %d is outside [1, %d]", n, r.MaxDraftLen)
 	}
 	for i, t := range tokens {
-		if t < 0 || t >= e.m.Vocab {
-			return inputErr("token_out_of_range", "tokens[%d] = %d is outside the vocabulary [0, %d)", i, t, e.m.Vocab)
+		if !r.TokenOK(int64(t)) {
+			return inputErr(CodeTokenOutOfRange, "tokens[%d] = %d is outside the vocabulary [0, %d)", i, t, r.Vocab)
 		}
 	}
-	if len(tokens) >= e.m.MaxContext {
-		return inputErr("context_too_long", "context of %d tokens fills the model's maximum context of %d", len(tokens), e.m.MaxContext)
+	if !r.ContextOK(len(tokens)) {
+		return inputErr(CodeContextTooLong, "context of %d tokens fills the model's maximum context of %d", len(tokens), r.MaxContext)
 	}
 	return nil
 }

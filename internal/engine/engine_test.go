@@ -44,6 +44,9 @@ func loadModel(t testing.TB, path string) *model.Model {
 
 func newEngine(t testing.TB, m *model.Model, opt Options) *Engine {
 	t.Helper()
+	if opt.QueueTimeout == 0 {
+		opt.QueueTimeout = MaxQueueTimeout // not met on a slow (shared, -race) machine
+	}
 	e, err := New(m, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -134,11 +137,15 @@ type convStats struct {
 	requests, prefill, steadyRequests, steadyPrefill, optimal, acceptedPlus1 atomic.Int64
 }
 
-func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, prefix []int, n int, exactPrefill bool, st *convStats) {
+// It runs until the context reaches end (0: the model's maximum).
+func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, prefix []int, n int, exactPrefill bool, end int, st *convStats) {
 	ctxTokens := slices.Clone(prefix)
 	expect := -1 // prefill count the cache must give, once known
 	accepted := 0
-	for len(ctxTokens) < m.MaxContext {
+	if end == 0 {
+		end = m.MaxContext
+	}
+	for len(ctxTokens) < end {
 		res, err := e.Draft(context.Background(), ctxTokens, n)
 		if err != nil {
 			t.Errorf("Draft(len %d): %v", len(ctxTokens), err)
@@ -201,7 +208,11 @@ func TestConcurrentConversationsExact(t *testing.T) {
 		cr := rand.New(rand.NewPCG(uint64(c), 77))
 		prefix = append(prefix, randTokens(cr, c%4, m.Vocab)...)
 		n := []int{16, 8, 5, 64}[c%4]
-		wg.Go(func() { runConversation(t, e, m, cr, prefix, n, true, &st) })
+		end := 0
+		if raceEnabled {
+			end = m.MaxContext / 3 // the reference Generate is what -race slows most
+		}
+		wg.Go(func() { runConversation(t, e, m, cr, prefix, n, true, end, &st) })
 	}
 	wg.Wait()
 	s := e.Stats()
@@ -228,7 +239,7 @@ func TestEvictionUnderTinyBudgetExact(t *testing.T) {
 	for c := range scale(6) {
 		cr := rand.New(rand.NewPCG(uint64(c), 99))
 		prefix := append(slices.Clone(system), randTokens(cr, 1+c, m.Vocab)...)
-		wg.Go(func() { runConversation(t, e, m, cr, prefix, 16, false, &st) })
+		wg.Go(func() { runConversation(t, e, m, cr, prefix, 16, false, 0, &st) })
 	}
 	wg.Wait()
 	s := e.Stats()
@@ -279,11 +290,11 @@ func TestInputErrors(t *testing.T) {
 		n      int
 		code   string
 	}{
-		{"empty", nil, 4, "empty_tokens"},
+		{"empty", nil, 4, CodeMissingTokens},
 		{"negative id", []int{1, -1}, 4, "token_out_of_range"},
 		{"id = vocab", []int{m.Vocab}, 4, "token_out_of_range"},
-		{"n = 0", ok, 0, "n_out_of_range"},
-		{"n too big", ok, 65, "n_out_of_range"},
+		{"n = 0", ok, 0, CodeInvalidN},
+		{"n too big", ok, 65, CodeInvalidN},
 		{"context fills max", make([]int, m.MaxContext), 4, "context_too_long"},
 		{"context over max", make([]int, m.MaxContext+3), 4, "context_too_long"},
 	} {
@@ -443,17 +454,17 @@ func TestCancellation(t *testing.T) {
 
 func TestForwardPanicIsRecovered(t *testing.T) {
 	m := loadModel(t, tinyModel)
-	e, err := New(m, Options{})
+	var fired atomic.Bool
+	e, err := newWithForward(m, Options{}, func(seqs []*model.Seq) error {
+		if fired.CompareAndSwap(false, true) {
+			panic("injected")
+		}
+		return m.Forward(seqs)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close(context.Background())
-	var fired atomic.Bool
-	e.testHookForward = func([]*model.Seq) {
-		if fired.CompareAndSwap(false, true) {
-			panic("injected")
-		}
-	}
 	r := rand.New(rand.NewPCG(13, 14))
 	toks := randTokens(r, 30, m.Vocab)
 	if _, err := e.Draft(context.Background(), toks, 8); !errors.Is(err, ErrInternal) {
@@ -479,5 +490,46 @@ func TestDefaultKVCacheBytes(t *testing.T) {
 	}
 	if _, ok := memAvailable("/nonexistent"); ok {
 		t.Error("memAvailable of a missing file reported ok")
+	}
+}
+
+// TestQueueTimeout: with one batch slot and a 1 ms queue timeout, requests
+// behind others fail with ErrQueueTimeout, those that ran are exact, and the
+// withdrawn ones leave the queue depth at 0.
+func TestQueueTimeout(t *testing.T) {
+	m := loadModel(t, tinyModel)
+	e := newEngine(t, m, Options{MaxBatch: 1, QueueTimeout: time.Millisecond})
+	r := rand.New(rand.NewPCG(21, 22))
+	n := scale(12)
+	ctxs := make([][]int, n)
+	for i := range ctxs {
+		ctxs[i] = randTokens(r, 100, m.Vocab)
+	}
+	errs := make([]error, n)
+	drafts := make([][]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			res, err := e.Draft(context.Background(), ctxs[i], 64)
+			errs[i], drafts[i] = err, res.Draft
+		})
+	}
+	wg.Wait()
+	timedOut := 0
+	for i, err := range errs {
+		switch {
+		case errors.Is(err, ErrQueueTimeout):
+			timedOut++
+		case err != nil:
+			t.Errorf("request %d: %v; want a draft or ErrQueueTimeout", i, err)
+		default:
+			checkDraft(t, m, ctxs[i], 64, drafts[i])
+		}
+	}
+	if timedOut == 0 {
+		t.Errorf("no request of %d timed out behind 64-token drafts on one batch slot", n)
+	}
+	if d := e.Stats().QueueDepth; d != 0 {
+		t.Errorf("queue depth %d after every request returned; want 0", d)
 	}
 }

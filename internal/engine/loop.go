@@ -42,6 +42,10 @@ func (e *Engine) loop() {
 					return // closed and drained
 				}
 			}
+			if head != nil && !head.take() {
+				head = nil // withdrawn by Draft (queue timeout)
+				continue
+			}
 		}
 		select {
 		case <-e.abort:
@@ -91,6 +95,10 @@ func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
 			default:
 				return active, nil
 			}
+			if !head.take() {
+				head = nil // withdrawn by Draft (queue timeout)
+				continue
+			}
 		}
 		r := head
 		if err := r.ctx.Err(); err != nil {
@@ -110,15 +118,15 @@ func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
 		head = nil
 		e.queued.Add(-1)
 		if errors.Is(err, kvcache.ErrTooLarge) {
-			err = inputErr("context_over_kv_budget", "context of %d tokens plus %d draft tokens needs more KV cache than the server's budget of %d bytes holds",
+			err = inputErr(CodeContextOverKV, "context of %d tokens plus %d draft tokens needs more KV cache than the server's budget of %d bytes holds",
 				L, r.n, e.opt.KVCacheBytes)
 		}
 		if err != nil {
 			e.respond(r, Result{}, err)
 			continue
 		}
-		all := make([]int, L, L+r.n)
-		copy(all, r.tokens)
+		all := r.tokens // Draft made it with room for the draft
+		r.tokens = nil
 		s := &seq{req: r, lease: lease, all: all, L: L, pos: lease.Cached, cached: lease.Cached}
 		if s.cached > 0 {
 			e.hit.Add(uint64(s.cached))
@@ -221,11 +229,9 @@ func (e *Engine) forward(seqs []*model.Seq) (err error) {
 			err = fmt.Errorf("%w: panic in forward step: %v", ErrInternal, p)
 		}
 	}()
-	if e.testHookForward != nil {
-		e.testHookForward(seqs)
-	}
-	if err := e.m.Forward(seqs); err != nil {
-		return fmt.Errorf("%w: %v", ErrInternal, err)
+	if err := e.fwd(seqs); err != nil {
+		// model.ErrInput here is the engine's own bug: keep the chain.
+		return fmt.Errorf("%w: %w", ErrInternal, err)
 	}
 	return nil
 }
@@ -257,8 +263,10 @@ func (e *Engine) failAll(active []*seq, head *request, err error) {
 	for {
 		select {
 		case r := <-e.queue:
-			e.queued.Add(-1)
-			e.respond(r, Result{}, err)
+			if r.take() {
+				e.queued.Add(-1)
+				e.respond(r, Result{}, err)
+			}
 		default:
 			return
 		}

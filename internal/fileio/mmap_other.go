@@ -5,8 +5,6 @@
 
 package fileio
 
-import "os"
-
-func Map(path string) ([]byte, error) { return os.ReadFile(path) }
+func Map(path string) ([]byte, error) { return ReadFile(path) }
 
 func Unmap([]byte) error { return nil }

@@ -9,23 +9,18 @@ package fileio
 import (
 	"fmt"
 	"math"
-	"os"
 	"syscall"
 )
 
-// Map maps the whole of path read-only. An empty file maps to nil.
+// Map maps the whole of path read-only. An empty file maps to nil; a path
+// that is not a regular file (a FIFO, a device) fails at once.
 // Unmap must be called with the returned slice when done.
 func Map(path string) ([]byte, error) {
-	fd, err := os.Open(path)
+	fd, size, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := st.Size()
 	if size == 0 {
 		return nil, nil
 	}

@@ -32,6 +32,39 @@ func AttendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n 
 	attendF32(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
 
+// AttendCausalF16 is AttendF16 for nt consecutive query tokens of one
+// sequence (a prefill chunk): token i is at position p0+i and sees positions
+// [0, p0+i]. Its nq query heads are q[i*stride:][:nq*headDim] and its
+// output goes to out[i*stride:][:nq*headDim]. The result is that of nt
+// AttendF16 calls; the AVX2 path serves the rows of several tokens from
+// each pass over a cache block (flash-style: every K/V tile is read once
+// per block of queries, the softmax stays online).
+func AttendCausalF16(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]uint16, bs, p0 int, scale float32) {
+	attendCausalF16(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}
+
+// AttendCausalF32 is AttendCausalF16 for an f32 cache.
+func AttendCausalF32(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]float32, bs, p0 int, scale float32) {
+	attendCausalF32(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}
+
+// attendCausalGeneric is the reference of AttendCausalF16/F32: one
+// attendGeneric per token.
+func attendCausalGeneric[T uint16 | float32](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
+	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
+	for i := range nt {
+		attendGeneric(out[i*stride:], q[i*stride:], nq, headDim, keys, vals, bs, p0+i+1, scale)
+	}
+}
+
+func checkCausal(out, q []float32, stride, nt, nq, headDim, nk, nv, bs, p0 int) {
+	n := p0 + nt
+	if nt <= 0 || p0 < 0 || stride < nq*headDim || bs <= 0 || nk*bs < n || nv*bs < n ||
+		len(out) < (nt-1)*stride+nq*headDim || len(q) < (nt-1)*stride+nq*headDim {
+		panic("kernels.AttendCausal: arguments out of range")
+	}
+}
+
 func attendF16Generic(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
 	attendGeneric(out, q, nq, headDim, keys, vals, bs, n, scale)
 }

@@ -1,11 +1,13 @@
 //go:build !purego
 
-// AVX-512 attention: the query heads of one KV head are processed together
+// Attention on amd64. AVX-512: the query heads of one KV head are processed together
 // so each cached key and value is read once; per 16 positions one kernel
 // call computes the scores (f32 dot products over the widened f16 or f32
 // cache), the online-softmax step (vector exp) and the weighted sum of
 // values. Queries and accumulators are kept chunk-interleaved ((headDim/16,
 // nq, 16)) so every head's data is a constant offset from one pointer.
+// AVX2 (attnPass2 below): the same on 8-lane vectors, with per-row position
+// limits so that the rows of several prefill tokens share each pass.
 package kernels
 
 import (
@@ -24,19 +26,56 @@ type attnScratch struct {
 }
 
 func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
-	if impl != implAVX512 || headDim%16 != 0 || headDim > 256 {
+	switch {
+	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
+		attend(out, q, nq, headDim, keys, vals, bs, n, scale)
+	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+		attendCausal2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+	default:
 		attendF16Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
-		return
 	}
-	attend(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
 
 func attendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
-	if impl != implAVX512 || headDim%16 != 0 || headDim > 256 {
+	switch {
+	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
+		attend(out, q, nq, headDim, keys, vals, bs, n, scale)
+	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+		attendCausal2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+	default:
 		attendF32Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
-		return
 	}
-	attend(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+// attendCausalF16 runs the AVX2 block kernel; the AVX-512 path keeps its
+// one-token-at-a-time kernel (it cannot be measured on the AVX2
+// development machine, so it is left as it was).
+func attendCausalF16(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]uint16, bs, p0 int, scale float32) {
+	switch {
+	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
+		checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
+		for i := range nt {
+			attend(out[i*stride:], q[i*stride:], nq, headDim, keys, vals, bs, p0+i+1, scale)
+		}
+	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	default:
+		attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	}
+}
+
+func attendCausalF32(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]float32, bs, p0 int, scale float32) {
+	switch {
+	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
+		checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
+		for i := range nt {
+			attend(out[i*stride:], q[i*stride:], nq, headDim, keys, vals, bs, p0+i+1, scale)
+		}
+	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	default:
+		attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	}
 }
 
 func attend[T uint16 | float32](out, q []float32, nq, headDim int, keys, vals [][]T, bs, n int, scale float32) {
@@ -147,5 +186,119 @@ func attnEnd(sc *attnScratch, out []float32, g, headDim int) {
 				o[16*i+j] = v / l
 			}
 		}
+	}
+}
+
+// attn2Scratch is the working memory of one AVX2 pass, on the stack
+// (headDim ≤ 256).
+type attn2Scratch struct {
+	q, acc [attnMaxNQ * 256]float32 // (headDim/8, rows, 8) chunk-interleaved
+	ml     [16]float32              // running max (8 rows), then running sum (8 rows)
+	s      [16*8 + 8]float32        // (16 positions, 8 rows) scores, then 8 rescale factors
+	lim    [attnMaxNQ]int32         // valid positions of each row in the current call (0 past the rows)
+}
+
+// attendCausal2 is the AVX2 AttendCausal (and, with nt = 1, Attend): the
+// nt·nq (token, head) query rows go through the cache in passes of up to 8
+// rows, so each key and value a pass loads serves all of its rows; rows of
+// later tokens see a few more positions, masked per row in the kernel.
+func attendCausal2[T uint16 | float32](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
+	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
+	var sc attn2Scratch
+	var qo, end [attnMaxNQ]int
+	rows := nt * nq
+	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
+		g := min(attnMaxNQ, rows-r0)
+		for j := range g {
+			i, h := (r0+j)/nq, (r0+j)%nq
+			qo[j], end[j] = i*stride+h*headDim, p0+i+1
+		}
+		attnPass2(&sc, out, q, &qo, &end, g, headDim, keys, vals, bs, scale)
+	}
+}
+
+// attnPass2 runs g ≤ 8 query rows through the cache: row j's query is
+// q[qo[j]:][:headDim], its output out[qo[j]:][:headDim], and it sees
+// positions [0, end[j]) (end[j] ≥ 1).
+func attnPass2[T uint16 | float32](sc *attn2Scratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
+	nch := headDim / 8
+	n := 0
+	for j := range attnMaxNQ {
+		sc.ml[j], sc.ml[8+j], sc.lim[j] = float32(math.Inf(-1)), 0, 0
+	}
+	for j := range g {
+		for i := range nch {
+			copy(sc.q[(i*g+j)*8:(i*g+j)*8+8], q[qo[j]+8*i:])
+		}
+		n = max(n, end[j])
+	}
+	clear(sc.acc[:g*headDim])
+	for p := 0; p < n; {
+		blk, off := p/bs, p%bs
+		cnt := min(16, bs-off, n-p)
+		for j := range g {
+			sc.lim[j] = int32(min(max(end[j]-p, 0), cnt))
+		}
+		k := keys[blk][off*headDim : (off+cnt)*headDim]
+		v := vals[blk][off*headDim : (off+cnt)*headDim]
+		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, headDim, &k[0], &v[0])
+		attn2Kernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
+		p += cnt
+	}
+	for j := range g {
+		l := sc.ml[8+j]
+		o := out[qo[j] : qo[j]+headDim]
+		for i := range nch {
+			a := sc.acc[(i*g+j)*8 : (i*g+j)*8+8]
+			for c, v := range a {
+				o[8*i+c] = v / l
+			}
+		}
+	}
+}
+
+// attn2Kernel calls the AVX2 kernel for g rows directly (see attnKernel).
+func attn2Kernel[T uint16 | float32](sc *attn2Scratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
+	acc, q, ml, s, lim := &sc.acc[0], &sc.q[0], &sc.ml[0], &sc.s[0], &sc.lim[0]
+	kb, vb := (*byte)(unsafe.Pointer(k)), (*byte)(unsafe.Pointer(v))
+	knb, vnb := (*byte)(unsafe.Pointer(kn)), (*byte)(unsafe.Pointer(vn))
+	if unsafe.Sizeof(*k) == 2 {
+		switch g {
+		case 1:
+			attendF16AVX2x1(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 2:
+			attendF16AVX2x2(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 3:
+			attendF16AVX2x3(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 4:
+			attendF16AVX2x4(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 5:
+			attendF16AVX2x5(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 6:
+			attendF16AVX2x6(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 7:
+			attendF16AVX2x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		default:
+			attendF16AVX2x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		}
+		return
+	}
+	switch g {
+	case 1:
+		attendF32AVX2x1(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	case 2:
+		attendF32AVX2x2(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	case 3:
+		attendF32AVX2x3(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	case 4:
+		attendF32AVX2x4(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	case 5:
+		attendF32AVX2x5(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	case 6:
+		attendF32AVX2x6(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	case 7:
+		attendF32AVX2x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	default:
+		attendF32AVX2x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	}
 }

@@ -11811,3 +11811,13973 @@ vpf1:
 done:
 	VZEROUPPER
 	RET
+
+DATA exp8_min<>+0(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+4(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+8(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+12(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+16(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+20(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+24(SB)/4, $0xc2aeac4f
+DATA exp8_min<>+28(SB)/4, $0xc2aeac4f
+GLOBL exp8_min<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_log2e<>+0(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+4(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+8(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+12(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+16(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+20(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+24(SB)/4, $0x3fb8aa3b
+DATA exp8_log2e<>+28(SB)/4, $0x3fb8aa3b
+GLOBL exp8_log2e<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_c1<>+0(SB)/4, $0x3f318000
+DATA exp8_c1<>+4(SB)/4, $0x3f318000
+DATA exp8_c1<>+8(SB)/4, $0x3f318000
+DATA exp8_c1<>+12(SB)/4, $0x3f318000
+DATA exp8_c1<>+16(SB)/4, $0x3f318000
+DATA exp8_c1<>+20(SB)/4, $0x3f318000
+DATA exp8_c1<>+24(SB)/4, $0x3f318000
+DATA exp8_c1<>+28(SB)/4, $0x3f318000
+GLOBL exp8_c1<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_c2<>+0(SB)/4, $0xb95e8083
+DATA exp8_c2<>+4(SB)/4, $0xb95e8083
+DATA exp8_c2<>+8(SB)/4, $0xb95e8083
+DATA exp8_c2<>+12(SB)/4, $0xb95e8083
+DATA exp8_c2<>+16(SB)/4, $0xb95e8083
+DATA exp8_c2<>+20(SB)/4, $0xb95e8083
+DATA exp8_c2<>+24(SB)/4, $0xb95e8083
+DATA exp8_c2<>+28(SB)/4, $0xb95e8083
+GLOBL exp8_c2<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_one<>+0(SB)/4, $0x3f800000
+DATA exp8_one<>+4(SB)/4, $0x3f800000
+DATA exp8_one<>+8(SB)/4, $0x3f800000
+DATA exp8_one<>+12(SB)/4, $0x3f800000
+DATA exp8_one<>+16(SB)/4, $0x3f800000
+DATA exp8_one<>+20(SB)/4, $0x3f800000
+DATA exp8_one<>+24(SB)/4, $0x3f800000
+DATA exp8_one<>+28(SB)/4, $0x3f800000
+GLOBL exp8_one<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_neg_inf<>+0(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+4(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+8(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+12(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+16(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+20(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+24(SB)/4, $0xff800000
+DATA exp8_neg_inf<>+28(SB)/4, $0xff800000
+GLOBL exp8_neg_inf<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p0<>+0(SB)/4, $0x39506967
+DATA exp8_p0<>+4(SB)/4, $0x39506967
+DATA exp8_p0<>+8(SB)/4, $0x39506967
+DATA exp8_p0<>+12(SB)/4, $0x39506967
+DATA exp8_p0<>+16(SB)/4, $0x39506967
+DATA exp8_p0<>+20(SB)/4, $0x39506967
+DATA exp8_p0<>+24(SB)/4, $0x39506967
+DATA exp8_p0<>+28(SB)/4, $0x39506967
+GLOBL exp8_p0<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p1<>+0(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+4(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+8(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+12(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+16(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+20(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+24(SB)/4, $0x3ab743ce
+DATA exp8_p1<>+28(SB)/4, $0x3ab743ce
+GLOBL exp8_p1<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p2<>+0(SB)/4, $0x3c088908
+DATA exp8_p2<>+4(SB)/4, $0x3c088908
+DATA exp8_p2<>+8(SB)/4, $0x3c088908
+DATA exp8_p2<>+12(SB)/4, $0x3c088908
+DATA exp8_p2<>+16(SB)/4, $0x3c088908
+DATA exp8_p2<>+20(SB)/4, $0x3c088908
+DATA exp8_p2<>+24(SB)/4, $0x3c088908
+DATA exp8_p2<>+28(SB)/4, $0x3c088908
+GLOBL exp8_p2<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p3<>+0(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+4(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+8(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+12(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+16(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+20(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+24(SB)/4, $0x3d2aa9c1
+DATA exp8_p3<>+28(SB)/4, $0x3d2aa9c1
+GLOBL exp8_p3<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p4<>+0(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+4(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+8(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+12(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+16(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+20(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+24(SB)/4, $0x3e2aaaaa
+DATA exp8_p4<>+28(SB)/4, $0x3e2aaaaa
+GLOBL exp8_p4<>(SB), RODATA|NOPTR, $32
+
+DATA exp8_p5<>+0(SB)/4, $0x3f000000
+DATA exp8_p5<>+4(SB)/4, $0x3f000000
+DATA exp8_p5<>+8(SB)/4, $0x3f000000
+DATA exp8_p5<>+12(SB)/4, $0x3f000000
+DATA exp8_p5<>+16(SB)/4, $0x3f000000
+DATA exp8_p5<>+20(SB)/4, $0x3f000000
+DATA exp8_p5<>+24(SB)/4, $0x3f000000
+DATA exp8_p5<>+28(SB)/4, $0x3f000000
+GLOBL exp8_p5<>(SB), RODATA|NOPTR, $32
+
+DATA attn_lane_iota<>+0(SB)/4, $0x00000000
+DATA attn_lane_iota<>+4(SB)/4, $0x00000001
+DATA attn_lane_iota<>+8(SB)/4, $0x00000002
+DATA attn_lane_iota<>+12(SB)/4, $0x00000003
+DATA attn_lane_iota<>+16(SB)/4, $0x00000004
+DATA attn_lane_iota<>+20(SB)/4, $0x00000005
+DATA attn_lane_iota<>+24(SB)/4, $0x00000006
+DATA attn_lane_iota<>+28(SB)/4, $0x00000007
+DATA attn_lane_iota<>+32(SB)/4, $0x00000008
+DATA attn_lane_iota<>+36(SB)/4, $0x00000009
+DATA attn_lane_iota<>+40(SB)/4, $0x0000000a
+DATA attn_lane_iota<>+44(SB)/4, $0x0000000b
+DATA attn_lane_iota<>+48(SB)/4, $0x0000000c
+DATA attn_lane_iota<>+52(SB)/4, $0x0000000d
+DATA attn_lane_iota<>+56(SB)/4, $0x0000000e
+DATA attn_lane_iota<>+60(SB)/4, $0x0000000f
+GLOBL attn_lane_iota<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x1(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y4
+	VCVTPH2PS    (AX)(R13*1), Y5
+	VCVTPH2PS    (AX)(R13*2), Y6
+	VCVTPH2PS    (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 32(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 64(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y8, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y8, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y8, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y8, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VCVTPH2PS    64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VCVTPH2PS    80(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VCVTPH2PS    96(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VCVTPH2PS    112(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y1
+	VMULPS       (DI), Y1, Y0
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y1
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y1, Y15, Y0
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x2(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VCVTPH2PS    (AX)(R13*2), Y10
+	VCVTPH2PS    (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 32(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 64(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y9, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y2
+	VBROADCASTSS 516(DX), Y3
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y2
+	VBROADCASTSS 4(R8), Y3
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x3(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y9
+	VCVTPH2PS    (AX)(R13*1), Y10
+	VCVTPH2PS    (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 32(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y6
+	VBROADCASTSS 516(DX), Y7
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y6, Y3
+	VMULPS       128(DI), Y7, Y4
+	VMULPS       160(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y6
+	VBROADCASTSS 4(R8), Y7
+	VBROADCASTSS 8(R8), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y3
+	VBROADCASTSS 516(DX), Y4
+	VBROADCASTSS 520(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y3
+	VBROADCASTSS 4(R8), Y4
+	VBROADCASTSS 8(R8), Y5
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x00000060, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x4(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y10, Y6
+	VMULPS       224(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x5(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y4
+	VCVTPH2PS    (AX)(R13*1), Y5
+	VCVTPH2PS    (AX)(R13*2), Y6
+	VCVTPH2PS    (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 48(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 80(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       160(DI), Y8, Y4
+	VMULPS       192(DI), Y9, Y5
+	VMULPS       224(DI), Y10, Y6
+	VMULPS       256(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 160(DI)
+	VMOVUPS      Y5, 192(DI)
+	VMOVUPS      Y6, 224(DI)
+	VMOVUPS      Y7, 256(DI)
+	ADDQ         $0x00000140, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VMULPS       (DI), Y8, Y0
+	VMULPS       160(DI), Y8, Y1
+	VMULPS       320(DI), Y8, Y2
+	VMULPS       480(DI), Y8, Y3
+	VMULPS       640(DI), Y8, Y4
+	VMULPS       800(DI), Y8, Y5
+	VMULPS       960(DI), Y8, Y6
+	VMULPS       1120(DI), Y8, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VCVTPH2PS    64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VCVTPH2PS    80(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VCVTPH2PS    96(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VCVTPH2PS    112(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 160(DI)
+	VMOVUPS      Y2, 320(DI)
+	VMOVUPS      Y3, 480(DI)
+	VMOVUPS      Y4, 640(DI)
+	VMOVUPS      Y5, 800(DI)
+	VMOVUPS      Y6, 960(DI)
+	VMOVUPS      Y7, 1120(DI)
+	ADDQ         $0x00000500, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y1
+	VMULPS       (DI), Y1, Y0
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y1
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y1, Y15, Y0
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x6(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VCVTPH2PS    (AX)(R13*2), Y10
+	VCVTPH2PS    (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x10, BX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 48(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 80(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       192(DI), Y8, Y4
+	VMULPS       224(DI), Y9, Y5
+	VMULPS       256(DI), Y10, Y6
+	VMULPS       288(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 192(DI)
+	VMOVUPS      Y5, 224(DI)
+	VMOVUPS      Y6, 256(DI)
+	VMOVUPS      Y7, 288(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       192(DI), Y8, Y2
+	VMULPS       224(DI), Y9, Y3
+	VMULPS       384(DI), Y8, Y4
+	VMULPS       416(DI), Y9, Y5
+	VMULPS       576(DI), Y8, Y6
+	VMULPS       608(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VCVTPH2PS    32(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VCVTPH2PS    48(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 384(DI)
+	VMOVUPS      Y5, 416(DI)
+	VMOVUPS      Y6, 576(DI)
+	VMOVUPS      Y7, 608(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y2
+	VBROADCASTSS 532(DX), Y3
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y2
+	VBROADCASTSS 20(R8), Y3
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x7(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y9
+	VCVTPH2PS    (AX)(R13*1), Y10
+	VCVTPH2PS    (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 48(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       224(DI), Y8, Y4
+	VMULPS       256(DI), Y9, Y5
+	VMULPS       288(DI), Y10, Y6
+	VMULPS       320(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 224(DI)
+	VMOVUPS      Y5, 256(DI)
+	VMOVUPS      Y6, 288(DI)
+	VMOVUPS      Y7, 320(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y6
+	VBROADCASTSS 532(DX), Y7
+	VBROADCASTSS 536(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       224(DI), Y6, Y3
+	VMULPS       256(DI), Y7, Y4
+	VMULPS       288(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y6
+	VBROADCASTSS 20(R8), Y7
+	VBROADCASTSS 24(R8), Y8
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y3
+	VBROADCASTSS 532(DX), Y4
+	VBROADCASTSS 536(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y3
+	VBROADCASTSS 20(R8), Y4
+	VBROADCASTSS 24(R8), Y5
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF16AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendF16AVX2x8(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x04, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VCVTPH2PS    (AX), Y12
+	VCVTPH2PS    (AX)(R13*1), Y13
+	VCVTPH2PS    (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 48(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VCVTPH2PS    (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x04, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VBROADCASTSS 536(DX), Y10
+	VBROADCASTSS 540(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VBROADCASTSS 24(R8), Y10
+	VBROADCASTSS 28(R8), Y11
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VCVTPH2PS    16(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y4
+	VBROADCASTSS 532(DX), Y5
+	VBROADCASTSS 536(DX), Y6
+	VBROADCASTSS 540(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y4
+	VBROADCASTSS 20(R8), Y5
+	VBROADCASTSS 24(R8), Y6
+	VBROADCASTSS 28(R8), Y7
+	VCVTPH2PS    (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000010, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x1(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (AX)(R13*1), Y5
+	VMOVUPS      (AX)(R13*2), Y6
+	VMOVUPS      (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 32(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 64(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000020, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y8, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y8, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y8, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y8, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VMOVUPS      64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VMOVUPS      128(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VMOVUPS      160(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VMOVUPS      192(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VMOVUPS      224(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y1
+	VMULPS       (DI), Y1, Y0
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y1
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y1, Y15, Y0
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x00000020, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x2(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (AX)(R13*2), Y10
+	VMOVUPS      (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 32(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 64(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000040, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y9, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VMOVUPS      64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y2
+	VBROADCASTSS 516(DX), Y3
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y2
+	VBROADCASTSS 4(R8), Y3
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x3(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y9
+	VMOVUPS      (AX)(R13*1), Y10
+	VMOVUPS      (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 32(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y6
+	VBROADCASTSS 516(DX), Y7
+	VBROADCASTSS 520(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y6, Y3
+	VMULPS       128(DI), Y7, Y4
+	VMULPS       160(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y6
+	VBROADCASTSS 4(R8), Y7
+	VBROADCASTSS 8(R8), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y3
+	VBROADCASTSS 516(DX), Y4
+	VBROADCASTSS 520(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y3
+	VBROADCASTSS 4(R8), Y4
+	VBROADCASTSS 8(R8), Y5
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x00000060, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x4(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y10, Y6
+	VMULPS       224(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x5(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (AX)(R13*1), Y5
+	VMOVUPS      (AX)(R13*2), Y6
+	VMOVUPS      (BX), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VFMADD231PS  Y15, Y5, Y1
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y1, Y1, Y1
+	VHADDPS      Y1, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 48(DX)
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 80(DX)
+	VHADDPS      Y3, Y3, Y3
+	VHADDPS      Y3, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y1
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y1, Y0
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       160(DI), Y8, Y4
+	VMULPS       192(DI), Y9, Y5
+	VMULPS       224(DI), Y10, Y6
+	VMULPS       256(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 160(DI)
+	VMOVUPS      Y5, 192(DI)
+	VMOVUPS      Y6, 224(DI)
+	VMOVUPS      Y7, 256(DI)
+	ADDQ         $0x00000140, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x07, AX
+	SHRQ $0x03, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VMULPS       (DI), Y8, Y0
+	VMULPS       160(DI), Y8, Y1
+	VMULPS       320(DI), Y8, Y2
+	VMULPS       480(DI), Y8, Y3
+	VMULPS       640(DI), Y8, Y4
+	VMULPS       800(DI), Y8, Y5
+	VMULPS       960(DI), Y8, Y6
+	VMULPS       1120(DI), Y8, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VMOVUPS      64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y3
+	VMOVUPS      128(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VMOVUPS      160(BX), Y14
+	VFMADD231PS  Y8, Y14, Y5
+	VMOVUPS      192(BX), Y15
+	VFMADD231PS  Y8, Y15, Y6
+	VMOVUPS      224(BX), Y14
+	VFMADD231PS  Y8, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 160(DI)
+	VMOVUPS      Y2, 320(DI)
+	VMOVUPS      Y3, 480(DI)
+	VMOVUPS      Y4, 640(DI)
+	VMOVUPS      Y5, 800(DI)
+	VMOVUPS      Y6, 960(DI)
+	VMOVUPS      Y7, 1120(DI)
+	ADDQ         $0x00000500, DI
+	ADDQ         $0x00000100, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y1
+	VMULPS       (DI), Y1, Y0
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y1
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y1, Y15, Y0
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	ADDQ         $0x000000a0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x6(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (AX)(R13*2), Y10
+	VMOVUPS      (BX), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y3
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, BX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 48(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 80(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y2
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y2, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y2, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       192(DI), Y8, Y4
+	VMULPS       224(DI), Y9, Y5
+	VMULPS       256(DI), Y10, Y6
+	VMULPS       288(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 192(DI)
+	VMOVUPS      Y5, 224(DI)
+	VMOVUPS      Y6, 256(DI)
+	VMOVUPS      Y7, 288(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x03, AX
+	SHRQ $0x02, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       192(DI), Y8, Y2
+	VMULPS       224(DI), Y9, Y3
+	VMULPS       384(DI), Y8, Y4
+	VMULPS       416(DI), Y9, Y5
+	VMULPS       576(DI), Y8, Y6
+	VMULPS       608(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y2
+	VFMADD231PS  Y9, Y14, Y3
+	VMOVUPS      64(BX), Y15
+	VFMADD231PS  Y8, Y15, Y4
+	VFMADD231PS  Y9, Y15, Y5
+	VMOVUPS      96(BX), Y14
+	VFMADD231PS  Y8, Y14, Y6
+	VFMADD231PS  Y9, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 384(DI)
+	VMOVUPS      Y5, 416(DI)
+	VMOVUPS      Y6, 576(DI)
+	VMOVUPS      Y7, 608(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000080, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y2
+	VBROADCASTSS 532(DX), Y3
+	VMULPS       (DI), Y2, Y0
+	VMULPS       32(DI), Y3, Y1
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y2
+	VBROADCASTSS 20(R8), Y3
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y2, Y15, Y0
+	VFMADD231PS  Y3, Y15, Y1
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         $0x000000c0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x7(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y9
+	VMOVUPS      (AX)(R13*1), Y10
+	VMOVUPS      (AX)(R13*2), Y11
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y9, Y0
+	VFMADD231PS  Y15, Y10, Y3
+	VFMADD231PS  Y15, Y11, Y6
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y9, Y1
+	VFMADD231PS  Y15, Y10, Y4
+	VFMADD231PS  Y15, Y11, Y7
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y9, Y2
+	VFMADD231PS  Y15, Y10, Y5
+	VFMADD231PS  Y15, Y11, Y8
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X9
+	VADDPS       X9, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 48(DX)
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X9
+	VADDPS       X9, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y3
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y3, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y3, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y3, Y2
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       224(DI), Y8, Y4
+	VMULPS       256(DI), Y9, Y5
+	VMULPS       288(DI), Y10, Y6
+	VMULPS       320(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 224(DI)
+	VMOVUPS      Y5, 256(DI)
+	VMOVUPS      Y6, 288(DI)
+	VMOVUPS      Y7, 320(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y6
+	VBROADCASTSS 532(DX), Y7
+	VBROADCASTSS 536(DX), Y8
+	VMULPS       (DI), Y6, Y0
+	VMULPS       32(DI), Y7, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       224(DI), Y6, Y3
+	VMULPS       256(DI), Y7, Y4
+	VMULPS       288(DI), Y8, Y5
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y6
+	VBROADCASTSS 20(R8), Y7
+	VBROADCASTSS 24(R8), Y8
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y6, Y15, Y0
+	VFMADD231PS  Y7, Y15, Y1
+	VFMADD231PS  Y8, Y15, Y2
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y6, Y14, Y3
+	VFMADD231PS  Y7, Y14, Y4
+	VFMADD231PS  Y8, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	ADDQ         $0x000001c0, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y3
+	VBROADCASTSS 532(DX), Y4
+	VBROADCASTSS 536(DX), Y5
+	VMULPS       (DI), Y3, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y5, Y2
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y3
+	VBROADCASTSS 20(R8), Y4
+	VBROADCASTSS 24(R8), Y5
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y3, Y15, Y0
+	VFMADD231PS  Y4, Y15, Y1
+	VFMADD231PS  Y5, Y15, Y2
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	ADDQ         $0x000000e0, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET
+
+// func attendF32AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·attendF32AVX2x8(SB), NOSPLIT, $0-96
+	MOVQ  nch+24(FP), R13
+	SHLQ  $0x05, R13
+	MOVQ  kn+80(FP), R14
+	MOVQ  cnt+48(FP), R12
+	IMULQ R13, R12
+	MOVQ  vn+88(FP), R10
+	MOVQ  cnt+48(FP), SI
+	IMULQ R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x03
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr0:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 64(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r0:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x03
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfPr4:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      (AX)(R13*1), Y13
+	VMOVUPS      (AX)(R13*2), Y14
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y12, Y0
+	VFMADD231PS  Y15, Y13, Y4
+	VFMADD231PS  Y15, Y14, Y8
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y12, Y1
+	VFMADD231PS  Y15, Y13, Y5
+	VFMADD231PS  Y15, Y14, Y9
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y12, Y2
+	VFMADD231PS  Y15, Y13, Y6
+	VFMADD231PS  Y15, Y14, Y10
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y12, Y3
+	VFMADD231PS  Y15, Y13, Y7
+	VFMADD231PS  Y15, Y14, Y11
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X12
+	VADDPS       X12, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X12
+	VADDPS       X12, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 48(DX)
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X12
+	VADDPS       X12, X8, X8
+	VMULPS       X15, X8, X8
+	VMOVUPS      X8, 80(DX)
+	ADDQ         $0x60, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunk1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpf1r4:
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y4, Y0
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y4, Y1
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y4, Y2
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y4, Y3
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunk1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JNZ          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr0
+
+vgroupr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VBROADCASTSS 520(DX), Y10
+	VBROADCASTSS 524(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr0:
+	CMPQ       SI, $0x00
+	JLE        vpfGr0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VBROADCASTSS 8(R8), Y10
+	VBROADCASTSS 12(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr0
+
+vtailr0:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner0
+
+voner0:
+	VBROADCASTSS 512(DX), Y4
+	VBROADCASTSS 516(DX), Y5
+	VBROADCASTSS 520(DX), Y6
+	VBROADCASTSS 524(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r0:
+	CMPQ       SI, $0x00
+	JLE        vpf1r0
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r0:
+	VBROADCASTSS (R8), Y4
+	VBROADCASTSS 4(R8), Y5
+	VBROADCASTSS 8(R8), Y6
+	VBROADCASTSS 12(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner0
+
+vdoner0:
+	MOVQ acc+0(FP), DI
+	ADDQ $0x00000080, DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ R13, R9
+	SHRQ $0x05, R9
+	MOVQ R9, AX
+	ANDQ $0x01, AX
+	SHRQ $0x01, R9
+	JZ   vtailr4
+
+vgroupr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VBROADCASTSS 536(DX), Y10
+	VBROADCASTSS 540(DX), Y11
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y10, Y2
+	VMULPS       96(DI), Y11, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       320(DI), Y10, Y6
+	VMULPS       352(DI), Y11, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposGr4:
+	CMPQ       SI, $0x00
+	JLE        vpfGr4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpfGr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VBROADCASTSS 24(R8), Y10
+	VBROADCASTSS 28(R8), Y11
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y8, Y15, Y0
+	VFMADD231PS  Y9, Y15, Y1
+	VFMADD231PS  Y10, Y15, Y2
+	VFMADD231PS  Y11, Y15, Y3
+	VMOVUPS      32(BX), Y14
+	VFMADD231PS  Y8, Y14, Y4
+	VFMADD231PS  Y9, Y14, Y5
+	VFMADD231PS  Y10, Y14, Y6
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposGr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 320(DI)
+	VMOVUPS      Y7, 352(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000040, R11
+	DECQ         R9
+	JNZ          vgroupr4
+
+vtailr4:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    vdoner4
+
+voner4:
+	VBROADCASTSS 528(DX), Y4
+	VBROADCASTSS 532(DX), Y5
+	VBROADCASTSS 536(DX), Y6
+	VBROADCASTSS 540(DX), Y7
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y5, Y1
+	VMULPS       64(DI), Y6, Y2
+	VMULPS       96(DI), Y7, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vpos1r4:
+	CMPQ       SI, $0x00
+	JLE        vpf1r4
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       $0x00000100, R10
+	SUBQ       $0x00000100, SI
+
+vpf1r4:
+	VBROADCASTSS 16(R8), Y4
+	VBROADCASTSS 20(R8), Y5
+	VBROADCASTSS 24(R8), Y6
+	VBROADCASTSS 28(R8), Y7
+	VMOVUPS      (BX), Y15
+	VFMADD231PS  Y4, Y15, Y0
+	VFMADD231PS  Y5, Y15, Y1
+	VFMADD231PS  Y6, Y15, Y2
+	VFMADD231PS  Y7, Y15, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1r4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000020, R11
+	DECQ         R9
+	JNZ          voner4
+
+vdoner4:
+	VZEROUPPER
+	RET

@@ -67,3 +67,73 @@ func compareAttn(t *testing.T, what string, have, want []float32, qscale float64
 		}
 	}
 }
+
+// TestAttendCausalImpls checks AttendCausalF16/F32 of every implementation
+// against one reference attention per token: blocks of tokens that do and
+// do not fill the 8-row passes, starting at and after position 0, across
+// cache-block boundaries, with a row stride wider than the rows (the gaps
+// must stay untouched).
+func TestAttendCausalImpls(t *testing.T) {
+	type tc struct{ nq, hd, nt, p0 int }
+	var cases []tc
+	for _, nq := range []int{1, 2, 3, 7, 8, 9, 16} {
+		for _, nt := range []int{1, 3, 4, 9, 17} {
+			cases = append(cases, tc{nq, 64, nt, 0}, tc{nq, 128, nt, 21})
+		}
+	}
+	cases = append(cases, tc{2, 24, 5, 3}, tc{2, 256, 6, 40}, tc{2, 128, 40, 100})
+	const bs = 16
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(13, 14))
+		for _, c := range cases {
+			for _, qscale := range []float64{1, 30} {
+				name := fmt.Sprintf("nq=%d hd=%d nt=%d p0=%d qscale=%g", c.nq, c.hd, c.nt, c.p0, qscale)
+				n := c.p0 + c.nt
+				nb := (n + bs - 1) / bs
+				stride := c.nq*c.hd + 8
+				q := randVec(r, c.nt*stride, qscale)
+				k16, v16 := make([][]uint16, nb), make([][]uint16, nb)
+				k32, v32 := make([][]float32, nb), make([][]float32, nb)
+				for b := range nb {
+					k32[b], v32[b] = randVec(r, bs*c.hd, 1), randVec(r, bs*c.hd, 1)
+					k16[b], v16[b] = make([]uint16, bs*c.hd), make([]uint16, bs*c.hd)
+					for i := range k32[b] {
+						k16[b][i] = dtype.F32ToF16(k32[b][i])
+						v16[b][i] = dtype.F32ToF16(v32[b][i])
+					}
+				}
+				scale := float32(1 / math.Sqrt(float64(c.hd)))
+				rows := c.nq * c.hd
+				want := make([]float32, c.nt*rows)
+				have, check := guarded(c.nt * stride)
+				for _, f16 := range []bool{true, false} {
+					for i := range c.nt {
+						if f16 {
+							attendF16Generic(want[i*rows:(i+1)*rows], q[i*stride:], c.nq, c.hd, k16, v16, bs, c.p0+i+1, scale)
+						} else {
+							attendF32Generic(want[i*rows:(i+1)*rows], q[i*stride:], c.nq, c.hd, k32, v32, bs, c.p0+i+1, scale)
+						}
+					}
+					for i := range have {
+						have[i] = guard
+					}
+					if f16 {
+						AttendCausalF16(have, q, stride, c.nt, c.nq, c.hd, k16, v16, bs, c.p0, scale)
+					} else {
+						AttendCausalF32(have, q, stride, c.nt, c.nq, c.hd, k32, v32, bs, c.p0, scale)
+					}
+					check(t)
+					what := fmt.Sprintf("f16=%v %s", f16, name)
+					for i := range c.nt {
+						for j := rows; j < stride && (i+1)*stride <= len(have); j++ {
+							if have[i*stride+j] != guard {
+								t.Fatalf("%s: the gap after token %d was written", what, i)
+							}
+						}
+						compareAttn(t, fmt.Sprintf("%s token %d", what, i), have[i*stride:i*stride+rows], want[i*rows:(i+1)*rows], qscale)
+					}
+				}
+			}
+		}
+	})
+}

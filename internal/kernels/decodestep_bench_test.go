@@ -74,6 +74,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 						seqs[i] = &model.Seq{Tokens: []int{r.IntN(m.Vocab)}, Pos: ctx, Blocks: blocks}
 					}
 					b.ResetTimer()
+					cpu0 := kernels.ProcessCPU()
 					for b.Loop() {
 						if err := m.Forward(seqs); err != nil {
 							b.Fatal(err)
@@ -83,6 +84,9 @@ func BenchmarkDecodeStep(b *testing.B) {
 					b.ReportMetric(ms, "ms/step")
 					b.ReportMetric(float64(batch)*1000/ms, "tok/s")
 					b.ReportMetric(float64(m.WeightBytes)/1e9/(ms/1000), "wGB/s")
+					if cpu0 != 0 {
+						b.ReportMetric(float64(kernels.ProcessCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+					}
 				})
 			}
 		})

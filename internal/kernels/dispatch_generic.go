@@ -49,3 +49,11 @@ func sumSquares(x []float32) float64 { return sumSquaresGeneric(x) }
 func scaleMul(out, x, w []float32, scale float32) { scaleMulGeneric(out, x, w, scale) }
 
 func rope(x, c, s []float32, nHeads, half int) { ropeGeneric(x, c, s, nHeads, half) }
+
+func attendCausalF16(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]uint16, bs, p0 int, scale float32) {
+	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}
+
+func attendCausalF32(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]float32, bs, p0 int, scale float32) {
+	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}

@@ -7,7 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // Architectures draftd runs.
@@ -114,7 +115,7 @@ type hfConfig struct {
 
 // ConfigFromHF reads and validates an HF config.json.
 func ConfigFromHF(path string) (*Config, *hfConfig, error) {
-	data, err := os.ReadFile(path)
+	data, err := fileio.ReadFile(path)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -47,6 +47,7 @@ type scratch struct {
 	tokPos   []int     // (T) absolute position of each token
 	ids      []int     // (R) greedy ids of the rows that need them
 	row      []float32 // (hidden) embedding row
+	ap       attnPlan  // attention tasks and cache views (prefill.go)
 }
 
 func grow(s []float32, n int) []float32 {
@@ -134,77 +135,23 @@ func (m *Model) Forward(seqs []*Seq) error {
 	}
 
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	group := c.Heads / c.KVHeads
+	m.planAttention(seqs)
 	for li := range m.Layer {
 		l := &m.Layer[li]
-		for t := range T {
-			kernels.RMSNorm(sc.xb[t*c.Hidden:(t+1)*c.Hidden], sc.x[t*c.Hidden:(t+1)*c.Hidden], l.AttnNorm, c.RMSEps)
-		}
+		m.rmsNormRows(sc.xb, sc.x, l.AttnNorm, T)
 		kernels.MatMul(m.pool, sc.q, l.Q, sc.xb, T)
 		kernels.MatMul(m.pool, sc.k, l.K, sc.xb, T)
 		kernels.MatMul(m.pool, sc.v, l.V, sc.xb, T)
-		for t := range T {
-			q := sc.q[t*qd : (t+1)*qd]   // (heads, headDim)
-			k := sc.k[t*kvd : (t+1)*kvd] // (kvHeads, headDim)
-			v := sc.v[t*kvd : (t+1)*kvd] // (kvHeads, headDim)
-			if l.QBias != nil {
-				addTo(q, l.QBias)
-				addTo(k, l.KBias)
-				addTo(v, l.VBias)
-			}
-			if l.QNorm != nil {
-				for h := range c.Heads {
-					kernels.RMSNorm(q[h*hd:(h+1)*hd], q[h*hd:(h+1)*hd], l.QNorm, c.RMSEps)
-				}
-				for h := range c.KVHeads {
-					kernels.RMSNorm(k[h*hd:(h+1)*hd], k[h*hd:(h+1)*hd], l.KNorm, c.RMSEps)
-				}
-			}
-			pos := sc.tokPos[t]
-			m.rope.RoPE(q, c.Heads, pos)
-			m.rope.RoPE(k, c.KVHeads, pos)
-			m.storeKV(seqs[sc.tokSeq[t]].Blocks[pos/BlockSize], li, pos%BlockSize, k, v)
-		}
-		// Attention: one task per (token, kv head); K/V read once per group.
-		// Tasks are claimed dynamically: contexts differ in length.
-		m.pool.ForEach(T*c.KVHeads, 4, func(lo, hi int) {
-			var keys, vals [][]uint16
-			var keys32, vals32 [][]float32
-			for task := lo; task < hi; task++ {
-				t, g := task/c.KVHeads, task%c.KVHeads
-				s := seqs[sc.tokSeq[t]]
-				n := sc.tokPos[t] + 1 // causal: positions [0, pos]
-				nb := (n + BlockSize - 1) / BlockSize
-				off := (li*c.KVHeads + g) * BlockSize * hd
-				q := sc.q[t*qd+g*group*hd : t*qd+(g+1)*group*hd]     // (group, headDim)
-				out := sc.att[t*qd+g*group*hd : t*qd+(g+1)*group*hd] // (group, headDim)
-				if m.kvF32 {
-					keys32, vals32 = keys32[:0], vals32[:0]
-					for _, b := range s.Blocks[:nb] {
-						keys32 = append(keys32, b.K32[off:off+BlockSize*hd])
-						vals32 = append(vals32, b.V32[off:off+BlockSize*hd])
-					}
-					kernels.AttendF32(out, q, group, hd, keys32, vals32, BlockSize, n, scale)
-				} else {
-					keys, vals = keys[:0], vals[:0]
-					for _, b := range s.Blocks[:nb] {
-						keys = append(keys, b.K[off:off+BlockSize*hd])
-						vals = append(vals, b.V[off:off+BlockSize*hd])
-					}
-					kernels.AttendF16(out, q, group, hd, keys, vals, BlockSize, n, scale)
-				}
-			}
-		})
+		m.prepQKV(li, seqs, T)
+		m.attention(li, seqs, scale)
 		kernels.MatMul(m.pool, sc.xb, l.O, sc.att, T)
-		addTo(sc.x, sc.xb)
-		for t := range T {
-			kernels.RMSNorm(sc.xb[t*c.Hidden:(t+1)*c.Hidden], sc.x[t*c.Hidden:(t+1)*c.Hidden], l.FFNNorm, c.RMSEps)
-		}
+		m.addRows(sc.x, sc.xb, T)
+		m.rmsNormRows(sc.xb, sc.x, l.FFNNorm, T)
 		kernels.MatMul(m.pool, sc.gate, l.Gate, sc.xb, T)
 		kernels.MatMul(m.pool, sc.up, l.Up, sc.xb, T)
-		kernels.SiLUMul(sc.gate, sc.gate, sc.up)
+		m.siluMulRows(sc.gate, sc.up, T)
 		kernels.MatMul(m.pool, sc.xb, l.Down, sc.gate, T)
-		addTo(sc.x, sc.xb)
+		m.addRows(sc.x, sc.xb, T)
 	}
 
 	// Final norm and LM head, only on the rows that need logits.

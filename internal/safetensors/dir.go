@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+
+	"github.com/draftd/draftd/internal/fileio"
 )
 
 // IndexName and SingleName are the file names Hugging Face uses.
@@ -41,7 +43,7 @@ func OpenDir(dir string) (*Dir, error) {
 	d := &Dir{Path: dir, byName: map[string]*Tensor{}}
 	var names []string
 	indexPath := filepath.Join(dir, IndexName)
-	raw, err := os.ReadFile(indexPath)
+	raw, err := fileio.ReadFile(indexPath)
 	switch {
 	case err == nil:
 		var idx index

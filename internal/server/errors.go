@@ -11,28 +11,31 @@ import (
 	"net/http"
 
 	"github.com/draftd/draftd/internal/engine"
-	"github.com/draftd/draftd/internal/model"
 )
 
 // Error codes, the "code" of an error body.
 const (
-	CodeInvalidJSON      = "invalid_json"       // not JSON, or not one JSON object
-	CodeInvalidRequest   = "invalid_request"    // a field of the wrong type, conflicting aliases
-	CodeMissingTokens    = "missing_tokens"     // no tokens, or an empty array
-	CodeInvalidToken     = "invalid_token"      // a token id that is not an integer
-	CodeTokenOutOfRange  = "token_out_of_range" // a token id < 0 or ≥ vocab
-	CodeInvalidN         = "invalid_n"          // n not an integer, or outside [1, max-draft-len]
-	CodeContextTooLong   = "context_too_long"   // the context fills the model's maximum
-	CodeInvalidInput     = "invalid_input"      // input the engine refused (it may give a code of its own)
-	CodeBodyTooLarge     = "body_too_large"     // body over --max-body-bytes
-	CodeNotFound         = "not_found"          // unknown route
-	CodeMethodNotAllowed = "method_not_allowed" // known route, other method
-	CodeLoading          = "loading"            // model not loaded or warmed up yet
-	CodeQueueFull        = "queue_full"         // the engine's queue is full
-	CodeShuttingDown     = "shutting_down"      // the server is stopping
-	CodeTimeout          = "timeout"            // the work hit a deadline
-	CodeClientClosed     = "client_closed"      // the client went away; nobody reads this
-	CodeInternal         = "internal"           // a bug
+	CodeInvalidJSON      = "invalid_json"             // not JSON, or not one JSON object
+	CodeInvalidRequest   = "invalid_request"          // a field of the wrong type, conflicting aliases
+	CodeMissingTokens    = engine.CodeMissingTokens   // no tokens, or an empty array
+	CodeInvalidToken     = "invalid_token"            // a token id that is not an integer
+	CodeTokenOutOfRange  = engine.CodeTokenOutOfRange // a token id < 0 or ≥ vocab
+	CodeInvalidN         = engine.CodeInvalidN        // n not an integer, or outside [1, max-draft-len]
+	CodeContextTooLong   = engine.CodeContextTooLong  // the context fills the model's maximum
+	CodeContextOverKV    = engine.CodeContextOverKV   // context + draft need more KV than the budget
+	CodeInvalidInput     = "invalid_input"            // input the engine refused without a code
+	CodeBodyTooLarge     = "body_too_large"           // body over --max-body-bytes
+	CodeBodyTimeout      = "body_timeout"             // body not received within --body-timeout
+	CodeNotFound         = "not_found"                // unknown route
+	CodeMethodNotAllowed = "method_not_allowed"       // known route, other method
+	CodeLoading          = "loading"                  // model not loaded or warmed up yet
+	CodeQueueFull        = "queue_full"               // the engine's queue is full
+	CodeQueueTimeout     = "queue_timeout"            // waited --queue-timeout for a batch slot
+	CodeBusy             = "busy"                     // request bodies in flight at --max-inflight-body-bytes
+	CodeShuttingDown     = "shutting_down"            // the server is stopping
+	CodeTimeout          = "timeout"                  // the work hit a deadline
+	CodeClientClosed     = "client_closed"            // the client went away; nobody reads this
+	CodeInternal         = "internal"                 // a bug
 )
 
 // StatusClientClosed is the status recorded (in logs and metrics, never seen
@@ -75,6 +78,7 @@ var codeStatus = map[string]int{
 	CodeTokenOutOfRange:  http.StatusBadRequest,
 	CodeInvalidN:         http.StatusBadRequest,
 	CodeContextTooLong:   http.StatusBadRequest,
+	CodeContextOverKV:    http.StatusBadRequest,
 	CodeInvalidInput:     http.StatusBadRequest,
 	CodeBodyTooLarge:     http.StatusRequestEntityTooLarge,
 	CodeNotFound:         http.StatusNotFound,
@@ -104,8 +108,17 @@ func apiErrorFor(err error) apiError {
 			code = CodeInvalidInput
 		}
 		return apiError{Status: http.StatusBadRequest, Code: code, Message: ie.Msg}
-	case errors.Is(err, engine.ErrInput), errors.Is(err, model.ErrInput):
+	case errors.Is(err, engine.ErrInput):
 		return apiError{Status: http.StatusBadRequest, Code: CodeInvalidInput, Message: err.Error()}
+	case errors.Is(err, errBodyTimeout):
+		return apiError{Status: http.StatusRequestTimeout, Code: CodeBodyTimeout,
+			Message: "the request body did not arrive within the server's body timeout (--body-timeout)"}
+	case errors.Is(err, errBodyBudget):
+		return apiError{Status: http.StatusServiceUnavailable, Code: CodeBusy,
+			Message: "the server holds its limit of request bodies in flight (--max-inflight-body-bytes); retry shortly", RetryAfter: 1}
+	case errors.Is(err, engine.ErrQueueTimeout):
+		return apiError{Status: http.StatusServiceUnavailable, Code: CodeQueueTimeout,
+			Message: "the request waited the server's queue timeout (--queue-timeout) for a place in a batch; retry shortly", RetryAfter: 1}
 	case errors.Is(err, errLoading):
 		return apiError{Status: http.StatusServiceUnavailable, Code: CodeLoading, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, engine.ErrQueueFull):

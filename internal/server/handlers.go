@@ -5,14 +5,15 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"sync"
-
-	"github.com/draftd/draftd/internal/engine"
+	"slices"
+	"time"
+	"unicode/utf8"
 )
 
 var (
@@ -56,69 +57,147 @@ func (s *Server) backend() (*backend, error) {
 	return b, nil
 }
 
-// bufPool holds request body buffers; ones grown past maxPooled are dropped.
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-const maxPooled = 1 << 20
-
 func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	b, err := s.backend()
 	if err != nil {
 		return err
 	}
-	select {
-	case s.inflight <- struct{}{}:
-		defer func() { <-s.inflight }()
-	default:
-		return engine.ErrQueueFull
+	// The body is read and parsed before anything is asked of the engine:
+	// a slow upload holds its bytes (bounded by MaxInflightBodyBytes) and
+	// its own deadline, never a place in the queue.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	body, held, err := s.readBody(w, r)
+	// No deadline after the body: net/http's read of the idle connection
+	// would hit it while the draft waits for the engine, and cancel it.
+	rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.releaseBody(held)
+		return err
 	}
-
-	limit := s.cfg.MaxBodyBytes
-	if r.ContentLength > limit {
-		return &http.MaxBytesError{Limit: limit}
-	}
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= maxPooled {
-			bufPool.Put(buf)
-		}
-	}()
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		return readError(err)
-	}
-	req, err := parseDraftRequest(buf.Bytes(), b.lim)
+	req, err := parseDraftRequest(body, b.lim)
+	body = nil
+	s.releaseBody(held)
 	if err != nil {
 		return err
 	}
 	x.add(slog.Int("context", len(req.Tokens)), slog.Int("n", req.N))
 
-	res, err := b.d.Draft(r.Context(), req.Tokens, req.Fit)
+	ctx, stop := workContext(r)
+	defer stop()
+	res, err := b.d.Draft(ctx, req.Tokens, req.Fit)
 	if err != nil {
 		return err
 	}
 	x.add(slog.Int("draft", len(res.Draft)), slog.Int("prefill", res.PrefillTokens), slog.Int("cached", res.CachedTokens))
 	s.met.draftTokens.Add(float64(len(res.Draft)))
 	s.met.reqPrefill.Observe(float64(res.PrefillTokens))
-
-	buf.Reset()
-	out := appendDraft(buf.AvailableBuffer(), res.Draft)
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, appendDraft(make([]byte, 0, 16+8*len(res.Draft)), res.Draft))
 	return nil
 }
 
+// errBodyBudget: the bodies being read already hold MaxInflightBodyBytes.
+var errBodyBudget = errors.New("request bodies in flight are at their byte limit")
+
+// acquireBody reserves n bytes of the in-flight body budget.
+func (s *Server) acquireBody(n int64) bool {
+	if s.bodyBytes.Add(n) > s.cfg.MaxInflightBodyBytes {
+		s.bodyBytes.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (s *Server) releaseBody(n int64) { s.bodyBytes.Add(-n) }
+
+// readBody reads the body of r, at most MaxBodyBytes, into one buffer whose
+// capacity is reserved in the in-flight budget; held is what to release.
+// With a Content-Length the buffer is exactly that long; a chunked body
+// grows it (and the reservation) as it arrives.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, held int64, err error) {
+	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, 0, &http.MaxBytesError{Limit: limit}
+	}
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n >= 0 {
+		if !s.acquireBody(n) {
+			return nil, 0, errBodyBudget
+		}
+		body = make([]byte, n)
+		if _, err := io.ReadFull(rd, body); err != nil {
+			return nil, n, readError(err)
+		}
+		return body, n, nil
+	}
+	const first = 4 << 10
+	if !s.acquireBody(first) {
+		return nil, 0, errBodyBudget
+	}
+	held = first
+	body = make([]byte, 0, first)
+	for {
+		if len(body) == cap(body) {
+			grow := min(int64(cap(body)), limit+1-int64(cap(body)))
+			if grow <= 0 {
+				grow = 1 // at the limit: one more byte makes MaxBytesReader fail
+			}
+			if !s.acquireBody(grow) {
+				return nil, held, errBodyBudget
+			}
+			held += grow
+			body = slices.Grow(body, int(grow))
+		}
+		n, err := rd.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err == io.EOF {
+			return body, held, nil
+		}
+		if err != nil {
+			return nil, held, readError(err)
+		}
+	}
+}
+
 // readError classifies a failure to read the body: over the limit (kept, for
-// apiErrorFor), or a client that went away mid-body.
+// apiErrorFor), too slow, or a client that went away mid-body.
 func readError(err error) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return err
 	}
-	return reqErr(CodeInvalidJSON, "reading the request body: "+err.Error())
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errBodyTimeout
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return reqErr(CodeInvalidJSON, "the request body ended before its Content-Length")
+	}
+	return reqErr(CodeInvalidJSON, "reading the request body: "+clip(err.Error()))
 }
+
+// errBodyTimeout: the body did not arrive within BodyTimeout.
+var errBodyTimeout = errors.New("the request body did not arrive in time")
 
 // jsonString encodes s as a JSON string.
 func jsonString(s string) []byte {
 	b, _ := json.Marshal(s)
 	return b
+}
+
+// clipLen is how much of a client's input an error message or log line
+// quotes.
+const clipLen = 64
+
+// clip shortens s to clipLen bytes (on a UTF-8 boundary) plus "…" and its
+// full length, so that no error echoes unbounded input.
+func clip(s string) string {
+	if len(s) <= clipLen {
+		return s
+	}
+	i := clipLen
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "… (" + itoa(int64(len(s))) + " bytes)"
 }

@@ -8,11 +8,15 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -28,22 +32,27 @@ import (
 	"github.com/draftd/draftd/internal/model"
 )
 
-// hookDrafter runs before ahead of every Draft of the wrapped engine.
-type hookDrafter struct {
-	Drafter
+// hookBackend runs before ahead of every Draft of the wrapped backend.
+type hookBackend struct {
+	Backend
 	before func(ctx context.Context, tokens []int) error
 }
 
-func (h *hookDrafter) Draft(ctx context.Context, tokens []int, n int) (engine.Result, error) {
+func (h *hookBackend) Draft(ctx context.Context, tokens []int, n int) (engine.Result, error) {
 	if err := h.before(ctx, tokens); err != nil {
 		return engine.Result{}, err
 	}
-	return h.Drafter.Draft(ctx, tokens, n)
+	return h.Backend.Draft(ctx, tokens, n)
 }
 
-func hook(before func(ctx context.Context, tokens []int) error) func(Drafter) Drafter {
-	return func(d Drafter) Drafter { return &hookDrafter{Drafter: d, before: before} }
+// hook opens the tiny model with a default engine, wrapped by before.
+func hook(before func(ctx context.Context, tokens []int) error) func(context.Context, engine.Observer) (Backend, error) {
+	return tinyOpen(engine.Options{}, func(b Backend) Backend { return &hookBackend{Backend: b, before: before} })
 }
+
+// raceEnabled (set under -race) shrinks the soak and overload workloads,
+// which run ~10× slower there.
+var raceEnabled bool
 
 // marker starts the contexts that test hooks act on (the warm-up never does).
 const marker = 500
@@ -54,15 +63,21 @@ func TestOverload(t *testing.T) {
 		slow bool // hold every request 20 ms before the engine: overload is certain
 	}{{"engine", false}, {"slow", true}} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{MaxBatch: 2, MaxQueue: 2}
+			var wrap func(Backend) Backend
 			if c.slow {
-				cfg.wrap = hook(func(ctx context.Context, tokens []int) error {
-					time.Sleep(20 * time.Millisecond)
-					return nil
-				})
+				wrap = func(b Backend) Backend {
+					return &hookBackend{Backend: b, before: func(ctx context.Context, tokens []int) error {
+						time.Sleep(20 * time.Millisecond)
+						return nil
+					}}
+				}
 			}
+			cfg := Config{Open: tinyOpen(engine.Options{MaxBatch: 2, MaxQueue: 2}, wrap)}
 			ts := startHealthy(t, cfg)
-			const clients, each = 64, 3
+			clients, each := 64, 3
+			if raceEnabled {
+				clients, each = 12, 2
+			}
 			var (
 				mu     sync.Mutex
 				counts = map[int]int{}
@@ -110,10 +125,25 @@ func TestOverload(t *testing.T) {
 	}
 }
 
+// rawPost opens a TCP connection to ts and writes a complete POST /draft
+// with body.
+func rawPost(t testing.TB, ts *testServer, body string) *net.TCPConn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /draft HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	return c.(*net.TCPConn)
+}
+
+// TestDisconnectCancels: a client whose connection is reset while its
+// draft runs cancels the work, and the request counts as 499.
 func TestDisconnectCancels(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	saw := make(chan error, 1)
-	ts := startHealthy(t, Config{wrap: hook(func(ctx context.Context, tokens []int) error {
+	ts := startHealthy(t, Config{Open: hook(func(ctx context.Context, tokens []int) error {
 		if tokens[0] != marker {
 			return nil
 		}
@@ -128,28 +158,17 @@ func TestDisconnectCancels(t *testing.T) {
 		}
 	})})
 
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/draft", strings.NewReader(`{"tokens":[500,1,2],"n":8}`))
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := ts.hc.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		errc <- err
-	}()
+	c := rawPost(t, ts, `{"tokens":[500,1,2],"n":8}`)
 	<-entered
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Errorf("client: have %v; want context.Canceled", err)
-	}
+	c.SetLinger(0) // close with a reset
+	c.Close()
 	select {
 	case err := <-saw:
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("engine call context: have %v; want context.Canceled", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the disconnect did not cancel the engine call")
+		t.Fatal("the reset did not cancel the engine call")
 	}
 	// The request is logged and counted as 499, and nothing else changed.
 	deadline := time.Now().Add(5 * time.Second)
@@ -166,11 +185,99 @@ func TestDisconnectCancels(t *testing.T) {
 	ts.draft([]int{1, 2, 3}, 4)
 }
 
+// TestHalfCloseGetsDraft: a client that shuts down its write side after a
+// complete request (and goes on reading) gets its whole draft, every time.
+func TestHalfCloseGetsDraft(t *testing.T) {
+	ts := startHealthy(t, Config{})
+	m := loadModel(t)
+	rounds := 10
+	if raceEnabled {
+		rounds = 3
+	}
+	for i := range rounds {
+		ctx := seq(i, 40)
+		want, err := m.Generate(ctx, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rawPost(t, ts, `{"tokens":`+idsJSON(ctx)+`,"n":64}`)
+		if err := c.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("request %d: reading the answer: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d, body %q (%v); want 200 with a draft", i, resp.StatusCode, b, err)
+		}
+		if have := decodeDraft(t, b); !slices.Equal(have, want) {
+			t.Fatalf("request %d: have %v; want %v", i, have, want)
+		}
+	}
+	if v, _ := value(scrape(t, ts), "draftd_http_requests_total", "route", "/draft", "code", "499"); v != 0 {
+		t.Errorf("%v half-closed requests counted as 499", v)
+	}
+}
+
+// TestStopWhileLoading: a stop while the backend is still loading (a disk
+// that does not answer) returns at once, and a backend that arrives later
+// is closed.
+func TestStopWhileLoading(t *testing.T) {
+	release := make(chan struct{})
+	opened := make(chan struct{})
+	closed := make(chan struct{})
+	open := tinyOpen(engine.Options{}, func(b Backend) Backend { return &closeSpy{Backend: b, closed: closed} })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, ln, Config{Logger: slog.New(slog.DiscardHandler), Open: func(ctx context.Context, obs engine.Observer) (Backend, error) {
+			close(opened)
+			<-release
+			return open(ctx, obs)
+		}})
+	}()
+	<-opened
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v; want nil for a stop while loading", err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Run did not return within 10 s of a stop while loading")
+	}
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend that arrived after the stop was not closed")
+	}
+}
+
+type closeSpy struct {
+	Backend
+	closed chan struct{}
+}
+
+func (c *closeSpy) Close(ctx context.Context) error {
+	err := c.Backend.Close(ctx)
+	close(c.closed)
+	return err
+}
+
 func TestGracefulShutdown(t *testing.T) {
 	const inflight = 6
 	gate := make(chan struct{})
 	entered := make(chan struct{}, inflight)
-	ts := startHealthy(t, Config{wrap: hook(func(ctx context.Context, tokens []int) error {
+	ts := startHealthy(t, Config{Open: hook(func(ctx context.Context, tokens []int) error {
 		if tokens[0] == marker {
 			entered <- struct{}{}
 			<-gate
@@ -274,18 +381,24 @@ func TestSoak(t *testing.T) {
 		}
 		dur = d
 	}
+	samples, contLen := 48, 64
 	if testing.Short() {
 		dur = time.Second
 	}
+	if raceEnabled {
+		// One warm-up replay and one timed round of a smaller set: the
+		// race detector sees the same concurrency, at a tenth of the work.
+		dur, samples, contLen = time.Nanosecond, 8, 24
+	}
 	const budget = 4 << 20 // small enough that the prefix cache evicts
-	ts := startHealthy(t, Config{KVCacheBytes: budget})
-	samples := soakData(t, 48, 64)
+	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{KVCacheBytes: budget}, nil)})
+	data := soakData(t, samples, contLen)
 	hc := eval.NewHTTPClient(32)
 	defer hc.CloseIdleConnections()
 	client := &eval.DraftdClient{HTTP: hc, URL: ts.URL}
 	replay := func() *eval.Report {
 		t.Helper()
-		rep, err := eval.Replay(t.Context(), client, samples, eval.ReplayOptions{N: 16, Concurrency: 32, Timeout: 30 * time.Second})
+		rep, err := eval.Replay(t.Context(), client, data, eval.ReplayOptions{N: 16, Concurrency: 32, Timeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +449,7 @@ func TestSoak(t *testing.T) {
 }
 
 func TestPanicAndInternalErrorAre500(t *testing.T) {
-	ts := startHealthy(t, Config{wrap: hook(func(ctx context.Context, tokens []int) error {
+	ts := startHealthy(t, Config{Open: hook(func(ctx context.Context, tokens []int) error {
 		switch {
 		case tokens[0] == marker && len(tokens) == 1:
 			panic("test panic")

@@ -19,8 +19,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
+
+	"github.com/draftd/draftd/internal/engine"
 )
 
 // tokenFields are the names of the context field, canonical first.
@@ -29,12 +30,11 @@ var tokenFields = [...]string{"tokens", "input_ids", "token_ids", "prompt_token_
 // nFields are the names of the draft length field, canonical first.
 var nFields = [...]string{"n", "num_draft_tokens"}
 
-// limits are what a request is validated against.
+// limits are what a request is validated against: the engine's rules (the
+// one definition of them) and the default n.
 type limits struct {
-	Vocab       int // ids in [0, Vocab)
-	MaxContext  int // contexts shorter than this
-	DraftLen    int // n when absent
-	MaxDraftLen int // n ≤ MaxDraftLen
+	engine.Rules
+	DraftLen int // n when absent
 }
 
 // draftRequest is a validated POST /draft body.
@@ -44,127 +44,249 @@ type draftRequest struct {
 	Fit    int   // draft length that fits before the maximum context: min(N, MaxContext−contextLen)
 }
 
+// span is where a field's value lies in the body; end 0: absent.
+type span struct{ start, end int }
+
+func (sp span) present(body []byte) bool {
+	return sp.end > 0 && string(body[sp.start:sp.end]) != "null"
+}
+
 // parseDraftRequest decodes and validates body. Errors are *RequestError.
+//
+// It reads the body in place: json.Valid checks the syntax, then a walk of
+// the top-level object records where each known field's value lies (the
+// last of duplicates wins, as in encoding/json) and skips the others, and
+// the ids are parsed from the body bytes into one slice of exactly their
+// number (at most the model's maximum context). Nothing else is copied, so
+// a request costs its body plus its ids.
 func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 	var req draftRequest
-	if len(bytes.TrimSpace(body)) == 0 {
+	i := skipSpace(body, 0)
+	if i == len(body) {
 		return req, reqErr(CodeInvalidJSON, `request body is empty; want a JSON object such as {"tokens":[1,2,3],"n":16}`)
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	if !json.Valid(body) {
+		// Only on this error path: the decoder's message and offset.
+		var v struct{}
+		err := json.Unmarshal(body, &v)
 		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
+		if errors.As(err, &se) {
 			return req, reqErr(CodeInvalidJSON, fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se))
-		case errors.As(err, &te):
-			return req, reqErr(CodeInvalidJSON, "request body must be a JSON object, got "+kindOf(bytes.TrimSpace(body)))
 		}
-		return req, reqErr(CodeInvalidJSON, "invalid JSON: "+err.Error())
+		return req, reqErr(CodeInvalidJSON, "invalid JSON")
 	}
-	if fields == nil { // the body is null
-		return req, reqErr(CodeInvalidJSON, "request body must be a JSON object, got null")
+	if body[i] != '{' {
+		return req, reqErr(CodeInvalidJSON, "request body must be a JSON object, got "+kindOf(body[i:]))
+	}
+	var toks [len(tokenFields)]span
+	var ns [len(nFields)]span
+	i = skipSpace(body, i+1)
+	for body[i] != '}' {
+		kEnd := skipString(body, i)
+		key := body[i+1 : kEnd-1]
+		i = skipSpace(body, skipSpace(body, kEnd)+1) // past the ':'
+		vEnd := skipValue(body, i)
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var k string
+			json.Unmarshal(body[kEnd-len(key)-2:kEnd], &k) // valid JSON: cannot fail
+			key = []byte(k)
+		}
+		for f, name := range tokenFields {
+			if string(key) == name {
+				toks[f] = span{i, vEnd}
+			}
+		}
+		for f, name := range nFields {
+			if string(key) == name {
+				ns[f] = span{i, vEnd}
+			}
+		}
+		i = skipSpace(body, vEnd)
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
 	}
 
-	// The context: every present alias must agree.
-	var first string
-	for _, name := range tokenFields {
-		raw, ok := fields[name]
-		if !ok || isNull(raw) {
+	// The context: every present alias must agree. The ids are checked in
+	// place and copied once, into a slice of exactly their number, only when
+	// the context is valid (an over-long one costs no allocation).
+	first, count := -1, 0
+	for f, sp := range toks {
+		if !sp.present(body) {
 			continue
 		}
-		ids, err := parseIDs(name, raw, lim)
+		name := tokenFields[f]
+		c, err := checkIDs(name, body[sp.start:sp.end], lim)
 		if err != nil {
 			return req, err
 		}
-		if first == "" {
-			first, req.Tokens = name, ids
-		} else if !slices.Equal(ids, req.Tokens) {
-			return req, reqErr(CodeInvalidRequest, fmt.Sprintf("%q and %q are both given, with different values; give one", first, name))
+		if first < 0 {
+			first, count = f, c
+		} else if !sameIDs(body[toks[first].start:toks[first].end], body[sp.start:sp.end]) {
+			return req, reqErr(CodeInvalidRequest, fmt.Sprintf("%q and %q are both given, with different values; give one", tokenFields[first], name))
 		}
 	}
 	switch {
-	case first == "":
+	case first < 0:
 		return req, reqErr(CodeMissingTokens, `missing "tokens": the context as an array of token ids is required (aliases: input_ids, token_ids, prompt_token_ids)`)
-	case len(req.Tokens) == 0:
-		return req, reqErr(CodeMissingTokens, fmt.Sprintf("%q is empty; the context needs at least one token id", first))
-	case len(req.Tokens) >= lim.MaxContext:
+	case count == 0:
+		return req, reqErr(CodeMissingTokens, fmt.Sprintf("%q is empty; the context needs at least one token id", tokenFields[first]))
+	case !lim.ContextOK(count):
 		return req, reqErr(CodeContextTooLong, fmt.Sprintf("context of %d tokens fills the model's maximum context of %d; at most %d tokens leave room to draft",
-			len(req.Tokens), lim.MaxContext, lim.MaxContext-1))
+			count, lim.MaxContext, lim.MaxContext-1))
+	}
+	req.Tokens = make([]int, 0, count)
+	raw := body[toks[first].start:toks[first].end]
+	for i, lit := nextElem(raw, 0); lit != nil; i, lit = nextElem(raw, i) {
+		v, _, _ := parseInt(lit)
+		req.Tokens = append(req.Tokens, int(v))
 	}
 
 	// The draft length.
 	req.N = lim.DraftLen
-	first = ""
-	for _, name := range nFields {
-		raw, ok := fields[name]
-		if !ok || isNull(raw) {
+	first = -1
+	for f, sp := range ns {
+		if !sp.present(body) {
 			continue
 		}
-		n, err := parseN(name, raw, lim)
+		n, err := parseN(nFields[f], body[sp.start:sp.end], lim)
 		if err != nil {
 			return req, err
 		}
-		if first == "" {
-			first, req.N = name, n
+		if first < 0 {
+			first, req.N = f, n
 		} else if n != req.N {
-			return req, reqErr(CodeInvalidRequest, fmt.Sprintf("%q and %q are both given, with different values; give one", first, name))
+			return req, reqErr(CodeInvalidRequest, fmt.Sprintf("%q and %q are both given, with different values; give one", nFields[first], nFields[f]))
 		}
 	}
-	req.Fit = min(req.N, lim.MaxContext-len(req.Tokens))
+	req.Fit = lim.Fit(len(req.Tokens), req.N)
 	return req, nil
 }
 
-// parseIDs reads the array of token ids raw (a valid JSON value) of field
-// name.
-func parseIDs(name string, raw json.RawMessage, lim limits) ([]int, error) {
-	b := bytes.TrimSpace(raw)
-	if len(b) == 0 || b[0] != '[' {
-		return nil, reqErr(CodeInvalidRequest, fmt.Sprintf("%q must be an array of integer token ids, got %s", name, kindOf(b)))
+// checkIDs checks the array of token ids b (a valid JSON value) of field
+// name and returns its length.
+func checkIDs(name string, b []byte, lim limits) (int, error) {
+	if b[0] != '[' {
+		return 0, reqErr(CodeInvalidRequest, fmt.Sprintf("%q must be an array of integer token ids, got %s", name, kindOf(b)))
 	}
-	ids := make([]int, 0, len(b)/4)
-	i := skipSpace(b, 1)
+	count := 0
+	for i, lit := nextElem(b, 0); lit != nil; i, lit = nextElem(b, i) {
+		if !isNumByte(lit[0]) {
+			return 0, reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] is %s; token ids must be integers", name, count, kindOf(lit)))
+		}
+		v, ok, why := parseInt(lit)
+		if why != "" {
+			return 0, reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] = %s is not an integer; token ids must be integers (%s)", name, count, clip(string(lit)), why))
+		}
+		if !ok || !lim.TokenOK(v) {
+			return 0, reqErr(CodeTokenOutOfRange, fmt.Sprintf("%s[%d] = %s is outside the vocabulary [0, %d)", name, count, clip(string(lit)), lim.Vocab))
+		}
+		count++
+	}
+	return count, nil
+}
+
+// sameIDs reports whether two checked id arrays hold the same ids.
+func sameIDs(a, b []byte) bool {
+	i, x := nextElem(a, 0)
+	j, y := nextElem(b, 0)
+	for x != nil && y != nil {
+		u, _, _ := parseInt(x)
+		v, _, _ := parseInt(y)
+		if u != v {
+			return false
+		}
+		i, x = nextElem(a, i)
+		j, y = nextElem(b, j)
+	}
+	return x == nil && y == nil
+}
+
+// nextElem returns the element of the valid JSON array b that starts at or
+// after i (0: the first) — a number's literal, any other value whole — and
+// where to look for the next one; nil at the end.
+func nextElem(b []byte, i int) (next int, lit []byte) {
+	if i == 0 {
+		i = 1 // past the '['
+	}
+	i = skipSpace(b, i)
+	if b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
 	if b[i] == ']' {
-		return ids, nil
+		return i, nil
 	}
-	for {
-		// b[i] starts an element; the JSON is valid, so an element that is not
-		// a number is reported by its first byte and never scanned.
-		j := i
+	j := i
+	if isNumByte(b[i]) {
 		for j < len(b) && isNumByte(b[j]) {
 			j++
 		}
-		if j == i {
-			return nil, reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] is %s; token ids must be integers", name, len(ids), kindOf(b[i:])))
-		}
-		v, ok, err := parseInt(b[i:j])
-		if err != "" {
-			return nil, reqErr(CodeInvalidToken, fmt.Sprintf("%s[%d] = %s is not an integer; token ids must be integers (%s)", name, len(ids), b[i:j], err))
-		}
-		if !ok || v < 0 || v >= int64(lim.Vocab) {
-			return nil, reqErr(CodeTokenOutOfRange, fmt.Sprintf("%s[%d] = %s is outside the vocabulary [0, %d)", name, len(ids), b[i:j], lim.Vocab))
-		}
-		ids = append(ids, int(v))
-		i = skipSpace(b, j)
-		if b[i] == ']' {
-			return ids, nil
-		}
-		i = skipSpace(b, i+1) // the ','
+	} else {
+		j = skipValue(b, i)
 	}
+	return j, b[i:j]
+}
+
+// skipString returns the index just past the JSON string that starts at
+// b[i] (valid JSON).
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the JSON value that starts at b[i]
+// (valid JSON).
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for i < len(b) && !isDelim(b[i]) {
+		i++
+	}
+	return i
+}
+
+func isDelim(c byte) bool {
+	return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r'
 }
 
 // parseN reads the draft length raw of field name.
-func parseN(name string, raw json.RawMessage, lim limits) (int, error) {
-	b := bytes.TrimSpace(raw)
+func parseN(name string, b []byte, lim limits) (int, error) {
 	if len(b) == 0 || !isNumByte(b[0]) {
 		return 0, reqErr(CodeInvalidN, fmt.Sprintf("%q must be an integer in [1, %d], got %s", name, lim.MaxDraftLen, kindOf(b)))
 	}
 	v, ok, err := parseInt(b)
 	if err != "" {
-		return 0, reqErr(CodeInvalidN, fmt.Sprintf("%q = %s is not an integer (%s)", name, b, err))
+		return 0, reqErr(CodeInvalidN, fmt.Sprintf("%q = %s is not an integer (%s)", name, clip(string(b)), err))
 	}
-	if !ok || v < 1 || v > int64(lim.MaxDraftLen) {
-		return 0, reqErr(CodeInvalidN, fmt.Sprintf("%q = %s is out of range [1, %d] (--max-draft-len)", name, b, lim.MaxDraftLen))
+	if !ok || !lim.NOK(v) {
+		return 0, reqErr(CodeInvalidN, fmt.Sprintf("%q = %s is out of range [1, %d] (--max-draft-len)", name, clip(string(b)), lim.MaxDraftLen))
 	}
 	return int(v), nil
 }
@@ -198,8 +320,6 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
-
 // kindOf names the JSON value that b starts with, with a short quote of
 // strings.
 func kindOf(b []byte) string {
@@ -209,7 +329,7 @@ func kindOf(b []byte) string {
 	switch c := b[0]; {
 	case c == '"':
 		var s string
-		if json.NewDecoder(bytes.NewReader(b)).Decode(&s) == nil && len(s) <= 20 {
+		if end := skipString(b, 0); end <= 2*20+2 && json.Unmarshal(b[:end], &s) == nil && len(s) <= 20 {
 			return "a string (" + strconv.Quote(s) + ")"
 		}
 		return "a string"

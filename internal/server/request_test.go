@@ -13,9 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/draftd/draftd/internal/engine"
 )
 
-var testLimits = limits{Vocab: 512, MaxContext: 256, DraftLen: 16, MaxDraftLen: 64}
+var testLimits = limits{Rules: engine.Rules{Vocab: 512, MaxContext: 256, MaxDraftLen: 64}, DraftLen: 16}
 
 func TestParseDraftRequest(t *testing.T) {
 	cases := []struct {

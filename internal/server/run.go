@@ -1,8 +1,9 @@
 // The life cycle of a serving process: listen at once (GET /health answers
-// 503 loading), load the model, build the engine, run one warm-up draft,
-// turn healthy, and on cancellation stop accepting, let in-flight requests
-// finish, close the engine and the model. It does not parse flags
-// (cmd/draftd/serve.go does).
+// 503 loading), open the backend (Config.Open: cmd/draftd loads the model
+// and starts the engine), run one warm-up draft, turn healthy, and on
+// cancellation stop accepting, let in-flight requests finish and close the
+// backend. It does not parse flags (cmd/draftd/serve.go does) nor build the
+// backend.
 
 package server
 
@@ -14,21 +15,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"runtime/debug"
 	"time"
 
 	"github.com/draftd/draftd/internal/engine"
-	"github.com/draftd/draftd/internal/kernels"
-	"github.com/draftd/draftd/internal/model"
 )
 
-// Strategy names how drafts are made.
-const Strategy = "model-greedy"
-
 // Run serves on ln until ctx is cancelled, then shuts down gracefully and
-// returns nil. It returns an error if the model cannot be loaded or warmed
-// up, or if serving fails. ln is closed on return.
+// returns nil. It returns an error if the backend cannot be opened or
+// warmed up, or if serving fails. ln is closed on return.
+//
+// A cancellation while Config.Open is still loading does not wait for it:
+// Run returns at once, and a backend that Open delivers later is closed
+// as soon as it arrives.
 func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	start := time.Now()
 	s, err := New(cfg)
@@ -38,17 +37,21 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	}
 	hs := &http.Server{
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second, // headers + body
-		// No WriteTimeout: a draft may wait in the queue; a client that gives up
-		// disconnects, which cancels its work.
-		IdleTimeout:    120 * time.Second,
-		MaxHeaderBytes: 64 << 10,
+		ReadHeaderTimeout: readHeaderTimeout,
+		// Headers and body; POST /draft sets its own body deadline
+		// (--body-timeout) and clears it once the body is read, so that a
+		// request waiting for the engine is not cut off.
+		ReadTimeout: readHeaderTimeout + s.cfg.BodyTimeout,
+		// No WriteTimeout: a draft may wait in the queue (bounded by the
+		// engine's queue timeout); a client that gives up resets or closes.
+		IdleTimeout:    idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ConnContext:    withConn,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
-	s.log.Info("listening", "addr", ln.Addr().String(), "model", cfg.ModelPath)
+	go func() { serveErr <- hs.Serve(trackListener{ln}) }()
+	s.log.Info("listening", "addr", ln.Addr().String(), "model", cfg.Name)
 
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- s.Load(ctx) }()
@@ -74,6 +77,9 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		}
 	}
 
+	if loadDone != nil && s.ready.Load() == nil {
+		s.log.Info("stop requested while loading the model; not waiting for the load")
+	}
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	s.closing.Store(true)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
@@ -81,9 +87,6 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if err := hs.Shutdown(sctx); err != nil {
 		s.log.Warn("in-flight requests did not finish in time", "err", err)
 		hs.Close()
-	}
-	if loadDone != nil {
-		<-loadDone // a warm-up in progress sees ctx cancelled
 	}
 	if err := s.Close(sctx); err != nil {
 		// Requests still running at the deadline were failed; the process can
@@ -94,50 +97,36 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	return runErr
 }
 
-// Load loads the model, starts the engine and runs one warm-up draft; the
-// server is healthy when it returns nil.
+// errStopped: Close ran before the backend was ready.
+var errStopped = errors.New("server stopped before the backend was ready")
+
+// Load opens the backend and runs one warm-up draft; the server is healthy
+// when it returns nil. If Close runs first, the backend is closed and Load
+// returns an error.
 func (s *Server) Load(ctx context.Context) error {
-	if s.cfg.beforeLoad != nil {
-		s.cfg.beforeLoad()
-	}
 	t0 := time.Now()
-	path := s.cfg.ModelPath
-	if s.cfg.Resolve != nil {
-		var err error
-		if path, err = s.cfg.Resolve(ctx, path); err != nil {
-			return fmt.Errorf("prepare model %s: %w", s.cfg.ModelPath, err)
-		}
-	}
-	m, err := model.Load(path, model.Options{Threads: s.cfg.Threads, KVF32: s.cfg.KVF32})
+	d, err := s.cfg.Open(ctx, observer{s.met})
 	if err != nil {
-		return fmt.Errorf("load model: %w", err)
-	}
-	tLoad := time.Since(t0)
-	if err := ctx.Err(); err != nil {
-		m.Close()
 		return err
 	}
-	e, err := engine.New(m, engine.Options{
-		MaxBatch: s.cfg.MaxBatch, MaxQueue: s.cfg.MaxQueue, KVCacheBytes: s.cfg.KVCacheBytes,
-		MaxDraftLen: s.cfg.MaxDraftLen, Logger: s.log, Observer: observer{s.met},
-	})
-	if err != nil {
-		m.Close()
-		return fmt.Errorf("start engine: %w", err)
+	tLoad := time.Since(t0)
+	bi := d.Info()
+	if s.cfg.DraftLen > bi.Rules.MaxDraftLen {
+		d.Close(ctx)
+		return fmt.Errorf("%w: draft length %d > max draft length %d", ErrConfig, s.cfg.DraftLen, bi.Rules.MaxDraftLen)
 	}
-	var d Drafter = e
-	if s.cfg.wrap != nil {
-		d = s.cfg.wrap(d)
-	}
-	b := &backend{d: d, m: m, lim: limits{
-		Vocab: m.Vocab, MaxContext: m.MaxContext, DraftLen: s.cfg.DraftLen, MaxDraftLen: s.cfg.MaxDraftLen,
-	}}
+	b := &backend{d: d, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}}
 	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		d.Close(context.WithoutCancel(ctx))
+		return errStopped
+	}
 	s.loaded = b
 	s.mu.Unlock()
 
 	t1 := time.Now()
-	warm := warmupContext(&m.Config)
+	warm := warmupContext(bi)
 	res, err := d.Draft(ctx, warm, 1)
 	if err == nil && len(res.Draft) != 1 {
 		err = fmt.Errorf("got %d tokens, want 1", len(res.Draft))
@@ -145,36 +134,41 @@ func (s *Server) Load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("warm-up draft: %w", err)
 	}
-	if b.info, err = json.Marshal(s.info(m)); err != nil {
+	if b.info, err = json.Marshal(s.info(bi)); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errStopped
+	}
 	s.ready.Store(b)
-	s.log.Info("model ready", "model", m.String(), "kernels", kernels.Impl(), "threads", m.Threads(),
+	s.log.Info("model ready", "model", bi.Model, "arch", bi.Architecture, "kernels", bi.Kernels, "threads", bi.Threads,
 		"load", tLoad.Round(time.Millisecond), "warmup", time.Since(t1).Round(time.Millisecond))
 	return nil
 }
 
 // warmupContext is a short context of valid ids for the warm-up draft.
-func warmupContext(c *model.Config) []int {
-	n := min(8, c.MaxContext-1, c.Vocab)
+func warmupContext(bi BackendInfo) []int {
+	n := min(8, bi.Rules.MaxContext-1, bi.Rules.Vocab)
 	ids := make([]int, n)
 	for i := range ids {
 		ids[i] = i
 	}
-	if c.BOS >= 0 && c.BOS < c.Vocab {
-		ids[0] = c.BOS
+	if bi.BOS >= 0 && bi.BOS < bi.Rules.Vocab {
+		ids[0] = bi.BOS
 	}
 	return ids
 }
 
-// Close refuses new work, closes the engine (which finishes what it holds,
-// or fails it when ctx ends, and returns once its goroutine has stopped) and
-// then the model.
+// Close refuses new work and closes the backend (which finishes what it
+// holds, or fails it when ctx ends).
 func (s *Server) Close(ctx context.Context) error {
 	s.closing.Store(true)
 	s.mu.Lock()
 	b := s.loaded
 	s.loaded = nil
+	s.stopped = true
 	s.mu.Unlock()
 	if b == nil {
 		return nil
@@ -184,35 +178,18 @@ func (s *Server) Close(ctx context.Context) error {
 		err = nil
 	}
 	if err != nil {
-		err = fmt.Errorf("close engine: %w", err)
+		err = fmt.Errorf("close backend: %w", err)
 	}
-	return errors.Join(err, b.m.Close())
+	return err
 }
 
-// info is the answer of GET /v1/info.
+// info is the answer of GET /v1/info: the backend's description and the
+// server's own settings.
 type info struct {
-	Architecture string         `json:"architecture"`
-	Parameters   int64          `json:"parameters"`
-	WeightBytes  int64          `json:"weight_bytes"`
-	WeightTypes  map[string]int `json:"weight_types"` // tensors per storage type
-	VocabSize    int            `json:"vocab_size"`
-	MaxContext   int            `json:"max_context"`
-	Hidden       int            `json:"hidden_size"`
-	Layers       int            `json:"num_layers"`
-	Heads        int            `json:"num_heads"`
-	KVHeads      int            `json:"num_kv_heads"`
-	HeadDim      int            `json:"head_dim"`
-	Model        string         `json:"model"`
-	DraftLen     int            `json:"draft_len"`
-	MaxDraftLen  int            `json:"max_draft_len"`
-	Strategy     string         `json:"strategy"`
-	Kernels      string         `json:"kernels"`
-	Threads      int            `json:"threads"`
-	KVCacheType  string         `json:"kv_cache_type"`
-	MaxBatch     int            `json:"max_batch"`
-	MaxQueue     int            `json:"max_queue"`
-	Version      string         `json:"version"`
-	Build        buildInfo      `json:"build"`
+	BackendInfo
+	DraftLen int       `json:"draft_len"`
+	Version  string    `json:"version"`
+	Build    buildInfo `json:"build"`
 }
 
 type buildInfo struct {
@@ -224,21 +201,9 @@ type buildInfo struct {
 	VCSModified bool   `json:"vcs_modified,omitempty"`
 }
 
-func (s *Server) info(m *model.Model) info {
-	kv := "f16"
-	if m.KVF32() {
-		kv = "f32"
-	}
-	bi := readBuildInfo()
-	return info{
-		Architecture: m.Arch, Parameters: m.Params, WeightBytes: m.WeightBytes, WeightTypes: m.TypeCounts,
-		VocabSize: m.Vocab, MaxContext: m.MaxContext, Hidden: m.Hidden, Layers: m.Layers,
-		Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Model: filepath.Base(m.Path()),
-		DraftLen: s.cfg.DraftLen, MaxDraftLen: s.cfg.MaxDraftLen, Strategy: Strategy,
-		Kernels: kernels.Impl(), Threads: m.Threads(), KVCacheType: kv,
-		MaxBatch: s.cfg.MaxBatch, MaxQueue: s.cfg.MaxQueue,
-		Version: bi.version(), Build: bi,
-	}
+func (s *Server) info(bi BackendInfo) info {
+	b := readBuildInfo()
+	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, Version: b.version(), Build: b}
 }
 
 func readBuildInfo() buildInfo {

@@ -1,8 +1,9 @@
 // Package server is draftd's HTTP front end: the draft protocol of DESIGN §1
 // (GET /health, POST /draft, GET /metrics, GET /v1/info), request limits,
 // metrics and logs, and the life cycle of a serving process (listen at once,
-// load and warm up the model, serve, shut down gracefully). It does not
-// batch, cache or run the model: internal/engine does, behind Drafter.
+// open and warm up the backend, serve, shut down gracefully). It does not
+// load, batch, cache or run the model: the Backend it is handed does
+// (cmd/draftd builds it from internal/model and internal/engine).
 //
 // This file holds the Server, its routes and the middleware that logs,
 // counts and recovers every request.
@@ -23,68 +24,105 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/draftd/draftd/internal/engine"
-	"github.com/draftd/draftd/internal/model"
 )
 
-// Drafter is the engine as the server sees it; *engine.Engine implements it.
-type Drafter interface {
+// Backend is what the server drafts with: the model and its engine, built
+// by the caller (cmd/draftd) and handed over by Config.Open.
+type Backend interface {
+	// Draft is engine.Engine.Draft: the greedy continuation of tokens,
+	// n tokens long (already shortened to fit the model's maximum context).
 	Draft(ctx context.Context, tokens []int, n int) (engine.Result, error)
+	// Stats is a snapshot of the engine's gauges, for /metrics.
 	Stats() engine.Stats
+	// Info describes the model and engine, for /v1/info and validation.
+	Info() BackendInfo
+	// Close finishes or (when ctx ends) fails the work it holds and
+	// releases the model.
 	Close(ctx context.Context) error
 }
 
-var _ Drafter = (*engine.Engine)(nil)
+// BackendInfo is what the server needs to know of a backend: the request
+// rules, a valid context for the warm-up draft, and the fields of
+// GET /v1/info.
+type BackendInfo struct {
+	Rules engine.Rules `json:"-"`
+	BOS   int          `json:"-"` // beginning-of-sequence id, or −1
 
-// Config configures a server. Zero fields take the defaults of Defaults.
+	Architecture string         `json:"architecture"`
+	Parameters   int64          `json:"parameters"`
+	WeightBytes  int64          `json:"weight_bytes"`
+	WeightTypes  map[string]int `json:"weight_types"` // tensors per storage type
+	VocabSize    int            `json:"vocab_size"`
+	MaxContext   int            `json:"max_context"`
+	Hidden       int            `json:"hidden_size"`
+	Layers       int            `json:"num_layers"`
+	Heads        int            `json:"num_heads"`
+	KVHeads      int            `json:"num_kv_heads"`
+	HeadDim      int            `json:"head_dim"`
+	Model        string         `json:"model"`
+	MaxDraftLen  int            `json:"max_draft_len"`
+	Strategy     string         `json:"strategy"`
+	Kernels      string         `json:"kernels"`
+	Threads      int            `json:"threads"`
+	KVCacheType  string         `json:"kv_cache_type"`
+	MaxBatch     int            `json:"max_batch"`
+	MaxQueue     int            `json:"max_queue"`
+}
+
+// Config configures a server. Zero fields take the values of Defaults.
 type Config struct {
-	ModelPath string // a .gguf file or an HF directory (required)
-	Threads   int    // kernel workers; ≤ 0: all cores
-	KVF32     bool   // keep the KV cache in f32
+	// Open loads the model and starts the engine (required), reporting the
+	// engine's steps to obs (the server's metrics). It is called once, after
+	// the server listens; ctx ends when the server is stopped.
+	Open func(ctx context.Context, obs engine.Observer) (Backend, error)
+	Name string // what is served (the model path), for the log
 
-	DraftLen     int   // n when a request gives none
-	MaxDraftLen  int   // largest n a request may ask
-	MaxBatch     int   // sequences per engine step
-	MaxQueue     int   // requests waiting for a batch slot before 503
-	KVCacheBytes int64 // KV cache budget; 0: the engine's default
-	MaxBodyBytes int64 // POST /draft body limit (413 above)
-
-	ShutdownTimeout time.Duration // how long in-flight requests may take to finish
-	Logger          *slog.Logger
-
-	// Resolve, when set, turns ModelPath into the path to load (e.g. a Hub
-	// model id prepared into a cache) while /health answers 503.
-	Resolve func(ctx context.Context, model string) (string, error)
-
-	// Test hooks.
-	beforeLoad func()                // called before the model is loaded
-	wrap       func(Drafter) Drafter // wraps the engine
+	DraftLen             int           // n when a request gives none
+	MaxBodyBytes         int64         // POST /draft body limit (413 above)
+	MaxInflightBodyBytes int64         // bytes of request bodies held at once (503 above)
+	BodyTimeout          time.Duration // time to receive one request body (408 after)
+	ShutdownTimeout      time.Duration // how long in-flight requests may take to finish
+	Logger               *slog.Logger
 }
 
-// Defaults are the values zero Config fields take.
+// Defaults are the values zero Config fields take (and the defaults of the
+// serve flags): the one definition.
 var Defaults = Config{
-	DraftLen:        16,
-	MaxDraftLen:     64,
-	MaxBatch:        32,
-	MaxQueue:        256,
-	MaxBodyBytes:    2 << 20,
-	ShutdownTimeout: 30 * time.Second,
+	DraftLen:             16,
+	MaxBodyBytes:         2 << 20,
+	MaxInflightBodyBytes: 128 << 20,
+	BodyTimeout:          10 * time.Second,
+	ShutdownTimeout:      30 * time.Second,
 }
+
+// Bounds of the Config fields (and of their serve flags). DraftLen is
+// bounded by the backend's MaxDraftLen.
+const (
+	MinBodyBytes         = 64
+	MaxBodyBytes         = 1 << 30
+	MaxInflightBodyBytes = 64 << 30
+	MaxBodyTimeout       = 10 * time.Minute
+	MaxShutdownTimeout   = time.Hour
+	readHeaderTimeout    = 10 * time.Second
+	idleTimeout          = 120 * time.Second
+	maxHeaderBytes       = 64 << 10
+)
 
 // ErrConfig marks an unusable Config.
 var ErrConfig = errors.New("bad server configuration")
 
 func (c *Config) fill() error {
-	setInt := func(p *int, d int) {
-		if *p == 0 {
-			*p = d
-		}
+	if c.DraftLen == 0 {
+		c.DraftLen = Defaults.DraftLen
 	}
-	setInt(&c.DraftLen, Defaults.DraftLen)
-	setInt(&c.MaxDraftLen, Defaults.MaxDraftLen)
-	setInt(&c.MaxBatch, Defaults.MaxBatch)
-	setInt(&c.MaxQueue, Defaults.MaxQueue)
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = Defaults.MaxBodyBytes
+	}
+	if c.MaxInflightBodyBytes == 0 {
+		c.MaxInflightBodyBytes = max(Defaults.MaxInflightBodyBytes, c.MaxBodyBytes)
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = Defaults.BodyTimeout
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = Defaults.ShutdownTimeout
@@ -93,22 +131,18 @@ func (c *Config) fill() error {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.ModelPath == "":
-		return fmt.Errorf("%w: no model path", ErrConfig)
-	case c.MaxDraftLen < 1:
-		return fmt.Errorf("%w: max draft length %d < 1", ErrConfig, c.MaxDraftLen)
-	case c.DraftLen < 1 || c.DraftLen > c.MaxDraftLen:
-		return fmt.Errorf("%w: draft length %d outside [1, max draft length %d]", ErrConfig, c.DraftLen, c.MaxDraftLen)
-	case c.MaxBatch < 1:
-		return fmt.Errorf("%w: max batch %d < 1", ErrConfig, c.MaxBatch)
-	case c.MaxQueue < 0:
-		return fmt.Errorf("%w: max queue %d < 0", ErrConfig, c.MaxQueue)
-	case c.KVCacheBytes < 0:
-		return fmt.Errorf("%w: KV cache bytes %d < 0", ErrConfig, c.KVCacheBytes)
-	case c.MaxBodyBytes < 64:
-		return fmt.Errorf("%w: max body bytes %d < 64", ErrConfig, c.MaxBodyBytes)
-	case c.ShutdownTimeout < 0:
-		return fmt.Errorf("%w: shutdown timeout %v < 0", ErrConfig, c.ShutdownTimeout)
+	case c.Open == nil:
+		return fmt.Errorf("%w: no Open function", ErrConfig)
+	case c.DraftLen < 1 || c.DraftLen > engine.MaxMaxDraftLen:
+		return fmt.Errorf("%w: draft length %d outside [1, %d]", ErrConfig, c.DraftLen, engine.MaxMaxDraftLen)
+	case c.MaxBodyBytes < MinBodyBytes || c.MaxBodyBytes > MaxBodyBytes:
+		return fmt.Errorf("%w: max body bytes %d outside [%d, %d]", ErrConfig, c.MaxBodyBytes, MinBodyBytes, MaxBodyBytes)
+	case c.MaxInflightBodyBytes < c.MaxBodyBytes || c.MaxInflightBodyBytes > MaxInflightBodyBytes:
+		return fmt.Errorf("%w: max in-flight body bytes %d outside [max body bytes %d, %d]", ErrConfig, c.MaxInflightBodyBytes, c.MaxBodyBytes, MaxInflightBodyBytes)
+	case c.BodyTimeout < 0 || c.BodyTimeout > MaxBodyTimeout:
+		return fmt.Errorf("%w: body timeout %v outside (0, %v]", ErrConfig, c.BodyTimeout, MaxBodyTimeout)
+	case c.ShutdownTimeout < 0 || c.ShutdownTimeout > MaxShutdownTimeout:
+		return fmt.Errorf("%w: shutdown timeout %v outside (0, %v]", ErrConfig, c.ShutdownTimeout, MaxShutdownTimeout)
 	}
 	return nil
 }
@@ -121,18 +155,18 @@ type Server struct {
 	met     *metrics
 	handler http.Handler
 
-	ready    atomic.Pointer[backend] // nil while loading
-	closing  atomic.Bool
-	inflight chan struct{} // admission: POST /draft bodies being read or drafted
+	ready     atomic.Pointer[backend] // nil while loading
+	closing   atomic.Bool
+	bodyBytes atomic.Int64 // bytes of request bodies being read or parsed
 
-	mu     sync.Mutex
-	loaded *backend // what Close releases
+	mu      sync.Mutex
+	loaded  *backend // what Close releases
+	stopped bool     // Close ran: a backend that arrives later is closed at once
 }
 
-// backend is the loaded model and its engine.
+// backend is the loaded backend and what the server derived from it.
 type backend struct {
-	d    Drafter
-	m    *model.Model
+	d    Backend
 	lim  limits
 	info []byte // GET /v1/info answer
 }
@@ -149,9 +183,6 @@ func New(cfg Config) (*Server, error) {
 		}
 		return engine.Stats{}, false
 	})
-	// The engine bounds waiting requests by MaxQueue; this bound (a batch more)
-	// only keeps a burst of clients from holding unbounded request bodies.
-	s.inflight = make(chan struct{}, 2*cfg.MaxBatch+cfg.MaxQueue)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -205,9 +236,9 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 		if methods, ok := allow[r.URL.Path]; ok {
 			w.Header().Set("Allow", strings.Join(methods, ", "))
-			return reqErr(CodeMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(methods, ", ")))
+			return reqErr(CodeMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s; allowed: %s", clip(r.Method), r.URL.Path, strings.Join(methods, ", ")))
 		}
-		return reqErr(CodeNotFound, fmt.Sprintf("no route %s %s; routes: %s", r.Method, r.URL.Path, routesText))
+		return reqErr(CodeNotFound, fmt.Sprintf("no route %s %s; routes: %s", clip(r.Method), clip(r.URL.Path), routesText))
 	}))
 	return mux
 }
@@ -243,6 +274,7 @@ func (s *Server) wrap(name string, h handlerFunc) http.Handler {
 		rw := &recorder{ResponseWriter: w}
 		x := &exchange{}
 		var ae *apiError
+		abort := false
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -267,11 +299,20 @@ func (s *Server) wrap(name string, h handlerFunc) http.Handler {
 				s.met.panics.Inc()
 			}
 			s.logRequest(r, name, status, d, x, ae)
+			if abort {
+				// The client is gone and nothing was written: close the
+				// connection rather than let net/http send an empty 200.
+				panic(http.ErrAbortHandler)
+			}
 		}()
 		if err := h(rw, r, x); err != nil {
 			e := apiErrorFor(err)
 			ae = &e
-			if e.Status != StatusClientClosed && rw.status == 0 {
+			switch {
+			case rw.status != 0:
+			case e.Status == StatusClientClosed:
+				abort = true
+			default:
 				s.writeError(rw, e)
 			}
 			if e.Bug {
@@ -296,7 +337,7 @@ func (s *Server) logRequest(r *http.Request, route string, status int, d time.Du
 		return
 	}
 	attrs := append([]slog.Attr{
-		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
+		slog.String("method", clip(r.Method)), slog.String("path", clip(r.URL.Path)), slog.String("route", route),
 		slog.Int("status", status), slog.Duration("dur", d), slog.String("remote", r.RemoteAddr),
 	}, x.attrs...)
 	if ae != nil {

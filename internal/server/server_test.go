@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 
+	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/model"
 )
 
@@ -45,18 +47,64 @@ type testServer struct {
 	err    error
 }
 
-// startServer runs a server with cfg (model and small limits filled in) and
-// stops it when the test ends. It does not wait for health.
+// engineBackend is the backend cmd/draftd builds (a model and its engine),
+// rebuilt here because tests cannot import a main package.
+type engineBackend struct {
+	*engine.Engine
+	m    *model.Model
+	info BackendInfo
+}
+
+func (b *engineBackend) Info() BackendInfo { return b.info }
+
+func (b *engineBackend) Close(ctx context.Context) error {
+	err := b.Engine.Close(ctx)
+	return errors.Join(err, b.m.Close())
+}
+
+// tinyOpen opens the shipped tiny model with an engine of opt (a 32 MiB KV
+// budget and no practical queue timeout unless given), wrapped by wrap when
+// not nil.
+func tinyOpen(opt engine.Options, wrap func(Backend) Backend) func(context.Context, engine.Observer) (Backend, error) {
+	return func(ctx context.Context, obs engine.Observer) (Backend, error) {
+		m, err := model.Load(tinyModel, model.Options{Threads: 2})
+		if err != nil {
+			return nil, err
+		}
+		if opt.KVCacheBytes == 0 {
+			opt.KVCacheBytes = 32 << 20
+		}
+		if opt.QueueTimeout == 0 {
+			// Tests not about the queue timeout must not meet it on a slow
+			// (shared, -race) machine.
+			opt.QueueTimeout = engine.MaxQueueTimeout
+		}
+		opt.Observer = obs
+		e, err := engine.New(m, opt)
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		o := e.Options()
+		var b Backend = &engineBackend{Engine: e, m: m, info: BackendInfo{
+			Rules: e.Rules(), BOS: m.BOS, Architecture: m.Arch, Parameters: m.Params, WeightBytes: m.WeightBytes,
+			WeightTypes: m.TypeCounts, VocabSize: m.Vocab, MaxContext: m.MaxContext, Model: "tiny",
+			MaxDraftLen: o.MaxDraftLen, Strategy: "model-greedy", Kernels: "test", Threads: m.Threads(),
+			MaxBatch: o.MaxBatch, MaxQueue: o.MaxQueue,
+		}}
+		if wrap != nil {
+			b = wrap(b)
+		}
+		return b, nil
+	}
+}
+
+// startServer runs a server with cfg (the tiny model unless cfg.Open is
+// set) and stops it when the test ends. It does not wait for health.
 func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
-	if cfg.ModelPath == "" {
-		cfg.ModelPath = tinyModel
-	}
-	if cfg.KVCacheBytes == 0 {
-		cfg.KVCacheBytes = 32 << 20
-	}
-	if cfg.Threads == 0 {
-		cfg.Threads = 2
+	if cfg.Open == nil {
+		cfg.Open = tinyOpen(engine.Options{}, nil)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
@@ -215,7 +263,11 @@ func idsJSON(ids []int) string {
 
 func TestHealthLoadingThenOK(t *testing.T) {
 	release := make(chan struct{})
-	ts := startServer(t, Config{beforeLoad: func() { <-release }})
+	open := tinyOpen(engine.Options{}, nil)
+	ts := startServer(t, Config{Open: func(ctx context.Context, obs engine.Observer) (Backend, error) {
+		<-release // a slow disk
+		return open(ctx, obs)
+	}})
 
 	st, h, b := ts.do("GET", "/health", "")
 	if st != http.StatusServiceUnavailable || string(bytes.TrimSpace(b)) != `{"status":"loading"}` {
@@ -325,7 +377,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestAliasesAndDefaults(t *testing.T) {
-	ts := startHealthy(t, Config{DraftLen: 16, MaxDraftLen: 64})
+	ts := startHealthy(t, Config{DraftLen: 16, Open: tinyOpen(engine.Options{MaxDraftLen: 64}, nil)})
 	ctx := seq(3, 20)
 	want := ts.draft(ctx, 8)
 	for _, body := range []string{
@@ -410,7 +462,7 @@ func TestDraftsEqualGenerate(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
-	ts := startHealthy(t, Config{DraftLen: 12, MaxDraftLen: 40})
+	ts := startHealthy(t, Config{DraftLen: 12, Open: tinyOpen(engine.Options{MaxDraftLen: 40}, nil)})
 	st, h, b := ts.do("GET", "/v1/info", "")
 	if st != http.StatusOK || h.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /v1/info: %d %v %s", st, h, b)
