@@ -53,10 +53,7 @@ func TestScaleOut(t *testing.T) {
 		t.Fatal("DRAFTD_SCALEOUT=1 but no haproxy in PATH: apt-get install haproxy")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "draftd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := draftdBin(t)
 
 	// A tiny target and a drafter of its first layers, as in `draftd demo`,
 	// so conversations take several steps each.
@@ -253,18 +250,18 @@ func replayVia(t *testing.T, base string, samples []eval.Sample, rec *recorder) 
 	return r
 }
 
-// proc is a started process whose exit is waited for once, in the
+// child is a started process whose exit is waited for once, in the
 // background; done is closed when it has exited.
-type proc struct {
+type child struct {
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
 	done chan struct{}
 	err  error // valid after done
 }
 
-func startProc(t *testing.T, env []string, name string, args ...string) *proc {
+func startChild(t *testing.T, env []string, name string, args ...string) *child {
 	t.Helper()
-	p := &proc{cmd: exec.Command(name, args...), log: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &child{cmd: exec.Command(name, args...), log: &bytes.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -280,7 +277,7 @@ func startProc(t *testing.T, env []string, name string, args ...string) *proc {
 
 // replica is one `draftd serve` process.
 type replica struct {
-	*proc
+	*child
 	name string // HAProxy's server name for it
 	url  string
 }
@@ -291,9 +288,9 @@ func startReplica(t *testing.T, bin, modelPath string) *replica {
 	t.Helper()
 	addr := freeAddr(t)
 	rp := &replica{name: fmt.Sprintf("r%d", replicaCount.Add(1)), url: "http://" + addr}
-	rp.proc = startProc(t, nil, bin, "serve", "--model", modelPath, "--addr", addr, "--threads", "1",
+	rp.child = startChild(t, nil, bin, "serve", "--model", modelPath, "--addr", addr, "--threads", "1",
 		"--kv-cache-bytes", strconv.Itoa(64<<20), "--log-level", "warn")
-	waitFor(t, rp.url+"/health", rp.proc)
+	waitFor(t, rp.url+"/health", rp.child)
 	return rp
 }
 
@@ -360,7 +357,7 @@ func startProxy(t *testing.T, haproxy, dir string, reps []*replica) string {
 		t.Fatal(err)
 	}
 	addr, maddr := freeAddr(t), freeAddr(t)
-	p := startProc(t, []string{"DRAFTD_PROXY_BIND=" + addr, "DRAFTD_PROXY_METRICS_BIND=" + maddr}, haproxy, "-db", "-f", path)
+	p := startChild(t, []string{"DRAFTD_PROXY_BIND=" + addr, "DRAFTD_PROXY_METRICS_BIND=" + maddr}, haproxy, "-db", "-f", path)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("haproxy log:\n%s", p.log)
@@ -372,7 +369,7 @@ func startProxy(t *testing.T, haproxy, dir string, reps []*replica) string {
 
 // waitFor polls u until it answers 200; it fails when the process exits
 // first or a minute passes.
-func waitFor(t *testing.T, u string, p *proc) {
+func waitFor(t *testing.T, u string, p *child) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
