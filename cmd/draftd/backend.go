@@ -9,14 +9,12 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/kernels"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/server"
 )
-
-// strategy names how drafts are made.
-const strategy = "model-greedy"
 
 // backendOptions are what the backend is built from.
 type backendOptions struct {
@@ -26,13 +24,25 @@ type backendOptions struct {
 	Resolve func(ctx context.Context, model string) (string, error)
 	Model   model.Options
 	Engine  engine.Options // Observer is set by the server
+	Lookup  draft.Options  // of the strategies a request names (zero: draft.DefaultOptions)
 }
 
 // engineBackend is a model and its engine.
 type engineBackend struct {
 	*engine.Engine
-	m    *model.Model
-	info server.BackendInfo
+	m      *model.Model
+	info   server.BackendInfo
+	lookup draft.Options
+}
+
+// DraftStrategy implements server.Backend: the named strategy, with the
+// backend's lookup options.
+func (b *engineBackend) DraftStrategy(ctx context.Context, tokens []int, n int, name string) (engine.Result, error) {
+	s, err := draft.New(name, b.lookup)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return b.Engine.DraftWith(ctx, tokens, n, s)
 }
 
 var _ server.Backend = (*engineBackend)(nil)
@@ -78,13 +88,28 @@ func openBackend(opt backendOptions) func(context.Context, engine.Observer) (ser
 		if m.KVF32() {
 			kv = "f32"
 		}
-		return &engineBackend{Engine: e, m: m, info: server.BackendInfo{
+		lookup := opt.Lookup
+		if lookup == (draft.Options{}) {
+			lookup = draft.DefaultOptions()
+		}
+		return &engineBackend{Engine: e, m: m, lookup: lookup, info: server.BackendInfo{
 			Rules: e.Rules(), BOS: m.BOS,
 			Architecture: m.Arch, Parameters: m.Params, WeightBytes: m.WeightBytes, WeightTypes: m.TypeCounts,
+			WeightMix: weightMix(m), BitsPerWeight: m.BitsPerWeight(),
 			VocabSize: m.Vocab, MaxContext: m.MaxContext, Hidden: m.Hidden, Layers: m.Layers,
 			Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Model: filepath.Base(m.Path()),
-			MaxDraftLen: o.MaxDraftLen, Strategy: strategy, Kernels: kernels.Impl(), Threads: m.Threads(),
+			MaxDraftLen: o.MaxDraftLen, Strategy: o.Strategy.Name(), Strategies: draft.Names,
+			TrustMatch: lookup.Trust, MinMatch: lookup.MinMatch, LookupChoice: lookup.Choice.String(), Kernels: kernels.Impl(), Threads: m.Threads(),
 			KVCacheType: kv, MaxBatch: o.MaxBatch, MaxQueue: o.MaxQueue,
 		}}, nil
 	}
+}
+
+// weightMix is the model's weights by storage type for /v1/info.
+func weightMix(m *model.Model) map[string]server.WeightShare {
+	mix := map[string]server.WeightShare{}
+	for t, s := range m.Mix() {
+		mix[t] = server.WeightShare(s)
+	}
+	return mix
 }

@@ -56,8 +56,30 @@ func runInfo(ctx context.Context, args []string) error {
 		types = append(types, t)
 	}
 	sort.Strings(types)
+	mix := m.Mix()
 	for _, t := range types {
-		fmt.Fprintf(w, "tensors %s\t%d\n", t, m.TypeCounts[t])
+		fmt.Fprintf(w, "tensors %s\t%d (%d parameters, %.4g bits/weight)\n", t, m.TypeCounts[t], mix[t].Params, mix[t].BitsPerWeight)
+	}
+	fmt.Fprintf(w, "bits per weight\t%.4g\n", m.BitsPerWeight())
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// Every tensor, with its file name (llama.cpp's for GGUF files).
+	fmt.Println()
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "tensor\ttype\tparameters\tbits/weight")
+	gguf := !isDir(*path)
+	for _, t := range m.Tensors {
+		name := t.Name
+		if gguf {
+			name = model.GGUFName(name)
+		}
+		fmt.Fprintf(w, "%s\t%v\t%d\t%.4g\n", name, t.Type, t.Params, 8*float64(t.Bytes)/float64(t.Params))
 	}
 	return w.Flush()
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }

@@ -11,8 +11,10 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/server"
@@ -67,6 +69,10 @@ func runServe(ctx context.Context, args []string) error {
 		kvF32      = fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
 		logFormat  = fs.String("log-format", "text", "log format: text or json")
 		logLevel   = fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
+		strategy   = fs.String("strategy", draft.Default, "drafting strategy: "+strings.Join(draft.Names, ", ")+" (a request may name its own)")
+		trustMatch = fs.Int("trust-match", draft.DefaultTrust, "hybrid keeps lookup tokens the model disagrees with when their match is at least this long (0: never)")
+		choice     = fs.String("lookup-choice", draft.DefaultChoice.String(), "which earlier occurrence of the longest match lookup follows: recent or frequent (most frequent continuation)")
+		minMatch   = fs.Int("min-match", draft.DefaultMinMatch, "hybrid proposes lookup tokens only after a match of at least this many tokens")
 		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, fmt.Sprintf("how long in-flight requests may take to finish on a signal; (0, %v]", server.MaxShutdownTimeout))
 	)
 	if stop, err := parseClientFlags(fs, args); stop {
@@ -107,10 +113,19 @@ func runServe(ctx context.Context, args []string) error {
 		{*maxInfl < *maxBody || *maxInfl > server.MaxInflightBodyBytes, outside("max-inflight-body-bytes", *maxInfl, fmt.Sprintf("--max-body-bytes %d", *maxBody), int64(server.MaxInflightBodyBytes))},
 		{*bodyTO <= 0 || *bodyTO > server.MaxBodyTimeout, fmt.Sprintf("--body-timeout %v outside (0, %v]", *bodyTO, server.MaxBodyTimeout)},
 		{*shutdownTO <= 0 || *shutdownTO > server.MaxShutdownTimeout, fmt.Sprintf("--shutdown-timeout %v outside (0, %v]", *shutdownTO, server.MaxShutdownTimeout)},
+		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
+		{*trustMatch < 0 || *trustMatch > draft.MaxMatch, outside("trust-match", *trustMatch, 0, draft.MaxMatch)},
+		{*minMatch < 1 || *minMatch > draft.MaxMatch, outside("min-match", *minMatch, 1, draft.MaxMatch)},
+		{*choice != "recent" && *choice != "frequent", "--lookup-choice must be recent or frequent"},
 	} {
 		if c.bad {
 			return clientUsageError(fs, c.msg)
 		}
+	}
+	lookup := draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]}
+	strat, err := draft.New(*strategy, lookup)
+	if err != nil {
+		return clientUsageError(fs, err.Error())
 	}
 	cfg := server.Config{
 		Name: *path,
@@ -119,7 +134,8 @@ func runServe(ctx context.Context, args []string) error {
 			Resolve:   resolveModel,
 			Model:     model.Options{Threads: *threads, KVF32: *kvF32},
 			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: *kvBytes,
-				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger},
+				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger, Strategy: strat},
+			Lookup: lookup,
 		}),
 		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
 		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,

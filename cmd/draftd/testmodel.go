@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/draftd/draftd/internal/dtype"
@@ -21,8 +22,8 @@ func init() {
 
 func runTestModel(ctx context.Context, args []string) error {
 	fs := newFlags("testmodel", "testmodel (--gguf FILE | --hf DIR) [--shape S] [--type T] [flags]", "")
-	shape := fs.String("shape", "qwen3-0.6b", "qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2 or tiny-llama")
-	typ := fs.String("type", "q8_0", "matrix storage type: f32, f16, bf16, q8_0 or q4_0")
+	shape := fs.String("shape", "qwen3-0.6b", "qwen3-0.6b, qwen3-1.7b, tiny-qwen3, tiny-qwen2, tiny-llama or tiny-llama3")
+	typ := fs.String("type", "q8_0", "matrix storage type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k … q6_k) or mix: q4_k_m, q5_k_m (llama.cpp's rules), kmix (every K type)")
 	out := fs.String("gguf", "", "write the GGUF file here")
 	hf := fs.String("hf", "", "write the HF safetensors directory here")
 	seed := fs.Uint64("seed", 0, "random seed (0: the shape's default)")
@@ -35,12 +36,24 @@ func runTestModel(ctx context.Context, args []string) error {
 		return clientUsageError(fs, "give --gguf FILE and/or --hf DIR")
 	}
 	t, err := dtype.Parse(*typ)
+	recipe := ""
 	if err != nil {
-		return clientUsageError(fs, fmt.Sprintf("--type: %v", err))
+		// A llama.cpp mix (q4_k_m, q5_k_m) or kmix: types per tensor.
+		if _, rerr := testmodel.TensorType(*typ, "output.weight", 1); rerr != nil && *typ != "kmix" {
+			return clientUsageError(fs, fmt.Sprintf("--type: %v (or a mix: %s, kmix)", err, strings.Join(testmodel.Recipes, ", ")))
+		}
+		recipe, t = *typ, dtype.Q4_K
 	}
 	spec, err := testmodel.ByName(*shape, t)
 	if err != nil {
 		return clientUsageError(fs, fmt.Sprintf("--shape: %v", err))
+	}
+	if recipe != "" {
+		name := strings.TrimSuffix(spec.Name, strings.ToLower(t.String())) + recipe
+		if spec, err = spec.WithRecipe(recipe); err != nil {
+			return fmt.Errorf("testmodel: %w", err)
+		}
+		spec.Name = name
 	}
 	if *seed != 0 {
 		spec.Seed = *seed

@@ -6,6 +6,8 @@
 //	Q4_0: 32 weights per 18-byte block: f16 scale d, then 16 bytes; byte j holds
 //	      weight j in its low nibble and weight j+16 in its high nibble; w = d*(nibble-8).
 //
+// The K-quants (Q2_K…Q6_K) and Q4_1/Q5_0/Q5_1 are in kquant.go.
+//
 // This package is not a tensor library: it only knows how bytes encode numbers.
 package dtype
 
@@ -46,17 +48,20 @@ func (t Type) String() string {
 	case Q4_0:
 		return "Q4_0"
 	}
+	if k := kString(t); k != "" {
+		return k
+	}
 	return fmt.Sprintf("ggml-type-%d", uint32(t))
 }
 
 // Parse maps a name such as "q8_0" or "BF16" to a Type.
 func Parse(s string) (Type, error) {
-	for _, t := range Types {
+	for _, t := range append(Types[:len(Types):len(Types)], KTypes...) {
 		if equalFold(s, t.String()) {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown weight type %q (want one of f32, f16, bf16, q8_0, q4_0)", s)
+	return 0, fmt.Errorf("unknown weight type %q (want one of f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_1, q5_0, q5_1)", s)
 }
 
 func equalFold(a, b string) bool {
@@ -84,14 +89,16 @@ func (t Type) Supported() bool {
 	case F32, F16, BF16, Q8_0, Q4_0:
 		return true
 	}
-	return false
+	return kString(t) != ""
 }
 
 // BlockSize is the number of elements in one storage block of t.
 func (t Type) BlockSize() int {
 	switch t {
-	case Q8_0, Q4_0:
+	case Q8_0, Q4_0, Q4_1, Q5_0, Q5_1:
 		return QK
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+		return QKK
 	}
 	return 1
 }
@@ -108,7 +115,7 @@ func (t Type) BlockBytes() int {
 	case Q4_0:
 		return 2 + QK/2
 	}
-	return 0
+	return kBlockBytes(t)
 }
 
 // RowBytes is the size of n consecutive elements of t, or an error when n is
@@ -164,6 +171,8 @@ func Dequantize(t Type, dst []float32, src []byte) error {
 				dst[b*QK+j+QK/2] = d * float32(int(q>>4)-8)
 			}
 		}
+	default:
+		dequantizeK(t, dst, src)
 	}
 	return nil
 }
@@ -171,6 +180,7 @@ func Dequantize(t Type, dst []float32, src []byte) error {
 // Quantize encodes src into type t, appending to dst, with ggml's reference
 // rounding (quantize_row_q8_0_ref / quantize_row_q4_0_ref; round-to-nearest-even
 // for f16/bf16), so files written here are byte-identical to llama.cpp's.
+// The types of kquant.go use the encoders of kquant_quant.go.
 func Quantize(t Type, dst []byte, src []float32) ([]byte, error) {
 	if _, err := t.RowBytes(len(src)); err != nil {
 		return dst, err
@@ -226,6 +236,8 @@ func Quantize(t Type, dst []byte, src []float32) ([]byte, error) {
 				dst = append(dst, byte(x0)|byte(x1)<<4)
 			}
 		}
+	default:
+		dst = quantizeK(t, dst, src)
 	}
 	return dst, nil
 }

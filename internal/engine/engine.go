@@ -6,8 +6,9 @@
 //
 // This file is the API: options, Draft, Close, Stats and the errors the
 // server maps to HTTP statuses. loop.go is the goroutine. The engine does not
-// speak HTTP, choose drafting strategies (internal/draft) or own the model's
-// lifetime (the caller closes the model after Close).
+// speak HTTP, decide which tokens become a draft (a strategy of
+// internal/draft does, driven from strategy.go) or own the model's lifetime
+// (the caller closes the model after Close).
 package engine
 
 import (
@@ -19,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/kvcache"
 	"github.com/draftd/draftd/internal/model"
 )
@@ -60,6 +62,8 @@ type Options struct {
 	PrefillChunk int
 	Logger       *slog.Logger // nil: discard
 	Observer     Observer     // may be nil
+	// Strategy drafts the requests that name none (nil: draft.Model).
+	Strategy draft.Strategy
 }
 
 // Observer receives the engine's events, for metrics. It is called from the
@@ -75,9 +79,11 @@ type Observer interface {
 
 // Result is the answer to one Draft call.
 type Result struct {
-	Draft         []int // (≤ n) greedy continuation; shorter only at the model's maximum context
-	PrefillTokens int   // context tokens run through prefill (= len(tokens) − CachedTokens)
-	CachedTokens  int   // context tokens whose KV came from the prefix cache
+	Draft         []int       // (≤ n) the strategy's draft; shorter at the model's maximum context, or when a model-free strategy finds nothing
+	PrefillTokens int         // context tokens run through prefill (= len(tokens) − CachedTokens)
+	CachedTokens  int         // context tokens whose KV came from the prefix cache
+	Strategy      string      // the strategy that drafted it
+	Sources       draft.Stats // where the draft tokens came from
 }
 
 // Stats is a snapshot of the engine's gauges and counters.
@@ -194,6 +200,7 @@ type request struct {
 	ctx    context.Context
 	tokens []int // (L) the context, a private copy with room for n more
 	n      int   // draft tokens to produce, already shortened to fit MaxContext
+	strat  draft.Guided
 	reply  chan reply
 	state  atomic.Int32 // queued, taken by the loop, or withdrawn by Draft
 }
@@ -257,6 +264,12 @@ func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (
 	if opt.KVCacheBytes <= 0 {
 		opt.KVCacheBytes = DefaultKVCacheBytes()
 	}
+	if opt.Strategy == nil {
+		opt.Strategy = draft.Model{}
+	}
+	if err := checkStrategy(opt.Strategy); err != nil {
+		return nil, err
+	}
 	log := opt.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -275,7 +288,7 @@ func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (
 	log.Info("engine started", "max_batch", opt.MaxBatch, "max_queue", opt.MaxQueue,
 		"kv_budget_bytes", opt.KVCacheBytes, "kv_block_bytes", m.BlockBytes(),
 		"kv_blocks", cache.MaxBlocks(), "max_draft_len", opt.MaxDraftLen, "prefill_chunk", opt.PrefillChunk,
-		"queue_timeout", opt.QueueTimeout)
+		"queue_timeout", opt.QueueTimeout, "strategy", opt.Strategy.Name())
 	go e.loop()
 	return e, nil
 }
@@ -283,26 +296,36 @@ func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (
 // Options returns the options in effect (defaults filled in).
 func (e *Engine) Options() Options { return e.opt }
 
-// Draft returns the greedy continuation of tokens, n tokens long (shorter
-// when the model's maximum context comes first). It fails at once with an
-// *InputError for bad input, ErrQueueFull when MaxQueue requests wait, and
-// ErrClosed after Close, ErrQueueTimeout when it waited QueueTimeout for a
-// place in the batch; it returns ctx.Err() when ctx ends first (the request
-// then leaves the batch at the next step boundary). Draft keeps no reference
-// to tokens after it returns.
+// Draft is DraftWith the engine's strategy (Options.Strategy).
 func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error) {
+	return e.DraftWith(ctx, tokens, n, nil)
+}
+
+// DraftWith returns the draft of strategy s (nil: Options.Strategy) after
+// tokens, n tokens long (shorter when the model's maximum context comes
+// first, or when a model-free strategy has nothing to propose). It fails at
+// once with an *InputError for bad input, ErrQueueFull when MaxQueue
+// requests wait, and ErrClosed after Close, ErrQueueTimeout when it waited
+// QueueTimeout for a place in the batch; it returns ctx.Err() when ctx ends
+// first (the request then leaves the batch at the next step boundary).
+// DraftWith keeps no reference to tokens after it returns.
+func (e *Engine) DraftWith(ctx context.Context, tokens []int, n int, s draft.Strategy) (Result, error) {
 	if err := e.validate(tokens, n); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	g, res, err := e.route(tokens, n, s)
+	if g == nil {
+		return res, err
+	}
 	n = e.Rules().Fit(len(tokens), n)
 	// The one copy of the context the engine keeps (the loop may still read
 	// it after we return), with room for the draft.
 	own := make([]int, len(tokens), len(tokens)+n)
 	copy(own, tokens)
-	r := &request{ctx: ctx, tokens: own, n: n, reply: make(chan reply, 1)}
+	r := &request{ctx: ctx, tokens: own, n: n, strat: g, reply: make(chan reply, 1)}
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()

@@ -140,6 +140,7 @@ type convStats struct {
 // It runs until the context reaches end (0: the model's maximum).
 func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, prefix []int, n int, exactPrefill bool, end int, st *convStats) {
 	ctxTokens := slices.Clone(prefix)
+	ref := &refConv{m: m}
 	expect := -1 // prefill count the cache must give, once known
 	accepted := 0
 	if end == 0 {
@@ -151,7 +152,7 @@ func runConversation(t *testing.T, e *Engine, m *model.Model, r *rand.Rand, pref
 			t.Errorf("Draft(len %d): %v", len(ctxTokens), err)
 			return
 		}
-		if !checkDraft(t, m, ctxTokens, n, res.Draft) {
+		if !ref.check(t, ctxTokens, n, res.Draft) {
 			return
 		}
 		if res.PrefillTokens+res.CachedTokens != len(ctxTokens) {

@@ -23,6 +23,7 @@ type seq struct {
 	pos    int   // positions whose KV is written: all[:pos]
 	cached int   // positions [0, cached) came from the cache
 	ms     model.Seq
+	strategyState
 }
 
 // loop runs until Close has drained the queue (or aborted it).
@@ -128,6 +129,7 @@ func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
 		all := r.tokens // Draft made it with room for the draft
 		r.tokens = nil
 		s := &seq{req: r, lease: lease, all: all, L: L, pos: lease.Cached, cached: lease.Cached}
+		s.drafter = r.strat.Start(all[:L], r.n)
 		if s.cached > 0 {
 			e.hit.Add(uint64(s.cached))
 			e.observe(func(o Observer) { o.CacheHit(s.cached) })
@@ -181,7 +183,12 @@ func (e *Engine) step(active []*seq) []*seq {
 		s.ms.Pos = s.pos
 		s.ms.Blocks = s.lease.Blocks
 		batch = append(batch, s)
-		seqs = append(seqs, &s.ms)
+		if s.pos+k == len(s.all) { // the strategy may add a proposal
+			seqs = s.propose(seqs)
+			decode += s.nprop
+		} else {
+			seqs = append(seqs, &s.ms)
+		}
 	}
 	if err := e.forward(seqs); err != nil {
 		e.log.Error("forward step failed; failing its requests", "err", err, "batch", len(batch))
@@ -205,10 +212,7 @@ func (e *Engine) step(active []*seq) []*seq {
 	out := active[:0]
 	for _, s := range active {
 		if len(s.ms.Tokens) > 0 { // ran in this step
-			s.pos += len(s.ms.Tokens)
-			if s.pos == len(s.all) {
-				s.all = append(s.all, s.ms.Next)
-			}
+			s.advance()
 		}
 		s.ms.Tokens = nil
 		if len(s.all)-s.L == s.req.n {
@@ -245,6 +249,8 @@ func (e *Engine) finish(s *seq) {
 		Draft:         append([]int(nil), s.all[s.L:]...),
 		PrefillTokens: s.L - s.cached,
 		CachedTokens:  s.cached,
+		Strategy:      s.req.strat.Name(),
+		Sources:       s.sources(),
 	}
 	e.respond(s.req, res, nil)
 }

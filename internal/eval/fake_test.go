@@ -42,6 +42,10 @@ type fakeServer struct {
 	script map[string]reply
 	n      int // the n every request must carry
 
+	// hung receives the context of every request that hangs, once it is
+	// hanging (buffered; a full channel drops the notice).
+	hung chan string
+
 	mu   sync.Mutex
 	seen map[string]int // requests per context
 }
@@ -49,7 +53,7 @@ type fakeServer struct {
 func key(tokens []int) string { return fmt.Sprint(tokens) }
 
 func newFakeServer(t *testing.T, n int, script map[string]reply) (*fakeServer, *httptest.Server) {
-	f := &fakeServer{t: t, script: script, n: n, seen: map[string]int{}}
+	f := &fakeServer{t: t, script: script, n: n, seen: map[string]int{}, hung: make(chan string, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"status":"ok"}`)
@@ -134,6 +138,10 @@ func (f *fakeServer) answer(w http.ResponseWriter, r *http.Request, rep reply, o
 	case !ok:
 		httpError(w, 500, "unscripted", "no reply scripted for "+key(tokens))
 	case rep.hang:
+		select {
+		case f.hung <- key(tokens):
+		default:
+		}
 		<-r.Context().Done()
 	case rep.peerBug:
 		// llama-server's body for an exception in a completion (format_error_response).

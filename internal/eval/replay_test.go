@@ -304,12 +304,15 @@ func TestReplayInterrupted(t *testing.T) {
 	defer cancel()
 	b := samples[1]
 	script[key(ctxOf(b, 0))] = reply{hang: true}
-	_, srv := newFakeServer(t, 4, script)
+	fake, srv := newFakeServer(t, 4, script)
 	d, _ := NewDrafter(BackendDraftd, NewHTTPClient(1), srv.URL)
 	go func() {
 		// Sample A takes 3 requests; cancel once B's request hangs.
-		time.Sleep(200 * time.Millisecond)
-		cancel()
+		select {
+		case <-fake.hung:
+			cancel()
+		case <-ctx.Done():
+		}
 	}()
 	r, err := Replay(ctx, d, samples, ReplayOptions{N: 4, Concurrency: 1, Timeout: time.Minute})
 	if !errors.Is(err, context.Canceled) {

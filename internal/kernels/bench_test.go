@@ -63,7 +63,7 @@ func BenchmarkMatmul(b *testing.B) {
 	}
 	pool := NewPool(0)
 	defer pool.Close()
-	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0, dtype.BF16, dtype.F16, dtype.F32} {
+	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0, dtype.BF16, dtype.F16, dtype.F32, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
 		b.Run(strings.ToLower(typ.String()), func(b *testing.B) {
 			for _, s := range shapes {
 				b.Run(s.name, func(b *testing.B) {

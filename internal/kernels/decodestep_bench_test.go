@@ -50,10 +50,15 @@ func BenchmarkDecodeStep(b *testing.B) {
 		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0), []int{1, 8, 32}},
 		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.BF16), []int{1, 32}},
 		{"qwen3-1.7b", testmodel.Qwen3_17B(dtype.Q4_0), []int{1, 32}},
+		{"qwen3-1.7b", q4km(testmodel.Qwen3_17B(dtype.Q4_K)), []int{1, 8, 32}},
 	}
 	const ctx = 512
 	for _, c := range cases {
-		b.Run(fmt.Sprintf("%s/%s", c.name, lowerType(c.spec.Type)), func(b *testing.B) {
+		typ := lowerType(c.spec.Type)
+		if c.spec.Recipe != "" {
+			typ = c.spec.Recipe
+		}
+		b.Run(fmt.Sprintf("%s/%s", c.name, typ), func(b *testing.B) {
 			m := benchModel(b, c.spec)
 			defer m.Close()
 			r := rand.New(rand.NewPCG(1, 2))
@@ -91,6 +96,16 @@ func BenchmarkDecodeStep(b *testing.B) {
 			}
 		})
 	}
+}
+
+// q4km is s in llama.cpp's Q4_K_M mix.
+func q4km(s testmodel.Spec) testmodel.Spec {
+	k, err := s.WithRecipe("q4_k_m")
+	if err != nil {
+		panic(err)
+	}
+	k.Name += "_m"
+	return k
 }
 
 func lowerType(t dtype.Type) string {

@@ -36,6 +36,9 @@ func NewMatrix(t dtype.Type, rows, cols int, data []byte) (*Matrix, error) {
 	}
 	m := &Matrix{Type: t, Rows: rows, Cols: cols, Data: data, rowBytes: rb}
 	m.packed = pack(m)
+	if kType(t) {
+		m.packed = kpack(m) // kquant.go
+	}
 	return m, nil
 }
 
@@ -51,6 +54,7 @@ func (m *Matrix) Bytes() int { return len(m.Data) }
 // Q8_0/Q4_0 weights each activation row is first quantized to Q8_0 blocks
 // (as llama.cpp does) and each block product is an exact integer dot scaled
 // by d_w·d_x, so every implementation agrees up to f32 summation order.
+// K-quant and Q4_1/Q5_0/Q5_1 weights work the same way (see kquant.go).
 func MatMul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 	if batch <= 0 {
 		return
@@ -60,6 +64,10 @@ func MatMul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 	}
 	x = x[:batch*w.Cols]
 	y = y[:batch*w.Rows]
+	if kType(w.Type) {
+		kmatmul(p, y, nil, w, x, batch, false) // kquant.go
+		return
+	}
 	matmul(p, y, w, x, batch)
 }
 
@@ -73,6 +81,10 @@ func MatMulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
 	}
 	if len(x) < batch*w.Cols || len(ids) < batch {
 		panic(fmt.Sprintf("kernels.MatMulArgmax: x has %d floats, ids %d for batch %d of (%d, %d)", len(x), len(ids), batch, w.Rows, w.Cols))
+	}
+	if kType(w.Type) {
+		kmatmul(p, nil, ids[:batch], w, x[:batch*w.Cols], batch, false)
+		return
 	}
 	matmulArgmax(p, ids[:batch], w, x[:batch*w.Cols], batch)
 }
@@ -88,6 +100,10 @@ func matmulArgmaxRef(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
 
 // matmulRef is MatMul on the plain-Go reference kernel.
 func matmulRef(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
+	if kType(w.Type) {
+		kmatmul(p, y, nil, w, x, batch, true)
+		return
+	}
 	var xq []byte
 	if w.Type == dtype.Q8_0 || w.Type == dtype.Q4_0 {
 		xq = quantizeActivations(x, batch, w.Cols)

@@ -1,26 +1,20 @@
 // Config is the validated set of hyper-parameters of one decoder, read from an
-// HF config.json or from GGUF metadata. Anything draftd does not implement is
-// an error here, so a model either runs exactly or not at all.
+// HF config.json (config_hf.go) or from GGUF metadata (config_gguf.go) with
+// the keys its Family declares. Anything draftd does not implement is an
+// error here, so a model either runs exactly or not at all. Counts are also
+// bounded here; load.go checks them against the tensors the file holds
+// before anything is allocated from them.
 package model
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/draftd/draftd/internal/fileio"
-)
-
-// Architectures draftd runs.
-const (
-	ArchQwen3 = "qwen3"
-	ArchQwen2 = "qwen2"
-	ArchLlama = "llama"
+	"slices"
 )
 
 // Config holds one decoder's hyper-parameters.
 type Config struct {
-	Arch         string  // ArchQwen3, ArchQwen2 or ArchLlama
+	Arch         string  // the Family's name: ArchQwen3, ArchQwen2, ArchLlama, …
 	Hidden       int     // hidden_size
 	Intermediate int     // intermediate_size
 	Layers       int     // num_hidden_layers
@@ -31,50 +25,123 @@ type Config struct {
 	MaxContext   int     // max_position_embeddings
 	RMSEps       float32 // rms_norm_eps
 	RopeTheta    float64 // rope_theta
-	TiedEmbed    bool    // lm_head = embed_tokens
-	QKNorm       bool    // per-head RMSNorm of q and k (qwen3)
-	QKVBias      bool    // q/k/v projections have a bias (qwen2, or attention_bias)
-	BOS, EOS     int     // -1 when unknown
+	// RoPE scaling: at most one is set. Llama3 comes from an HF rope_scaling
+	// of type llama3; RoPEFreqFactors (headDim/2) from a GGUF rope_freqs
+	// tensor, llama.cpp's form of the same scaling: inv_freq[i] is divided
+	// by RoPEFreqFactors[i].
+	Llama3          *Llama3RoPE
+	RoPEFreqFactors []float32
+	TiedEmbed       bool // lm_head = embed_tokens
+	QKNorm          bool // per-head RMSNorm of q and k (the Family's flag)
+	QKVBias         bool // q/k/v projections have a bias (the Family's flag)
+	BOS, EOS        int  // -1 when unknown
+
+	keys ConfigKeys // the keys the values were read from, for errors
+}
+
+// Llama3RoPE is HF's rope_scaling {"rope_type": "llama3", ...}
+// (transformers' _compute_llama3_parameters).
+type Llama3RoPE struct {
+	Factor         float64 // factor
+	LowFreqFactor  float64 // low_freq_factor
+	HighFreqFactor float64 // high_freq_factor
+	OriginalMaxPos float64 // original_max_position_embeddings
 }
 
 // ErrUnsupported marks a model feature draftd does not implement.
 var ErrUnsupported = errors.New("unsupported model feature")
 
-// Validate checks that the configuration is complete and consistent.
+// Limits on hyper-parameters: far above any real drafter, low enough that
+// no product of them overflows and that nothing is sized from an absurd
+// count before the file is checked.
+const (
+	maxContext = 1 << 20
+	maxHeadDim = 1024
+	maxHeads   = 1 << 12
+	maxLayers  = 1 << 12
+	maxWidth   = 1 << 24 // hidden, intermediate, vocab
+)
+
+// Validate checks that the configuration is complete, consistent and
+// within draftd's limits.
 func (c *Config) Validate() error {
-	switch c.Arch {
-	case ArchQwen3, ArchQwen2, ArchLlama:
-	default:
-		return fmt.Errorf("%w: architecture %q (want qwen3, qwen2 or llama)", ErrUnsupported, c.Arch)
+	fam, ok := FamilyOf(c.Arch)
+	if !ok {
+		return fmt.Errorf("%w: architecture %q (want one of %v)", ErrUnsupported, c.Arch, Families())
 	}
-	pos := []struct {
-		name string
-		v    int
+	k := c.keys
+	if k == (ConfigKeys{}) {
+		k = fam.HF
+	}
+	for _, p := range []struct {
+		key    string
+		v, max int
 	}{
-		{"hidden_size", c.Hidden}, {"intermediate_size", c.Intermediate},
-		{"num_hidden_layers", c.Layers}, {"num_attention_heads", c.Heads},
-		{"num_key_value_heads", c.KVHeads}, {"head_dim", c.HeadDim},
-		{"vocab_size", c.Vocab}, {"max_position_embeddings", c.MaxContext},
-	}
-	for _, p := range pos {
+		{k.Hidden, c.Hidden, maxWidth}, {k.Intermediate, c.Intermediate, maxWidth},
+		{k.Layers, c.Layers, maxLayers}, {k.Heads, c.Heads, maxHeads},
+		{k.KVHeads, c.KVHeads, maxHeads}, {k.HeadDim, c.HeadDim, maxHeadDim},
+		{k.Vocab, c.Vocab, maxWidth}, {k.MaxContext, c.MaxContext, maxContext},
+	} {
+		name := p.key
+		if name == "" {
+			name = "derived value"
+		}
 		if p.v <= 0 {
-			return fmt.Errorf("config: %s = %d, want > 0", p.name, p.v)
+			return fmt.Errorf("config: %s = %d, want > 0", name, p.v)
+		}
+		if p.v > p.max {
+			return fmt.Errorf("config: %s = %d is larger than draftd supports (%d)", name, p.v, p.max)
 		}
 	}
 	if c.Heads%c.KVHeads != 0 {
-		return fmt.Errorf("config: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
+		return fmt.Errorf("config: %s %d is not a multiple of %s %d", k.Heads, c.Heads, k.KVHeads, c.KVHeads)
 	}
 	if c.HeadDim%2 != 0 {
-		return fmt.Errorf("config: head_dim %d must be even for RoPE", c.HeadDim)
+		return fmt.Errorf("config: %s %d must be even for RoPE", k.HeadDim, c.HeadDim)
 	}
 	if !(c.RMSEps > 0 && c.RMSEps < 1) {
-		return fmt.Errorf("config: rms_norm_eps %g out of (0, 1)", c.RMSEps)
+		return fmt.Errorf("config: %s %g out of (0, 1)", k.RMSEps, c.RMSEps)
 	}
 	if !(c.RopeTheta > 1) {
-		return fmt.Errorf("config: rope_theta %g must be > 1", c.RopeTheta)
+		return fmt.Errorf("config: %s %g must be > 1", k.RopeTheta, c.RopeTheta)
 	}
-	if c.MaxContext > 1<<20 {
-		return fmt.Errorf("config: max_position_embeddings %d is larger than draftd supports (%d)", c.MaxContext, 1<<20)
+	if c.Llama3 != nil && c.RoPEFreqFactors != nil {
+		return fmt.Errorf("config: both rope_scaling llama3 and rope_freqs factors")
+	}
+	if c.Llama3 != nil {
+		if !slices.Contains(fam.RoPEScaling, "llama3") {
+			return fmt.Errorf("%w: rope_scaling llama3 in a %s model", ErrUnsupported, fam.Arch)
+		}
+		if err := c.Llama3.validate(); err != nil {
+			return err
+		}
+	}
+	if c.RoPEFreqFactors != nil && !fam.GGUFRoPEFreqs {
+		return fmt.Errorf("%w: rope_freqs factors in a %s model", ErrUnsupported, fam.Arch)
+	}
+	if c.RoPEFreqFactors != nil && len(c.RoPEFreqFactors) != c.HeadDim/2 {
+		return fmt.Errorf("config: %d rope_freqs factors for head_dim %d; want %d", len(c.RoPEFreqFactors), c.HeadDim, c.HeadDim/2)
+	}
+	for i, f := range c.RoPEFreqFactors {
+		if !(f > 0) || f > 1e9 {
+			return fmt.Errorf("config: rope_freqs factor %d = %g, want a positive finite value", i, f)
+		}
+	}
+	return nil
+}
+
+// validate checks the llama3 parameters as transformers'
+// _validate_llama3_parameters does, but as errors.
+func (r *Llama3RoPE) validate() error {
+	switch {
+	case !(r.Factor >= 1) || r.Factor > 1e6:
+		return fmt.Errorf("config: rope_scaling llama3 factor %g, want ≥ 1", r.Factor)
+	case !(r.LowFreqFactor > 0) || r.LowFreqFactor > 1e6:
+		return fmt.Errorf("config: rope_scaling llama3 low_freq_factor %g, want > 0", r.LowFreqFactor)
+	case !(r.HighFreqFactor > r.LowFreqFactor) || r.HighFreqFactor > 1e6:
+		return fmt.Errorf("config: rope_scaling llama3 high_freq_factor %g, want > low_freq_factor %g", r.HighFreqFactor, r.LowFreqFactor)
+	case !(r.OriginalMaxPos >= 1) || r.OriginalMaxPos > maxContext:
+		return fmt.Errorf("config: rope_scaling llama3 original_max_position_embeddings %g, want in [1, %d]", r.OriginalMaxPos, maxContext)
 	}
 	return nil
 }
@@ -84,123 +151,3 @@ func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 
 // KVDim is the width of the key and value projections (KVHeads·HeadDim).
 func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
-
-// hfConfig is the subset of config.json draftd reads; pointers tell absent
-// from zero.
-type hfConfig struct {
-	Architectures     []string        `json:"architectures"`
-	ModelType         string          `json:"model_type"`
-	HiddenSize        int             `json:"hidden_size"`
-	IntermediateSize  int             `json:"intermediate_size"`
-	NumLayers         int             `json:"num_hidden_layers"`
-	NumHeads          int             `json:"num_attention_heads"`
-	NumKVHeads        *int            `json:"num_key_value_heads"`
-	HeadDim           *int            `json:"head_dim"`
-	VocabSize         int             `json:"vocab_size"`
-	MaxPos            int             `json:"max_position_embeddings"`
-	RMSNormEps        float64         `json:"rms_norm_eps"`
-	RopeTheta         *float64        `json:"rope_theta"`
-	RopeScaling       json.RawMessage `json:"rope_scaling"`
-	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
-	AttentionBias     *bool           `json:"attention_bias"`
-	MLPBias           bool            `json:"mlp_bias"`
-	UseSlidingWindow  bool            `json:"use_sliding_window"`
-	HiddenAct         string          `json:"hidden_act"`
-	NumExperts        int             `json:"num_experts"`
-	NumLocalExperts   int             `json:"num_local_experts"`
-	BOSTokenID        *int            `json:"bos_token_id"`
-	EOSTokenID        json.RawMessage `json:"eos_token_id"`
-	QuantConfig       json.RawMessage `json:"quantization_config"`
-}
-
-// ConfigFromHF reads and validates an HF config.json.
-func ConfigFromHF(path string) (*Config, *hfConfig, error) {
-	data, err := fileio.ReadFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	var h hfConfig
-	if err := json.Unmarshal(data, &h); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	c, err := h.config()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, &h, nil
-}
-
-func (h *hfConfig) config() (*Config, error) {
-	arch := h.ModelType
-	if arch == "" && len(h.Architectures) > 0 {
-		switch h.Architectures[0] {
-		case "Qwen3ForCausalLM":
-			arch = ArchQwen3
-		case "Qwen2ForCausalLM":
-			arch = ArchQwen2
-		case "LlamaForCausalLM":
-			arch = ArchLlama
-		}
-	}
-	if arch == "" {
-		return nil, fmt.Errorf("no model_type or known architectures entry")
-	}
-	if arch == "qwen3_moe" || arch == "qwen2_moe" || h.NumExperts > 0 || h.NumLocalExperts > 0 {
-		return nil, fmt.Errorf("%w: mixture-of-experts model (%s)", ErrUnsupported, arch)
-	}
-	if len(h.RopeScaling) > 0 && string(h.RopeScaling) != "null" {
-		return nil, fmt.Errorf("%w: rope_scaling %s", ErrUnsupported, h.RopeScaling)
-	}
-	if h.UseSlidingWindow {
-		return nil, fmt.Errorf("%w: use_sliding_window true", ErrUnsupported)
-	}
-	if h.MLPBias {
-		return nil, fmt.Errorf("%w: mlp_bias true", ErrUnsupported)
-	}
-	if h.HiddenAct != "" && h.HiddenAct != "silu" {
-		return nil, fmt.Errorf("%w: hidden_act %q (want silu)", ErrUnsupported, h.HiddenAct)
-	}
-	c := &Config{
-		Arch: arch, Hidden: h.HiddenSize, Intermediate: h.IntermediateSize,
-		Layers: h.NumLayers, Heads: h.NumHeads, KVHeads: h.NumHeads,
-		Vocab: h.VocabSize, MaxContext: h.MaxPos, RMSEps: float32(h.RMSNormEps),
-		RopeTheta: 10000, BOS: -1, EOS: -1,
-	}
-	if h.NumKVHeads != nil {
-		c.KVHeads = *h.NumKVHeads
-	}
-	if h.NumHeads > 0 {
-		c.HeadDim = h.HiddenSize / h.NumHeads
-	}
-	if h.HeadDim != nil {
-		c.HeadDim = *h.HeadDim
-	}
-	if h.RopeTheta != nil {
-		c.RopeTheta = *h.RopeTheta
-	}
-	if h.TieWordEmbeddings != nil { // HF's default for all three is false
-		c.TiedEmbed = *h.TieWordEmbeddings
-	}
-	switch arch {
-	case ArchQwen3:
-		c.QKNorm = true
-		c.QKVBias = h.AttentionBias != nil && *h.AttentionBias
-	case ArchQwen2:
-		c.QKVBias = true
-	case ArchLlama:
-		c.QKVBias = h.AttentionBias != nil && *h.AttentionBias
-	}
-	if h.BOSTokenID != nil {
-		c.BOS = *h.BOSTokenID
-	}
-	var eos int
-	if json.Unmarshal(h.EOSTokenID, &eos) == nil {
-		c.EOS = eos
-	} else {
-		var eoss []int
-		if json.Unmarshal(h.EOSTokenID, &eoss) == nil && len(eoss) > 0 {
-			c.EOS = eoss[0]
-		}
-	}
-	return c, c.Validate()
-}

@@ -1,7 +1,9 @@
-// The forward pass: a ragged batch of sequences, each with some new tokens at
-// known positions, through every layer at once; the K/V of the new tokens are
-// written into the caller's blocks, and the last token of each sequence (or
-// every new token, on request) gets logits and a greedy id.
+// The forward pass shared by every model family: a ragged batch of
+// sequences, each with some new tokens at known positions, through every
+// layer at once; the K/V of the new tokens are written into the caller's
+// blocks, and the last token of each sequence gets a greedy id. The
+// family's optional parts (q/k/v bias, q/k norm) are present as weights or
+// nil; nothing here switches on a family.
 package model
 
 import (
@@ -19,16 +21,15 @@ type Seq struct {
 	Pos    int      // number of positions already in Blocks
 	Blocks []*Block // cover positions [0, Pos+n); written at [Pos, Pos+n)
 
-	// AllLogits asks for logits of every new token, else only of the last.
-	AllLogits bool
-	// Logits, when non-nil, receives the logits: (n, vocab) with AllLogits,
-	// else (vocab).
-	Logits []float32
 	// Next is set to the greedy id (argmax, ties to the lowest id) after the
 	// last new token.
 	Next int
-	// NextAll, with AllLogits, is set to the greedy id after every new token.
-	NextAll []int
+
+	// ArgmaxAll asks for the greedy id after every new token, not only the
+	// last (the hybrid strategy verifies proposed tokens this way); the ids
+	// go into NextAll.
+	ArgmaxAll bool
+	NextAll   []int // (n) with ArgmaxAll: greedy id after each new token
 }
 
 // ErrInput marks a Forward call with inconsistent sequences (a caller bug or
@@ -41,11 +42,10 @@ type scratch struct {
 	q, att   []float32 // (T, heads·headDim)
 	k, v     []float32 // (T, kvHeads·headDim)
 	gate, up []float32 // (T, intermediate)
-	out      []float32 // (R, hidden) rows that need logits
-	logits   []float32 // (R, vocab)
+	out      []float32 // (R, hidden) last token of each sequence
 	tokSeq   []int     // (T) sequence of each token
 	tokPos   []int     // (T) absolute position of each token
-	ids      []int     // (R) greedy ids of the rows that need them
+	ids      []int     // (R) greedy ids
 	row      []float32 // (hidden) embedding row
 	ap       attnPlan  // attention tasks and cache views (prefill.go)
 }
@@ -64,50 +64,64 @@ func growInt(s []int, n int) []int {
 	return s[:n]
 }
 
-// check validates seqs against the model before any work is done.
-func (m *Model) check(seqs []*Seq) (int, error) {
-	total := 0
+// check validates seqs against the model before any work is done; it
+// returns the number of new tokens and the end of the furthest position.
+func (m *Model) check(seqs []*Seq) (total, end int, err error) {
 	for i, s := range seqs {
 		n := len(s.Tokens)
 		if n == 0 {
-			return 0, fmt.Errorf("%w: sequence %d has no new tokens", ErrInput, i)
+			return 0, 0, fmt.Errorf("%w: sequence %d has no new tokens", ErrInput, i)
 		}
 		if s.Pos < 0 || s.Pos+n > m.MaxContext {
-			return 0, fmt.Errorf("%w: sequence %d positions [%d, %d) exceed the context of %d", ErrInput, i, s.Pos, s.Pos+n, m.MaxContext)
+			return 0, 0, fmt.Errorf("%w: sequence %d positions [%d, %d) exceed the context of %d", ErrInput, i, s.Pos, s.Pos+n, m.MaxContext)
 		}
 		if need := (s.Pos + n + BlockSize - 1) / BlockSize; len(s.Blocks) < need {
-			return 0, fmt.Errorf("%w: sequence %d has %d KV blocks for %d positions; need %d", ErrInput, i, len(s.Blocks), s.Pos+n, need)
+			return 0, 0, fmt.Errorf("%w: sequence %d has %d KV blocks for %d positions; need %d", ErrInput, i, len(s.Blocks), s.Pos+n, need)
 		}
 		for _, b := range s.Blocks {
 			if b == nil || (m.kvF32 && b.K32 == nil) || (!m.kvF32 && b.K == nil) {
-				return 0, fmt.Errorf("%w: sequence %d has a missing or wrong-type KV block", ErrInput, i)
+				return 0, 0, fmt.Errorf("%w: sequence %d has a missing or wrong-type KV block", ErrInput, i)
 			}
 		}
 		for j, t := range s.Tokens {
 			if t < 0 || t >= m.Vocab {
-				return 0, fmt.Errorf("%w: sequence %d token %d = %d is outside the vocabulary [0, %d)", ErrInput, i, j, t, m.Vocab)
+				return 0, 0, fmt.Errorf("%w: sequence %d token %d = %d is outside the vocabulary [0, %d)", ErrInput, i, j, t, m.Vocab)
 			}
 		}
-		want := m.Vocab
-		if s.AllLogits {
-			want *= n
-		}
-		if s.Logits != nil && len(s.Logits) != want {
-			return 0, fmt.Errorf("%w: sequence %d logits buffer has %d floats; want %d", ErrInput, i, len(s.Logits), want)
-		}
 		total += n
+		end = max(end, s.Pos+n)
 	}
-	return total, nil
+	return total, end, nil
 }
 
 // Forward runs one step over seqs (see Seq).
-func (m *Model) Forward(seqs []*Seq) error {
-	T, err := m.check(seqs)
+func (m *Model) Forward(seqs []*Seq) error { return m.forward(seqs, nil) }
+
+// ForwardLogits runs one step over seqs like Forward, but instead of greedy
+// ids it writes the logits of every new token of every sequence into logits,
+// (total new tokens, vocab) in sequence order: the view in which a model is
+// compared with an independent reference (the numpy golden files, a
+// converted copy of the same model). The serving path never materialises
+// logits.
+func (m *Model) ForwardLogits(seqs []*Seq, logits []float32) error {
+	if logits == nil {
+		return fmt.Errorf("%w: ForwardLogits without a logits buffer", ErrInput)
+	}
+	return m.forward(seqs, logits)
+}
+
+// forward runs one step; allLogits selects ForwardLogits's output.
+func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
+	T, end, err := m.check(seqs)
 	if err != nil || T == 0 {
 		return err
 	}
+	if allLogits != nil && len(allLogits) != T*m.Vocab {
+		return fmt.Errorf("%w: logits buffer of %d floats for %d new tokens; want %d", ErrInput, len(allLogits), T, T*m.Vocab)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.ropeUpTo(end)
 	c := &m.Config
 	sc := &m.sc
 	hd, qd, kvd := c.HeadDim, c.QDim(), c.KVDim()
@@ -154,77 +168,50 @@ func (m *Model) Forward(seqs []*Seq) error {
 		m.addRows(sc.x, sc.xb, T)
 	}
 
-	// Final norm and LM head, only on the rows that need logits.
-	R := 0
-	for _, s := range seqs {
-		if s.AllLogits {
-			R += len(s.Tokens)
-		} else {
-			R++
+	if allLogits != nil {
+		for t := range T {
+			kernels.RMSNorm(sc.x[t*c.Hidden:(t+1)*c.Hidden], sc.x[t*c.Hidden:(t+1)*c.Hidden], m.OutNorm, c.RMSEps)
 		}
-	}
-	sc.out = grow(sc.out, R*c.Hidden)
-	r, t := 0, 0
-	for _, s := range seqs {
-		first := t + len(s.Tokens) - 1
-		if s.AllLogits {
-			first = t
-		}
-		for tt := first; tt < t+len(s.Tokens); tt++ {
-			kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[tt*c.Hidden:(tt+1)*c.Hidden], m.OutNorm, c.RMSEps)
-			r++
-		}
-		t += len(s.Tokens)
-	}
-	if !wantLogits(seqs) {
-		// Greedy ids only: the LM head never materialises the logits.
-		sc.ids = growInt(sc.ids, R)
-		kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
-		r = 0
-		for _, s := range seqs {
-			if s.AllLogits {
-				s.NextAll = append(s.NextAll[:0], sc.ids[r:r+len(s.Tokens)]...)
-				r += len(s.Tokens)
-			} else {
-				r++
-			}
-			s.Next = sc.ids[r-1]
-		}
+		kernels.MatMul(m.pool, allLogits, m.Output, sc.x, T)
 		return nil
 	}
-	sc.logits = grow(sc.logits, R*c.Vocab)
-	kernels.MatMul(m.pool, sc.logits, m.Output, sc.out, R)
+	// Final norm and LM head on the last token of each sequence (every token
+	// of an ArgmaxAll sequence); greedy ids only: the LM head never
+	// materialises the logits.
+	R := 0
+	for _, s := range seqs {
+		R += outRows(s)
+	}
+	sc.out = grow(sc.out, R*c.Hidden)
+	t, r := 0, 0
+	for _, s := range seqs {
+		t += len(s.Tokens)
+		for i := t - outRows(s); i < t; i++ {
+			kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[i*c.Hidden:(i+1)*c.Hidden], m.OutNorm, c.RMSEps)
+			r++
+		}
+	}
+	sc.ids = growInt(sc.ids, R)
+	kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
 	r = 0
 	for _, s := range seqs {
-		rows := 1
-		if s.AllLogits {
-			rows = len(s.Tokens)
-			s.NextAll = s.NextAll[:0]
+		n := outRows(s)
+		if s.ArgmaxAll {
+			s.NextAll = append(s.NextAll[:0], sc.ids[r:r+n]...)
 		}
-		lg := sc.logits[r*c.Vocab : (r+rows)*c.Vocab] // (rows, vocab)
-		if s.Logits != nil {
-			copy(s.Logits, lg)
-		}
-		for i := range rows {
-			id := kernels.Argmax(lg[i*c.Vocab : (i+1)*c.Vocab])
-			if s.AllLogits {
-				s.NextAll = append(s.NextAll, id)
-			}
-			s.Next = id
-		}
-		r += rows
+		r += n
+		s.Next = sc.ids[r-1]
 	}
 	return nil
 }
 
-// wantLogits reports whether any sequence asked for its logits.
-func wantLogits(seqs []*Seq) bool {
-	for _, s := range seqs {
-		if s.Logits != nil {
-			return true
-		}
+// outRows is the number of LM-head rows s asks for: 1, or every new token
+// with ArgmaxAll.
+func outRows(s *Seq) int {
+	if s.ArgmaxAll {
+		return len(s.Tokens)
 	}
-	return false
+	return 1
 }
 
 // storeKV writes one position's k and v (kvHeads, headDim) into block b at

@@ -46,7 +46,7 @@ func TestFP8BlockDequant(t *testing.T) {
 	}
 	defer d.Close()
 	src := &hfSource{dir: d, p: dir}
-	got, ok, err := src.lookup("w.weight")
+	got, ok, err := src.tensor("w.weight")
 	if err != nil || !ok {
 		t.Fatalf("lookup: %v %v", ok, err)
 	}
@@ -63,7 +63,7 @@ func TestFP8BlockDequant(t *testing.T) {
 			t.Errorf("w[%d][%d]: have %g; want %g", i/4, i%4, have[i], want)
 		}
 	}
-	if _, _, err := src.lookup("v.weight"); err == nil {
+	if _, _, err := src.tensor("v.weight"); err == nil {
 		t.Error("FP8 weight without weight_scale_inv: want an error")
 	}
 }

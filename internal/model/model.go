@@ -1,14 +1,18 @@
-// Package model is draftd's decoder: Qwen3, Qwen2 and Llama as one forward
-// pass with per-architecture flags (DESIGN §4), bound to weights from a GGUF
-// file or an HF safetensors directory. It does not schedule requests or own
-// the KV cache's lifetime (internal/engine and internal/kvcache do); it only
-// reads and writes the KV blocks a caller hands it.
+// Package model is draftd's decoder: one forward pass (forward.go) shared by
+// every model family, each family declared by one small file
+// (family_qwen3.go, family_qwen2.go, family_llama.go: names, config keys,
+// tensor names and forward-pass flags; DESIGN §4), bound to weights from a
+// GGUF file (load_gguf.go) or an HF safetensors directory (load_hf.go). It
+// does not schedule requests or own the KV cache's lifetime
+// (internal/engine and internal/kvcache do); it only reads and writes the KV
+// blocks a caller hands it.
 package model
 
 import (
 	"fmt"
 	"sync"
 
+	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/kernels"
 )
 
@@ -40,11 +44,13 @@ type Model struct {
 	Params      int64          // number of weights
 	WeightBytes int64          // bytes of stored weights
 	TypeCounts  map[string]int // tensors per storage type
+	Tensors     []TensorInfo   // every bound tensor, in binding order
 
-	src   source
-	kvF32 bool
-	pool  *kernels.Pool
-	rope  *kernels.RoPETable
+	src     source
+	kvF32   bool
+	pool    *kernels.Pool
+	invFreq []float32          // (headDim/2) RoPE inverse frequencies
+	rope    *kernels.RoPETable // cos/sin of the positions used so far (ropeUpTo)
 
 	mu sync.Mutex
 	sc scratch
@@ -52,7 +58,7 @@ type Model struct {
 
 func (m *Model) init(opt Options) {
 	m.pool = kernels.NewPool(opt.Threads)
-	m.rope = kernels.NewRoPETable(m.HeadDim, m.MaxContext, m.RopeTheta)
+	m.invFreq = m.InvFreq()
 }
 
 // Close releases the worker pool and the file mapping. The model must not be
@@ -70,6 +76,39 @@ func (m *Model) Threads() int { return m.pool.Threads() }
 
 // KVF32 reports whether the KV cache is kept in f32 (else f16).
 func (m *Model) KVF32() bool { return m.kvF32 }
+
+// TensorInfo describes one stored tensor of a loaded model (HF name).
+type TensorInfo struct {
+	Name          string
+	Type          dtype.Type
+	Params, Bytes int64
+}
+
+// TypeShare is one storage type's part of a model's weights.
+type TypeShare struct {
+	Tensors       int     `json:"tensors"`
+	Params        int64   `json:"parameters"`
+	Bytes         int64   `json:"bytes"`
+	BitsPerWeight float64 `json:"bits_per_weight"`
+}
+
+// Mix is the model's weights by storage type (a K-quant mix such as Q4_K_M
+// holds several).
+func (m *Model) Mix() map[string]TypeShare {
+	mix := map[string]TypeShare{}
+	for _, t := range m.Tensors {
+		s := mix[t.Type.String()]
+		s.Tensors++
+		s.Params += t.Params
+		s.Bytes += t.Bytes
+		s.BitsPerWeight = 8 * float64(s.Bytes) / float64(s.Params)
+		mix[t.Type.String()] = s
+	}
+	return mix
+}
+
+// BitsPerWeight is the storage cost of all weights, in bits per weight.
+func (m *Model) BitsPerWeight() float64 { return 8 * float64(m.WeightBytes) / float64(m.Params) }
 
 // Block holds the keys and values of BlockSize consecutive positions for
 // every layer. Exactly one of the f16 pair and the f32 pair is allocated.

@@ -56,18 +56,26 @@ func TestChunkedPrefill(t *testing.T) {
 								continue
 							}
 							n := min(r.chunk, len(r.c.Prompt)-r.done)
-							seqs = append(seqs, &model.Seq{Tokens: r.c.Prompt[r.done : r.done+n], Pos: r.done, Blocks: r.blocks,
-								AllLogits: true, Logits: r.logits[r.done*m.Vocab : (r.done+n)*m.Vocab]})
+							seqs = append(seqs, &model.Seq{Tokens: r.c.Prompt[r.done : r.done+n], Pos: r.done, Blocks: r.blocks})
 							active = append(active, r)
 						}
 						if len(seqs) == 0 {
 							break
 						}
-						if err := m.Forward(seqs); err != nil {
+						total := 0
+						for _, s := range seqs {
+							total += len(s.Tokens)
+						}
+						step := make([]float32, total*m.Vocab) // (new tokens, vocab), in sequence order
+						if err := m.ForwardLogits(seqs, step); err != nil {
 							t.Fatal(err)
 						}
+						off := 0
 						for i, r := range active {
-							r.done += len(seqs[i].Tokens)
+							n := len(seqs[i].Tokens)
+							copy(r.logits[r.done*m.Vocab:(r.done+n)*m.Vocab], step[off*m.Vocab:(off+n)*m.Vocab])
+							off += n
+							r.done += n
 						}
 					}
 					tol := tolerance(kvF32)

@@ -14,14 +14,11 @@ import (
 	"github.com/draftd/draftd/internal/dtype"
 )
 
-// K-quant ggml type ids. The lead replaces this block with dtype.Q4_K,
-// dtype.Q5_K and dtype.Q6_K once the K-quant types land in internal/dtype;
-// until then dtype.Quantize rejects them and the recipes using them report
-// themselves unsupported.
+// The K-quant types of the recipes (internal/dtype/kquant.go).
 const (
-	typeQ4K = dtype.Type(12)
-	typeQ5K = dtype.Type(13)
-	typeQ6K = dtype.Type(14)
+	typeQ4K = dtype.Q4_K
+	typeQ5K = dtype.Q5_K
+	typeQ6K = dtype.Q6_K
 )
 
 // Recipe is one quantization recipe: a name as llama-quantize spells it, the
@@ -178,19 +175,21 @@ func (r Recipe) Plan(tensors []TensorSpec, nLayers int) ([]dtype.Type, error) {
 		if tied && name == "token_embd.weight" {
 			name = "output.weight"
 		}
+		if len(t.Shape) < 2 { // norms, biases, llama.cpp's rope_freqs
+			out[i] = dtype.F32
+			continue
+		}
 		typ, err := r.tensorType(name, nLayers)
 		if err != nil {
 			return nil, err
 		}
-		if len(t.Shape) < 2 {
-			typ = dtype.F32
-		}
 		if bs, _ := blockSize(typ); t.Shape[0]%uint64(bs) != 0 {
-			if typ == typeQ6K && t.Shape[0]%dtype.QK == 0 {
-				typ = dtype.Q8_0
-			} else {
+			// llama.cpp's tensor_type_fallback for rows that are not whole 256-blocks.
+			fb, ok := map[dtype.Type]dtype.Type{typeQ4K: dtype.Q5_0, typeQ5K: dtype.Q5_1, typeQ6K: dtype.Q8_0}[typ]
+			if !ok || t.Shape[0]%dtype.QK != 0 {
 				return nil, fmt.Errorf("quant: tensor %s: rows of %d do not split into %v blocks of %d", t.Name, t.Shape[0], typ, bs)
 			}
+			typ = fb
 		}
 		out[i] = typ
 	}

@@ -93,8 +93,11 @@ func TestPlan(t *testing.T) {
 	if types, err := r.Plan(odd, 28); err != nil || types[0] != dtype.Q8_0 {
 		t.Errorf("output with 96-wide rows: have %v (%v); want Q8_0", types, err)
 	}
-	if _, err := r.Plan([]TensorSpec{{"blk.0.attn_q.weight", []uint64{96, 10}}}, 28); err == nil {
-		t.Error("Q4_K with 96-wide rows: want an error (llama.cpp falls back to Q5_0, which draftd lacks)")
+	if types, err := r.Plan([]TensorSpec{{"blk.0.attn_q.weight", []uint64{96, 10}}}, 28); err != nil || types[0] != dtype.Q5_0 {
+		t.Errorf("Q4_K with 96-wide rows: have %v (%v); want llama.cpp's fallback Q5_0", types, err)
+	}
+	if _, err := r.Plan([]TensorSpec{{"blk.0.attn_q.weight", []uint64{80, 10}}}, 28); err == nil {
+		t.Error("Q4_K with 80-wide rows: want an error (not even 32-blocks)")
 	}
 }
 

@@ -105,7 +105,7 @@ func (s *Source) Ceiling() Recipe {
 }
 
 func openHF(dir string) (*Source, error) {
-	cfg, _, err := model.ConfigFromHF(filepath.Join(dir, "config.json"))
+	cfg, err := model.ConfigFromHF(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +198,15 @@ func (s *Source) bindHF() error {
 			types[t.DType]++
 		}
 		s.tensors = append(s.tensors, st)
+	}
+	if f := c.RoPEFreqDivisors(); f != nil {
+		// rope_scaling llama3: llama.cpp's converter stores it as this tensor.
+		data, err := dtype.Quantize(dtype.F32, nil, f)
+		if err != nil {
+			return err
+		}
+		s.tensors = append(s.tensors, srcTensor{name: "rope_freqs.weight", shape: []uint64{uint64(len(f))}, raw: dtype.F32, rawData: data,
+			row: func(dst []float32, r int) error { copy(dst, f); return nil }})
 	}
 	for _, name := range s.dir.Names() {
 		switch {

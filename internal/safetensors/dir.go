@@ -17,6 +17,10 @@ import (
 	"github.com/draftd/draftd/internal/fileio"
 )
 
+// MaxIndexLen bounds model.safetensors.index.json (one line per tensor:
+// real ones are well under 1 MB).
+const MaxIndexLen = 64 << 20
+
 // IndexName and SingleName are the file names Hugging Face uses.
 const (
 	IndexName  = "model.safetensors.index.json"
@@ -43,6 +47,9 @@ func OpenDir(dir string) (*Dir, error) {
 	d := &Dir{Path: dir, byName: map[string]*Tensor{}}
 	var names []string
 	indexPath := filepath.Join(dir, IndexName)
+	if st, err := os.Stat(indexPath); err == nil && st.Size() > MaxIndexLen {
+		return nil, fmt.Errorf("safetensors %s: %w: %d bytes; an index is at most %d", indexPath, ErrFormat, st.Size(), MaxIndexLen)
+	}
 	raw, err := fileio.ReadFile(indexPath)
 	switch {
 	case err == nil:

@@ -184,6 +184,12 @@ func TestDirErrors(t *testing.T) {
 			Write(filepath.Join(dir, "s1.safetensors"), testTensors[:1], nil)
 			write(t, dir, IndexName, `{"weight_map":{"model.embed_tokens.weight":"s1.safetensors","lm_head.weight":"s2.safetensors"}}`)
 		}, []string{"s2.safetensors", "missing", `"lm_head.weight"`}},
+		{"index too large", func(t *testing.T, dir string) {
+			write(t, dir, IndexName, `{}`)
+			if err := os.Truncate(filepath.Join(dir, IndexName), MaxIndexLen+1); err != nil { // sparse: no disk used
+				t.Fatal(err)
+			}
+		}, []string{IndexName, "at most"}},
 		{"missing tensor", func(t *testing.T, dir string) {
 			Write(filepath.Join(dir, "s1.safetensors"), testTensors[:1], nil)
 			write(t, dir, IndexName, `{"weight_map":{"model.embed_tokens.weight":"s1.safetensors","lm_head.weight":"s1.safetensors"}}`)

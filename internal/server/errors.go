@@ -23,6 +23,7 @@ const (
 	CodeInvalidN         = engine.CodeInvalidN        // n not an integer, or outside [1, max-draft-len]
 	CodeContextTooLong   = engine.CodeContextTooLong  // the context fills the model's maximum
 	CodeContextOverKV    = engine.CodeContextOverKV   // context + draft need more KV than the budget
+	CodeInvalidStrategy  = "invalid_strategy"         // "strategy" is not a string naming a drafting strategy
 	CodeInvalidInput     = "invalid_input"            // input the engine refused without a code
 	CodeBodyTooLarge     = "body_too_large"           // body over --max-body-bytes
 	CodeBodyTimeout      = "body_timeout"             // body not received within --body-timeout
@@ -79,6 +80,7 @@ var codeStatus = map[string]int{
 	CodeInvalidN:         http.StatusBadRequest,
 	CodeContextTooLong:   http.StatusBadRequest,
 	CodeContextOverKV:    http.StatusBadRequest,
+	CodeInvalidStrategy:  http.StatusBadRequest,
 	CodeInvalidInput:     http.StatusBadRequest,
 	CodeBodyTooLarge:     http.StatusRequestEntityTooLarge,
 	CodeNotFound:         http.StatusNotFound,

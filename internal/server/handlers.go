@@ -14,6 +14,9 @@ import (
 	"slices"
 	"time"
 	"unicode/utf8"
+
+	"github.com/draftd/draftd/internal/draft"
+	"github.com/draftd/draftd/internal/engine"
 )
 
 var (
@@ -85,10 +88,19 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 
 	ctx, stop := workContext(r)
 	defer stop()
-	res, err := b.d.Draft(ctx, req.Tokens, req.Fit)
+	var res engine.Result
+	switch {
+	case req.Strategy == "":
+		res, err = b.d.Draft(ctx, req.Tokens, req.Fit)
+	case slices.Contains(b.strs, req.Strategy):
+		res, err = b.d.DraftStrategy(ctx, req.Tokens, req.Fit, req.Strategy)
+	default:
+		err = reqErr(CodeInvalidStrategy, (&draft.UnknownError{Name: req.Strategy}).Error())
+	}
 	if err != nil {
 		return err
 	}
+	s.met.sources(res)
 	x.add(slog.Int("draft", len(res.Draft)), slog.Int("prefill", res.PrefillTokens), slog.Int("cached", res.CachedTokens))
 	s.met.draftTokens.Add(float64(len(res.Draft)))
 	s.met.reqPrefill.Observe(float64(res.PrefillTokens))

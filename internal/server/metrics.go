@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 )
 
@@ -28,6 +29,8 @@ type metrics struct {
 	decodeTokens  prometheus.Counter
 	cacheHit      prometheus.Counter
 	startup       prometheus.Gauge
+	bySource      *prometheus.CounterVec // source: model, lookup
+	proposals     *prometheus.CounterVec // outcome: kept, rejected
 }
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
@@ -68,6 +71,18 @@ func newMetrics(stats func() (engine.Stats, bool)) *metrics {
 	m.startup = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Name: "startup_seconds", Help: "Time from start to healthy (model loaded and warmed up); 0 while loading.",
 	})
+	m.bySource = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "draft_tokens_by_source_total", Help: "Draft tokens returned, by where they came from: the model's greedy choice or a lookup in the context.",
+	}, []string{"source"})
+	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "lookup_proposal_tokens_total", Help: "Lookup proposal tokens of the hybrid strategy run through the model, by outcome: kept in the draft or rejected.",
+	}, []string{"outcome"})
+	for _, l := range []string{"model", "lookup"} {
+		m.bySource.WithLabelValues(l)
+	}
+	for _, l := range []string{"kept", "rejected"} {
+		m.proposals.WithLabelValues(l)
+	}
 	stat := func(f func(engine.Stats) float64) func() float64 {
 		return func() float64 {
 			if s, ok := stats(); ok {
@@ -78,7 +93,7 @@ func newMetrics(stats func() (engine.Stats, bool)) *metrics {
 	}
 	m.reg.MustRegister(
 		m.requests, m.latency, m.draftTokens, m.reqPrefill, m.panics,
-		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup,
+		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup, m.bySource, m.proposals,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "queue_depth", Help: "Draft requests waiting for a batch slot.",
 		}, stat(func(s engine.Stats) float64 { return float64(s.QueueDepth) })),
@@ -112,6 +127,17 @@ func (o observer) Step(batchSize, prefillTokens, decodeTokens int) {
 
 // CacheHit implements engine.Observer.
 func (o observer) CacheHit(tokens int) { o.m.cacheHit.Add(float64(tokens)) }
+
+// sources counts where the tokens of one draft came from.
+func (m *metrics) sources(res engine.Result) {
+	src := res.Sources
+	m.bySource.WithLabelValues("model").Add(float64(src.FromModel))
+	m.bySource.WithLabelValues("lookup").Add(float64(src.FromLookup))
+	if res.Strategy == draft.NameHybrid {
+		m.proposals.WithLabelValues("kept").Add(float64(src.Kept))
+		m.proposals.WithLabelValues("rejected").Add(float64(src.Rejected))
+	}
+}
 
 // request records one answered request.
 func (m *metrics) request(route string, status int, d time.Duration) {

@@ -42,6 +42,9 @@ type draftRequest struct {
 	Tokens []int // (contextLen) ids in [0, vocab), 0 < contextLen < MaxContext
 	N      int   // asked draft length, 1 ≤ N ≤ MaxDraftLen
 	Fit    int   // draft length that fits before the maximum context: min(N, MaxContext−contextLen)
+	// Strategy names the drafting strategy ("": the server's); the handler
+	// checks the name.
+	Strategy string
 }
 
 // span is where a field's value lies in the body; end 0: absent.
@@ -80,6 +83,7 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 	}
 	var toks [len(tokenFields)]span
 	var ns [len(nFields)]span
+	var strat span // "strategy"
 	i = skipSpace(body, i+1)
 	for body[i] != '}' {
 		kEnd := skipString(body, i)
@@ -100,6 +104,9 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 			if string(key) == name {
 				ns[f] = span{i, vEnd}
 			}
+		}
+		if string(key) == "strategy" {
+			strat = span{i, vEnd}
 		}
 		i = skipSpace(body, vEnd)
 		if body[i] == ',' {
@@ -160,6 +167,11 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 		}
 	}
 	req.Fit = lim.Fit(len(req.Tokens), req.N)
+	if strat.present(body) {
+		if err := json.Unmarshal(body[strat.start:strat.end], &req.Strategy); err != nil {
+			return req, reqErr(CodeInvalidStrategy, `"strategy" must be a string naming a drafting strategy, got `+kindOf(body[strat.start:strat.end]))
+		}
+	}
 	return req, nil
 }
 

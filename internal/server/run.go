@@ -18,6 +18,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 )
 
@@ -115,7 +116,7 @@ func (s *Server) Load(ctx context.Context) error {
 		d.Close(ctx)
 		return fmt.Errorf("%w: draft length %d > max draft length %d", ErrConfig, s.cfg.DraftLen, bi.Rules.MaxDraftLen)
 	}
-	b := &backend{d: d, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}}
+	b := &backend{d: d, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}, strs: bi.Strategies}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -127,7 +128,7 @@ func (s *Server) Load(ctx context.Context) error {
 
 	t1 := time.Now()
 	warm := warmupContext(bi)
-	res, err := d.Draft(ctx, warm, 1)
+	res, err := d.DraftStrategy(ctx, warm, 1, draft.NameModel) // the model, whatever the default
 	if err == nil && len(res.Draft) != 1 {
 		err = fmt.Errorf("got %d tokens, want 1", len(res.Draft))
 	}

@@ -32,6 +32,9 @@ type Backend interface {
 	// Draft is engine.Engine.Draft: the greedy continuation of tokens,
 	// n tokens long (already shortened to fit the model's maximum context).
 	Draft(ctx context.Context, tokens []int, n int) (engine.Result, error)
+	// DraftStrategy is Draft with the named drafting strategy, one of
+	// Info().Strategies, instead of the backend's default.
+	DraftStrategy(ctx context.Context, tokens []int, n int, strategy string) (engine.Result, error)
 	// Stats is a snapshot of the engine's gauges, for /metrics.
 	Stats() engine.Stats
 	// Info describes the model and engine, for /v1/info and validation.
@@ -48,25 +51,40 @@ type BackendInfo struct {
 	Rules engine.Rules `json:"-"`
 	BOS   int          `json:"-"` // beginning-of-sequence id, or −1
 
-	Architecture string         `json:"architecture"`
-	Parameters   int64          `json:"parameters"`
-	WeightBytes  int64          `json:"weight_bytes"`
-	WeightTypes  map[string]int `json:"weight_types"` // tensors per storage type
-	VocabSize    int            `json:"vocab_size"`
-	MaxContext   int            `json:"max_context"`
-	Hidden       int            `json:"hidden_size"`
-	Layers       int            `json:"num_layers"`
-	Heads        int            `json:"num_heads"`
-	KVHeads      int            `json:"num_kv_heads"`
-	HeadDim      int            `json:"head_dim"`
-	Model        string         `json:"model"`
-	MaxDraftLen  int            `json:"max_draft_len"`
-	Strategy     string         `json:"strategy"`
-	Kernels      string         `json:"kernels"`
-	Threads      int            `json:"threads"`
-	KVCacheType  string         `json:"kv_cache_type"`
-	MaxBatch     int            `json:"max_batch"`
-	MaxQueue     int            `json:"max_queue"`
+	Architecture  string                 `json:"architecture"`
+	Parameters    int64                  `json:"parameters"`
+	WeightBytes   int64                  `json:"weight_bytes"`
+	WeightTypes   map[string]int         `json:"weight_types"` // tensors per storage type
+	WeightMix     map[string]WeightShare `json:"weight_mix"`   // tensors, parameters, bytes, bits/weight per storage type
+	BitsPerWeight float64                `json:"bits_per_weight"`
+	VocabSize     int                    `json:"vocab_size"`
+	MaxContext    int                    `json:"max_context"`
+	Hidden        int                    `json:"hidden_size"`
+	Layers        int                    `json:"num_layers"`
+	Heads         int                    `json:"num_heads"`
+	KVHeads       int                    `json:"num_kv_heads"`
+	HeadDim       int                    `json:"head_dim"`
+	Model         string                 `json:"model"`
+	MaxDraftLen   int                    `json:"max_draft_len"`
+	Strategy      string                 `json:"strategy"`
+	Strategies    []string               `json:"strategies"`  // names a request may give; must include "model"
+	TrustMatch    int                    `json:"trust_match"` // hybrid's options (internal/draft)
+	MinMatch      int                    `json:"min_match"`
+	LookupChoice  string                 `json:"lookup_choice"`
+	Kernels       string                 `json:"kernels"`
+	Threads       int                    `json:"threads"`
+	KVCacheType   string                 `json:"kv_cache_type"`
+	MaxBatch      int                    `json:"max_batch"`
+	MaxQueue      int                    `json:"max_queue"`
+}
+
+// WeightShare is one storage type's part of the weights (a K-quant mix such
+// as Q4_K_M holds several).
+type WeightShare struct {
+	Tensors       int     `json:"tensors"`
+	Params        int64   `json:"parameters"`
+	Bytes         int64   `json:"bytes"`
+	BitsPerWeight float64 `json:"bits_per_weight"`
 }
 
 // Config configures a server. Zero fields take the values of Defaults.
@@ -168,7 +186,8 @@ type Server struct {
 type backend struct {
 	d    Backend
 	lim  limits
-	info []byte // GET /v1/info answer
+	info []byte   // GET /v1/info answer
+	strs []string // the strategies a request may name
 }
 
 // New returns a server in the loading state.

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/model"
 )
@@ -56,6 +57,14 @@ type engineBackend struct {
 }
 
 func (b *engineBackend) Info() BackendInfo { return b.info }
+
+func (b *engineBackend) DraftStrategy(ctx context.Context, tokens []int, n int, name string) (engine.Result, error) {
+	st, err := draft.New(name, draft.DefaultOptions())
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return b.Engine.DraftWith(ctx, tokens, n, st)
+}
 
 func (b *engineBackend) Close(ctx context.Context) error {
 	err := b.Engine.Close(ctx)
@@ -89,7 +98,7 @@ func tinyOpen(opt engine.Options, wrap func(Backend) Backend) func(context.Conte
 		var b Backend = &engineBackend{Engine: e, m: m, info: BackendInfo{
 			Rules: e.Rules(), BOS: m.BOS, Architecture: m.Arch, Parameters: m.Params, WeightBytes: m.WeightBytes,
 			WeightTypes: m.TypeCounts, VocabSize: m.Vocab, MaxContext: m.MaxContext, Model: "tiny",
-			MaxDraftLen: o.MaxDraftLen, Strategy: "model-greedy", Kernels: "test", Threads: m.Threads(),
+			MaxDraftLen: o.MaxDraftLen, Strategy: o.Strategy.Name(), Strategies: draft.Names, Kernels: "test", Threads: m.Threads(),
 			MaxBatch: o.MaxBatch, MaxQueue: o.MaxQueue,
 		}}
 		if wrap != nil {
@@ -473,7 +482,7 @@ func TestInfo(t *testing.T) {
 	}
 	for k, want := range map[string]any{
 		"architecture": "qwen3", "vocab_size": 512.0, "max_context": 256.0, "draft_len": 12.0,
-		"max_draft_len": 40.0, "strategy": "model-greedy",
+		"max_draft_len": 40.0, "strategy": "model",
 	} {
 		if in[k] != want {
 			t.Errorf("%s: have %v; want %v", k, in[k], want)

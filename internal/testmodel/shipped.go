@@ -8,8 +8,10 @@ import (
 )
 
 // Shipped lists the tiny models committed under testdata/models: qwen3 in
-// every weight type, qwen2 (q/k/v bias, untied, sharded HF files) and llama
-// (GGUF Q/K row permutation) in a float and a quantized type.
+// every weight type, qwen2 (q/k/v bias, untied, sharded HF files), llama
+// (GGUF Q/K row permutation) in a float and a quantized type, a Llama
+// 3.x-style llama (tied, rope_scaling llama3 / GGUF rope_freqs), and a qwen3
+// with 256-column rows in K-quant mixes (GGUF only; see Spec.RefGGUF).
 func Shipped() []Spec {
 	var s []Spec
 	for _, t := range dtype.Types {
@@ -18,6 +20,14 @@ func Shipped() []Spec {
 	q2 := Tiny(model.ArchQwen2, dtype.BF16)
 	q2.Shards = 2
 	s = append(s, q2, Tiny(model.ArchQwen2, dtype.Q4_0))
-	s = append(s, Tiny(model.ArchLlama, dtype.F32), Tiny(model.ArchLlama, dtype.Q8_0))
+	s = append(s, Tiny(model.ArchLlama, dtype.F32), Tiny(model.ArchLlama, dtype.Q8_0), TinyLlama3(dtype.BF16))
+	// K-quants: llama.cpp's Q4_K_M mix, and every new type on some matrix.
+	for _, r := range []string{"q4_k_m", "kmix"} {
+		k, err := TinyK(r)
+		if err != nil {
+			panic(err)
+		}
+		s = append(s, k)
+	}
 	return s
 }

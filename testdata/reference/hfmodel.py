@@ -2,14 +2,16 @@
 
 Written from the Hugging Face transformers formulas (modeling_qwen3/qwen2/llama): RMSNorm,
 NeoX (rotate_half) RoPE, GQA causal softmax attention, SiLU-gated MLP, final norm, lm_head.
-Everything is float64. Not an inference engine: no batching, no quantization, no rope
-scaling, no sliding windows; anything unimplemented raises Unsupported.
+Everything is float64. RoPE scaling: only rope_type "llama3" (transformers
+_compute_llama3_parameters). Not an inference engine: no batching, no quantization, no
+other rope scaling, no sliding windows; anything unimplemented raises Unsupported.
 """
 import json
 import os
 
 import numpy as np
 
+from gguf_np import hf_name, read_gguf
 from safetensors_np import load_model_tensors
 
 ARCHS = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}
@@ -91,7 +93,8 @@ class Config:
             raise Unsupported("%s: mlp_bias true (HF %s has no MLP bias)" % (kind, kind))
         self.qk_norm = kind == "qwen3"
 
-        self.rope_theta = self._rope_theta(cfg)
+        self.rope_theta, self.llama3 = self._rope(cfg)
+        self.inv_freq = rope_inv_freq(self.head_dim, self.rope_theta, self.llama3)
 
         if cfg.get("use_sliding_window"):
             raise Unsupported("use_sliding_window true")
@@ -105,11 +108,15 @@ class Config:
         if prf is not None and float(prf) != 1.0:
             raise Unsupported("partial_rotary_factor %r" % prf)
 
-    @staticmethod
-    def _rope_theta(cfg):
+    LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+    def _rope(self, cfg):
+        """(rope_theta, llama3 parameters or None)."""
         theta = cfg.get("rope_theta")
+        llama3 = None
         # transformers >= 5 stores RoPE in rope_parameters (rope_scaling is its alias); a dict
-        # that only says "default" (+ rope_theta) is plain RoPE, anything else is scaling.
+        # that only says "default" (+ rope_theta) is plain RoPE; "llama3" (Llama 3.x, llama
+        # only) is implemented; anything else is scaling this reference does not know.
         for key in ("rope_scaling", "rope_parameters"):
             rp = cfg.get(key)
             if rp is None:
@@ -117,7 +124,15 @@ class Config:
             if not isinstance(rp, dict):
                 raise Unsupported("%s %r" % (key, rp))
             rtype = rp.get("rope_type", rp.get("type", "default"))
-            extra = set(rp) - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+            known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+            if rtype == "llama3" and self.kind == "llama":
+                missing = [k for k in self.LLAMA3_KEYS if rp.get(k) is None]
+                if missing:
+                    raise Unsupported("%s llama3 without %s" % (key, missing))
+                llama3 = {k: float(rp[k]) for k in self.LLAMA3_KEYS}
+                known |= set(self.LLAMA3_KEYS)
+                rtype = "default"
+            extra = set(rp) - known
             prf = rp.get("partial_rotary_factor", 1.0)
             if rtype != "default" or extra or float(prf) != 1.0:
                 raise Unsupported("%s %s (rope scaling not implemented)" % (key, json.dumps(rp, sort_keys=True)))
@@ -125,7 +140,7 @@ class Config:
                 if theta is not None and float(rp["rope_theta"]) != float(theta):
                     raise Unsupported("rope_theta %r conflicts with %s.rope_theta %r" % (theta, key, rp["rope_theta"]))
                 theta = rp["rope_theta"]
-        return float(theta if theta is not None else 10000.0)
+        return float(theta if theta is not None else 10000.0), llama3
 
 
 def expected_shapes(c):
@@ -187,9 +202,28 @@ def silu(x):
     return x * (0.5 * (1.0 + np.tanh(0.5 * x)))  # x*sigmoid(x) without exp overflow
 
 
-def rope_cos_sin(positions, head_dim, theta):
-    """cos, sin of shape (T, head_dim): angles p*inv_freq repeated for both halves."""
+def rope_inv_freq(head_dim, theta, llama3=None):
+    """inv_freq (head_dim/2,) = theta^(-2i/d); with llama3 parameters, rescaled as
+    transformers' _compute_llama3_parameters: wavelengths 2*pi/inv_freq shorter than
+    original_max_position_embeddings/high_freq_factor are kept, longer than
+    original_max_position_embeddings/low_freq_factor are divided by factor, and in between
+    inv_freq is (1 - s)*inv_freq/factor + s*inv_freq with
+    s = (original_max_position_embeddings/wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    if llama3 is None:
+        return inv_freq
+    factor, low, high, old = (llama3[k] for k in Config.LLAMA3_KEYS)
+    if not (factor >= 1 and 0 < low < high and old >= 1):
+        raise Unsupported("rope_scaling llama3 parameters %r" % (llama3,))
+    wavelen = 2 * np.pi / inv_freq
+    smooth = (old / wavelen - low) / (high - low)
+    scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    return np.where(medium, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+
+
+def rope_cos_sin(positions, inv_freq):
+    """cos, sin of shape (T, head_dim): angles p*inv_freq repeated for both halves."""
     ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
     ang = np.concatenate([ang, ang], axis=-1)
     return np.cos(ang), np.sin(ang)
@@ -218,6 +252,38 @@ def q8_0_roundtrip(x):
     return (q.astype(np.float64) * dh[:, None]).reshape(shape)
 
 
+def q8_k_roundtrip(x):
+    """x rounded to ggml Q8_K blocks of 256 along the last axis and decoded
+    (quantize_row_q8_K_ref): max = the element of largest |x| (first one),
+    iscale = -127/max (f32), q = min(127, round-half-even(iscale*x)) in f32,
+    d = 1/iscale (f32, not rounded to f16), value = d*q."""
+    shape = x.shape
+    x32 = np.asarray(x, dtype=np.float32).reshape(-1, 256)
+    idx = np.abs(x32).argmax(axis=1)
+    mx = x32[np.arange(x32.shape[0]), idx]
+    out = np.zeros(x32.shape, dtype=np.float64)
+    nz = mx != 0
+    iscale = (np.float32(-127) / mx[nz]).astype(np.float32)
+    q = np.minimum(127, np.rint((x32[nz] * iscale[:, None]).astype(np.float32)))
+    d = (np.float32(1) / iscale).astype(np.float32)
+    out[nz] = q.astype(np.float64) * d.astype(np.float64)[:, None]
+    return out.reshape(shape)
+
+
+def q8_1_sums(x):
+    """(..., cols/32) s fields of ggml Q8_1 blocks: f16(sum(q) * d), d = amax/127 in f32."""
+    x32 = np.asarray(x, dtype=np.float32)
+    b = x32.reshape(x32.shape[:-1] + (-1, 32))
+    d = (np.abs(b).max(axis=-1) / np.float32(127)).astype(np.float32)
+    inv = np.zeros_like(d)
+    nz = d != 0
+    inv[nz] = np.float32(1) / d[nz]
+    y = (b * inv[..., None]).astype(np.float32)
+    q = np.sign(y) * np.floor(np.abs(y) + np.float32(0.5))
+    s = (q.sum(axis=-1).astype(np.float32) * d).astype(np.float32)
+    return s.astype(np.float16).astype(np.float64)
+
+
 class KVCache:
     def __init__(self, n_layers):
         self.k = [None] * n_layers  # each (S, n_kv, head_dim), post-RoPE
@@ -226,11 +292,14 @@ class KVCache:
 
 
 class Model:
-    def __init__(self, config, tensors, act_quant=False):
+    def __init__(self, config, tensors, act_quant=False, wtypes=None, mins=None):
         self.c = c = config
-        # act_quant: round the input of every linear layer to Q8_0 blocks as
-        # llama.cpp does for Q8_0/Q4_0 weights (ggml quantize_row_q8_0_ref).
+        # act_quant: round the input of every linear layer as llama.cpp does
+        # for its weight type: Q8_0 blocks (ggml quantize_row_q8_0_ref) unless
+        # wtypes (HF name -> ggml type name) says K-quant (Q8_K blocks) or
+        # Q4_1/Q5_1 (Q8_1 blocks; mins: HF name -> (rows, cols/32) block mins).
         self.act_quant = act_quant
+        self.wtypes, self.mins = wtypes or {}, mins or {}
         check_tensors(c, tensors)
         self.t = tensors
         self.embed = tensors["model.embed_tokens.weight"]
@@ -239,14 +308,39 @@ class Model:
     @classmethod
     def load(cls, model_dir, act_quant=False):
         with open(os.path.join(model_dir, "config.json")) as f:
-            cfg = Config(json.load(f))
+            raw = json.load(f)
+        cfg = Config(raw)
+        if raw.get("draftd_gguf_file"):
+            # The weights are the GGUF file's blocks, decoded here (gguf_np).
+            if cfg.kind == "llama":
+                raise Unsupported("GGUF weights of a llama model (permuted Q/K rows) are not read here")
+            _, gt = read_gguf(os.path.join(model_dir, raw["draftd_gguf_file"]))
+            tensors, wtypes, mins = {}, {}, {}
+            for g in gt.values():
+                n = hf_name(g.name)
+                tensors[n], wtypes[n] = g.values, g.type
+                if g.mins is not None:
+                    mins[n] = g.mins
+            return cls(cfg, tensors, act_quant, wtypes, mins)
         return cls(cfg, load_model_tensors(model_dir), act_quant)
 
-    def _act(self, x):
-        return q8_0_roundtrip(x) if self.act_quant else x
+    def _matmul(self, x, wname):
+        """x @ W.T, with x quantized as ggml does for W's type when act_quant."""
+        w = self.t[wname]
+        if not self.act_quant:
+            return x @ w.T
+        typ = self.wtypes.get(wname, "Q8_0")
+        if typ.endswith("_K"):
+            return q8_k_roundtrip(x) @ w.T
+        if typ in ("Q4_1", "Q5_1"):
+            # ggml's Q8_1 dot: d_w*d_x*sum(q_w*q_x) + m_w*s_x, s_x = f16(d_x*sum(q_x))
+            m = self.mins[wname]  # (rows, cols/32)
+            xr = q8_0_roundtrip(x)
+            return xr @ (w - np.repeat(m, 32, axis=1)).T + q8_1_sums(x) @ m.T
+        return q8_0_roundtrip(x) @ w.T
 
     def _lin(self, x, name):
-        y = self._act(x) @ self.t[name + ".weight"].T
+        y = self._matmul(x, name + ".weight")
         b = self.t.get(name + ".bias")
         return y if b is None else y + b
 
@@ -261,7 +355,7 @@ class Model:
         T = len(ids)
         p0 = cache.length if cache is not None else 0
         S = p0 + T
-        cos, sin = rope_cos_sin(np.arange(p0, S), c.head_dim, c.rope_theta)
+        cos, sin = rope_cos_sin(np.arange(p0, S), c.inv_freq)
         group = c.n_heads // c.n_kv
         scale = c.head_dim ** -0.5
         # query at absolute position p0+i may see keys at positions <= p0+i
@@ -300,4 +394,4 @@ class Model:
         if cache is not None:
             cache.length = S
         x = rms_norm(x, t["model.norm.weight"], c.eps)
-        return self._act(x) @ self.lm_head.T
+        return self._matmul(x, "model.embed_tokens.weight" if c.tie else "lm_head.weight")

@@ -85,9 +85,11 @@ def case_json(case):
 
 
 def reference_json(model_dir):
-    """Exact cases; plus "cases_q8act" (activations rounded to Q8_0 before every
-    linear layer, as llama.cpp computes with Q8_0/Q4_0 weights) when config.json
-    says the model's GGUF copy is quantized ("draftd_gguf_type")."""
+    """Exact cases; plus "cases_q8act" (activations rounded before every linear
+    layer as llama.cpp computes with quantized weights: Q8_0 blocks for Q8_0/Q4_0/Q5_0,
+    Q8_1 for Q4_1/Q5_1, Q8_K for K-quants) when config.json says the model's GGUF copy
+    is quantized ("draftd_gguf_type"). With "draftd_gguf_file" the weights are read
+    from that GGUF file and decoded by gguf_np."""
     model = Model.load(model_dir)
     name = os.path.basename(os.path.normpath(model_dir))
     cases = [case_json(run_case(model, p)) for p in prompts(model.c.vocab)]
@@ -95,7 +97,7 @@ def reference_json(model_dir):
     out = '{"model":%s,"cases":[\n%s\n]' % (json.dumps(name), ",\n".join(cases))
     with open(os.path.join(model_dir, "config.json")) as f:
         gguf_type = json.load(f).get("draftd_gguf_type", "")
-    if gguf_type in ("q8_0", "q4_0"):
+    if gguf_type not in ("", "f32", "f16", "bf16"):  # Q8_0, Q4_0, K-quant types and mixes
         qmodel = Model.load(model_dir, act_quant=True)
         qcases = [case_json(run_case(qmodel, p)) for p in prompts(model.c.vocab)]
         out += ',"cases_q8act":[\n%s\n]' % ",\n".join(qcases)

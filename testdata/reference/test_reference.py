@@ -265,7 +265,7 @@ class TestForward(unittest.TestCase):
         q, k = rng.standard_normal((1, 1, d)), rng.standard_normal((1, 1, d))
 
         def at(x, pos):
-            cos, sin = hfmodel.rope_cos_sin([pos], d, theta)
+            cos, sin = hfmodel.rope_cos_sin([pos], hfmodel.rope_inv_freq(d, theta))
             return hfmodel.apply_rope(x, cos, sin)[0, 0]
 
         self.assertTrue(np.array_equal(at(q, 0), q[0, 0]), "position 0 must be identity")
@@ -279,6 +279,29 @@ class TestForward(unittest.TestCase):
         want = np.zeros(d)
         want[0], want[d // 2] = math.cos(2.0), math.sin(2.0)
         self.assertLess(max_abs(at(e0, 2), want), 1e-15)
+
+    def test_llama3_inv_freq(self):
+        """Each band of Llama 3.x scaling, checked with scalar math and with llama.cpp's
+        divisor form (convert_hf_to_gguf.py rope_freqs: inv_freq / ff)."""
+        d, theta = 16, 1e6
+        have = hfmodel.rope_inv_freq(d, theta, LLAMA3)
+        plain = hfmodel.rope_inv_freq(d, theta)
+        factor, low, high, old = 4.0, 1.0, 4.0, 64.0
+        for i in range(d // 2):
+            inv = theta ** (-2.0 * i / d)
+            wavelen = 2 * math.pi / inv
+            if wavelen < old / high:
+                ff = 1.0
+            elif wavelen > old / low:
+                ff = factor
+            else:
+                s = (old / wavelen - low) / (high - low)
+                ff = 1 / ((1 - s) / factor + s)
+            self.assertAlmostEqual(have[i], inv / ff, delta=1e-15 * inv, msg="i=%d" % i)
+        # theta 1e6, d 16: wavelengths 6.3, 35.3, 199, ... against bands 16 and 64
+        self.assertEqual(have[0], plain[0], "short wavelengths are kept")
+        self.assertTrue(plain[1] / 4 < have[1] < plain[1], "the middle band is interpolated")
+        self.assertTrue(np.allclose(have[2:], plain[2:] / 4, rtol=1e-15, atol=0), "long wavelengths are divided")
 
     def test_argmax_ties_lowest_id_and_margin(self):
         cases = [([1.0, 3.0, 3.0, 0.0], (1, 0.0)), ([5.0, 1.0, 4.5], (0, 0.5)), ([-1.0, -2.0], (0, 1.0))]
@@ -294,13 +317,18 @@ class TestForward(unittest.TestCase):
         self.assertTrue(all(0 <= t < 7 for p in reference.prompts(7) for t in p))
 
 
+LLAMA3 = {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
 class TestConfig(unittest.TestCase):
     def test_unsupported(self):
         cases = [
             ("rope_scaling linear", "llama", {"rope_scaling": {"type": "linear", "factor": 2.0}}),
-            ("rope_scaling llama3", "llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0,
-                                                               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                               "original_max_position_embeddings": 8192}}),
+            ("rope_scaling llama3 on qwen3", "qwen3", {"rope_scaling": dict(LLAMA3, rope_type="llama3")}),
+            ("rope_scaling llama3 without factor", "llama", {"rope_scaling": {
+                "rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64}}),
+            ("rope_scaling llama3 extra key", "llama", {"rope_scaling": dict(LLAMA3, rope_type="llama3", beta_fast=32)}),
             ("rope_scaling yarn", "qwen3", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}),
             ("rope_parameters yarn", "qwen3", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6,
                                                                    "factor": 4.0}}),
@@ -367,6 +395,16 @@ class TestConfig(unittest.TestCase):
         ok["lm_head.weight"] = good["model.embed_tokens.weight"]  # tied checkpoints may still store it
         ok["model.rotary_emb.inv_freq"] = np.zeros(16)
         hfmodel.Model(hfmodel.Config(cfg), ok)
+
+    def test_llama3_scaling_changes_the_model(self):
+        base = config_of("llama")
+        W = mk.random_weights(base, seed=5)
+        plain = hfmodel.Model(hfmodel.Config(base), W).forward(SEQ[:8])
+        scaled = hfmodel.Model(hfmodel.Config(config_of("llama", {"rope_scaling": dict(LLAMA3, rope_type="llama3")})), W)
+        self.assertEqual(scaled.c.llama3["factor"], 4.0)
+        have = scaled.forward(SEQ[:8])
+        self.assertTrue(np.array_equal(have[0], plain[0]), "position 0 is not rotated")
+        self.assertGreater(max_abs(have, plain), 1e-3, "llama3 scaling must change later positions")
 
     def test_default_rope_parameters_accepted(self):
         base = config_of("qwen3")

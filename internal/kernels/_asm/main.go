@@ -3,6 +3,7 @@
 //	go run . -kind matmul    -out ../matmul_amd64.s    -stubs ../matmul_stubs_amd64.go    -pkg kernels
 //	go run . -kind attention -out ../attention_amd64.s -stubs ../attention_stubs_amd64.go -pkg kernels
 //	go run . -kind ops       -out ../ops_amd64.s       -stubs ../ops_stubs_amd64.go       -pkg kernels
+//	go run . -kind kquant    -out ../kquant_amd64.s    -stubs ../kquant_stubs_amd64.go    -pkg kernels
 //
 // Every kernel is written with physical registers so the register blocking
 // is visible in the output. Packed weight layouts are described in
@@ -113,6 +114,8 @@ func main() {
 		genAttention()
 	case "ops":
 		genOps()
+	case "kquant":
+		genKQuant() // kquant.go
 	default:
 		panic("unknown -kind " + *kind)
 	}

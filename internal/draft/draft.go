@@ -1,0 +1,161 @@
+// Package draft holds draftd's drafting strategies: which tokens become the
+// draft of one request. The engine (internal/engine) keeps batching, the
+// prefix cache and the forward pass, and drives a strategy through the small
+// interfaces below; adding a strategy means adding a type here, not editing
+// the scheduler.
+//
+//   - model: the drafter model's greedy chain (one forward step per token).
+//   - lookup: the continuation of the longest suffix of the request's own
+//     tokens that occurred earlier in them; no model (ModelFree).
+//   - hybrid: lookup proposals checked by the model in the same forward
+//     step, the model's own token after the first rejected one, a new lookup
+//     after every model token (Guided).
+//   - pld: plain prompt-lookup decoding as published (n-gram 3→1, first
+//     match), the baseline lookup is measured against (ModelFree).
+//
+// Every strategy reads only the request's own tokens: nothing is kept across
+// requests and nothing comes from stored data. All are deterministic: a
+// draft depends on the context and the model's greedy tokens only, never on
+// batching or the cache.
+package draft
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Strategy names.
+const (
+	NameModel  = "model"
+	NameLookup = "lookup"
+	NameHybrid = "hybrid"
+	NamePLD    = "pld"
+)
+
+// Default is the strategy a server uses unless told otherwise (see the
+// README's measurements).
+const Default = NameHybrid
+
+// Names lists the strategies New accepts.
+var Names = []string{NameModel, NameLookup, NameHybrid, NamePLD}
+
+// Defaults of Options, chosen from the measurements in the README
+// ("Drafting strategies").
+const (
+	DefaultTrust    = 16 // hybrid keeps lookup tokens from a match of 16+ tokens even when the model disagrees
+	DefaultMinMatch = 4  // hybrid proposes after a match of four tokens or more
+	DefaultChoice   = Frequent
+)
+
+// Options tune lookup and hybrid.
+type Options struct {
+	// Trust: hybrid keeps a proposal token the model disagrees with when
+	// the match it comes from is at least Trust tokens long (0: never).
+	Trust int
+	// MinMatch is the shortest match hybrid proposes from (≥ 1).
+	MinMatch int
+	// Choice picks among earlier occurrences of the longest match.
+	Choice Choice
+}
+
+// DefaultOptions are the options of the served strategies unless flags say
+// otherwise.
+func DefaultOptions() Options {
+	return Options{Trust: DefaultTrust, MinMatch: DefaultMinMatch, Choice: DefaultChoice}
+}
+
+// Strategy is implemented by every strategy, together with exactly one of
+// ModelFree and Guided.
+type Strategy interface {
+	Name() string
+}
+
+// ModelFree strategies draft without the model; the engine answers them
+// without joining the batch.
+type ModelFree interface {
+	Strategy
+	// Draft returns at most n tokens continuing ctx (fewer, or none, when
+	// the strategy has nothing to propose). It must not modify ctx.
+	Draft(ctx []int, n int) []int
+}
+
+// Guided strategies draft with the model: each forward step the engine runs
+// the sequence's pending token followed by the strategy's proposal, and the
+// strategy decides from the model's greedy tokens what joins the draft.
+type Guided interface {
+	Strategy
+	// Start begins one request of n draft tokens after ctx (not modified,
+	// not kept past the request).
+	Start(ctx []int, n int) Drafter
+}
+
+// Drafter is one request's state in a Guided strategy. The engine calls
+// Propose and then Accept once for each forward step in which the sequence
+// reaches the end of its known tokens.
+type Drafter interface {
+	// Propose returns at most max tokens to run through the model after
+	// the known tokens in this step (nil: none, the model drafts one token).
+	// The slice stays valid until Accept.
+	Propose(max int) []int
+	// Accept receives the model's greedy token after the last known token
+	// and after each proposed token (len(proposal)+1 ids) and returns how
+	// many proposed tokens join the draft; greedy[kept] joins after them.
+	Accept(greedy []int) (kept int)
+}
+
+// Stats count where one request's draft tokens came from.
+type Stats struct {
+	FromModel  int // draft tokens that are the model's greedy choice
+	FromLookup int // draft tokens taken from lookup proposals
+	Kept       int // proposal tokens kept (= FromLookup for hybrid)
+	Rejected   int // proposal tokens run through the model and dropped
+}
+
+// Counter is implemented by Drafters that report Stats.
+type Counter interface {
+	Stats() Stats
+}
+
+// New returns the named strategy ("" is model).
+func New(name string, opt Options) (Strategy, error) {
+	if opt.MinMatch < 1 || opt.MinMatch > MaxMatch {
+		return nil, fmt.Errorf("draft: minimum match %d outside [1, %d]", opt.MinMatch, MaxMatch)
+	}
+	if opt.Trust < 0 || opt.Trust > MaxMatch {
+		return nil, fmt.Errorf("draft: trust length %d outside [0, %d]", opt.Trust, MaxMatch)
+	}
+	switch name {
+	case NameModel, "":
+		return Model{}, nil
+	case NameLookup:
+		return Lookup{Choice: opt.Choice}, nil
+	case NameHybrid:
+		return Hybrid{Opt: opt}, nil
+	case NamePLD:
+		return PLD{}, nil
+	}
+	return nil, &UnknownError{Name: name}
+}
+
+// UnknownError is New's error for a name that is no strategy.
+type UnknownError struct{ Name string }
+
+func (e *UnknownError) Error() string {
+	name := e.Name
+	if len(name) > 64 {
+		name = name[:64] + "…"
+	}
+	return fmt.Sprintf("unknown drafting strategy %q: want one of %s", name, strings.Join(Names, ", "))
+}
+
+// Model is the drafter model's greedy chain.
+type Model struct{}
+
+func (Model) Name() string                   { return NameModel }
+func (Model) Start(ctx []int, n int) Drafter { return &modelDrafter{} }
+
+type modelDrafter struct{ st Stats }
+
+func (d *modelDrafter) Propose(int) []int       { return nil }
+func (d *modelDrafter) Accept(greedy []int) int { d.st.FromModel++; return 0 }
+func (d *modelDrafter) Stats() Stats            { return d.st }

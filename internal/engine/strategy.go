@@ -1,0 +1,119 @@
+// How the engine drives a drafting strategy (internal/draft): model-free
+// strategies are answered at once, without the batch; a guided one's
+// proposal rides in the sequence's forward step after its last known token,
+// the model's greedy token after every position comes back to the strategy,
+// and the KV of rejected proposal tokens is dropped by moving the sequence's
+// write position back (it is overwritten later and never committed to the
+// prefix cache, which only takes positions [0, pos)). The scheduling itself
+// (admission, budgets, cancellation) is loop.go's and knows no strategy.
+package engine
+
+import (
+	"fmt"
+
+	"github.com/draftd/draftd/internal/draft"
+	"github.com/draftd/draftd/internal/model"
+)
+
+// strategyState is the part of a seq that belongs to its strategy.
+type strategyState struct {
+	drafter draft.Drafter
+	pre     model.Seq // the known tokens before the last one, when a proposal follows several
+	feed    []int     // (1 + nprop) the last known token, then the proposal
+	known   int       // known tokens run in this step (pre + the first of feed)
+	nprop   int       // proposal tokens run in this step
+	greedy  [1]int    // Accept's argument without a proposal
+}
+
+// checkStrategy accepts a strategy the engine can drive.
+func checkStrategy(s draft.Strategy) error {
+	_, free := s.(draft.ModelFree)
+	_, guided := s.(draft.Guided)
+	if free == guided {
+		return fmt.Errorf("engine: strategy %q must be exactly one of draft.ModelFree and draft.Guided", s.Name())
+	}
+	return nil
+}
+
+// route answers a request of a model-free strategy (g == nil) or returns the
+// guided strategy that drafts it in the batch.
+func (e *Engine) route(tokens []int, n int, s draft.Strategy) (g draft.Guided, _ Result, _ error) {
+	if s == nil {
+		s = e.opt.Strategy
+	} else if err := checkStrategy(s); err != nil {
+		return nil, Result{}, err
+	}
+	if g, ok := s.(draft.Guided); ok {
+		return g, Result{}, nil
+	}
+	e.mu.RLock()
+	closed := e.closed
+	e.mu.RUnlock()
+	if closed {
+		return nil, Result{}, ErrClosed
+	}
+	d := s.(draft.ModelFree).Draft(tokens, e.Rules().Fit(len(tokens), n))
+	e.requests.Add(1)
+	return nil, Result{
+		Draft: d, Strategy: s.Name(),
+		Sources: draft.Stats{FromLookup: len(d), Kept: len(d)},
+	}, nil
+}
+
+// propose adds s's model.Seq(s) for this step to seqs. s's known tokens all
+// run in this step (s.ms.Tokens), so its strategy may append a proposal: the
+// last known token and the proposal then form s.ms (all their greedy ids
+// are needed); the known tokens before it, if any, form s.pre, which comes
+// first in the same forward pass (its KV is written before any attention of
+// the layer reads it).
+func (s *seq) propose(seqs []*model.Seq) []*model.Seq {
+	s.known, s.nprop = len(s.ms.Tokens), 0
+	room := s.req.n - (len(s.all) - s.L) - 1 // tokens that may precede the model's own
+	var p []int
+	if room > 0 {
+		p = s.drafter.Propose(room)
+	}
+	if len(p) == 0 {
+		return append(seqs, &s.ms)
+	}
+	s.nprop = min(len(p), room)
+	last := s.pos + s.known - 1
+	s.feed = append(append(s.feed[:0], s.all[last]), p[:s.nprop]...)
+	if s.known > 1 {
+		s.pre = model.Seq{Tokens: s.ms.Tokens[:s.known-1], Pos: s.pos, Blocks: s.lease.Blocks}
+		seqs = append(seqs, &s.pre)
+	}
+	s.ms.Tokens, s.ms.Pos, s.ms.ArgmaxAll = s.feed, last, true
+	return append(seqs, &s.ms)
+}
+
+// advance takes in the result of a step s ran in: its KV now covers the
+// tokens it ran; when it reached the end of its known tokens, the strategy
+// decides which proposal tokens stay, the model's token follows them, and
+// the write position moves back over the rejected ones.
+func (s *seq) advance() {
+	if s.nprop == 0 {
+		s.pos += len(s.ms.Tokens)
+		if s.pos == len(s.all) {
+			s.all = append(s.all, s.ms.Next)
+			s.greedy[0] = s.ms.Next
+			s.drafter.Accept(s.greedy[:])
+		}
+		return
+	}
+	g := s.ms.NextAll // (1 + nprop)
+	kept := s.drafter.Accept(g)
+	kept = max(0, min(kept, s.nprop))
+	s.all = append(s.all, s.feed[1:1+kept]...)
+	s.all = append(s.all, g[kept])
+	s.pos += s.known + kept
+	s.nprop, s.ms.ArgmaxAll, s.pre.Tokens = 0, false, nil
+}
+
+// sources reports where the draft's tokens came from.
+func (s *seq) sources() draft.Stats {
+	if c, ok := s.drafter.(draft.Counter); ok {
+		return c.Stats()
+	}
+	return draft.Stats{FromModel: len(s.all) - s.L}
+}

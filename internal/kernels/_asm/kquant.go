@@ -1,0 +1,491 @@
+package main
+
+// AVX2 K-quant kernels (VPMADDUBSW/VPMADDWD): one weight row in the
+// kernel layout of ../kquant_amd64.go against 1…4 Q8_K activation rows.
+// There are no AVX-512 K-quant kernels: AVX-512 machines run these.
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+const kMaxNB = 4 // activation rows per K-quant kernel call (mirrored in kquant_amd64.go)
+
+func genKQuant() {
+	// shufK4[j]: broadcast word j of each 128-bit lane to the whole lane.
+	// shufK6[j]: word j in the low lane, word 4+j in the high lane.
+	var shufK4, shufK6 [8]Mem
+	for j := range 8 {
+		shufK4[j] = GLOBL(fmt.Sprintf("shufK4_%d", j), RODATA|NOPTR)
+		for i := range 32 {
+			DATA(i, U8(2*j+i%2))
+		}
+	}
+	for j := range 4 {
+		shufK6[j] = GLOBL(fmt.Sprintf("shufK6_%d", j), RODATA|NOPTR)
+		for i := range 32 {
+			w := j
+			if i >= 16 {
+				w = 4 + j
+			}
+			DATA(i, U8(2*w+i%2))
+		}
+	}
+	mask30 := GLOBL("mask30", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x30303030))
+	}
+	mask01 := GLOBL("mask01", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x01010101))
+	}
+	for nb := 1; nb <= kMaxNB; nb++ {
+		genK(nb, "q4k", shufK4[:])
+	}
+	for nb := 1; nb <= kMaxNB; nb++ {
+		genK(nb, "q5k", append(shufK4[:8:8], mask01))
+	}
+	for nb := 1; nb <= kMaxNB; nb++ {
+		genK(nb, "q6k", append(shufK6[:4:4], mask30))
+	}
+	mask03 := GLOBL("mask03", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x03030303))
+	}
+	for _, t := range []string{"q3k", "q2k"} {
+		for nb := 1; nb <= kMaxNB; nb++ {
+			genK(nb, t, append(shufK6[:4:4], mask03, mask01))
+		}
+	}
+	// Q5_0/Q5_1: spread qh's 32 bits to 32 bytes (byte i ← byte i/8 of qh, bit i%8).
+	spread := GLOBL("qhSpread", RODATA|NOPTR)
+	for i := range 32 {
+		DATA(i, U8(i/8))
+	}
+	bits := GLOBL("qhBits", RODATA|NOPTR)
+	for i := range 32 {
+		DATA(i, U8(1<<(i%8)))
+	}
+	mask10 := GLOBL("mask10", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x10101010))
+	}
+	for _, t := range []string{"q41", "q50", "q51"} {
+		for nb := 1; nb <= kMaxNB; nb++ {
+			genLegacy(nb, t, spread, bits, mask10)
+		}
+	}
+}
+
+// genLegacy emits the Q4_1/Q5_0/Q5_1 kernel: ggml's 32-weight blocks as
+// stored, unsigned quants against Q8_0 activation quants; per block
+// y += (d·d_x)·Σ q·x + w2·c_x with w2 = m (Q4_1/Q5_1) or d (Q5_0).
+func genLegacy(nb int, t string, spread, bits, mask10 Mem) {
+	name := fmt.Sprintf("%sAVX2x%d", t, nb)
+	bb, qh, qs, w2 := map[string]int{"q41": 20, "q50": 22, "q51": 24}[t], -1, 4, 2
+	switch t {
+	case "q50":
+		qh, qs, w2 = 2, 6, 0
+	case "q51":
+		qh, qs = 4, 8
+	}
+	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s sets y[b·ystride/4], b < %d, to the dot of one %s weight row (nblk blocks", name, nb, map[string]string{"q41": "Q4_1", "q50": "Q5_0", "q51": "Q5_1"}[t]),
+		"as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block",
+		"scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).",
+		"Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and",
+		"w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).")
+	k := kRegs{W: reg.RSI, N: reg.RCX, X: reg.RDI, XS: reg.R9, X3: reg.R13, XD: reg.R8, DS: reg.R10, XD3: reg.RDX,
+		XB: reg.R11, XB3: reg.RBX}
+	Load(Param("w"), k.W)
+	Load(Param("nblk"), k.N)
+	Load(Param("x"), k.X)
+	Load(Param("xstride"), k.XS)
+	Load(Param("xd"), k.XD)
+	Load(Param("dstride"), k.DS)
+	Load(Param("xc"), k.XB)
+	LEAQ(Mem{Base: k.X, Index: k.XS, Scale: 2}, k.X3)
+	ADDQ(k.XS, k.X3)
+	LEAQ(Mem{Base: k.XD, Index: k.DS, Scale: 2}, k.XD3)
+	ADDQ(k.DS, k.XD3)
+	LEAQ(Mem{Base: k.XB, Index: k.DS, Scale: 2}, k.XB3)
+	ADDQ(k.DS, k.XB3)
+	facc := func(b int) reg.VecPhysical { return Y(b) }
+	sacc := func(b int) reg.VecPhysical { return X(4 + b) }
+	for b := range nb {
+		VPXOR(facc(b), facc(b), facc(b))
+		VPXOR(Y(4+b), Y(4+b), Y(4+b))
+	}
+	MOVL(U32(0x0f0f0f0f), reg.EAX)
+	VMOVD(reg.EAX, reg.X15)
+	VPBROADCASTD(reg.X15, reg.Y15) // Y15: 0x0f bytes
+	MOVL(U32(0x00010001), reg.EAX)
+	VMOVD(reg.EAX, reg.X14)
+	VPBROADCASTD(reg.X14, reg.Y14) // Y14: int16 ones
+	xq := func(b int) Mem { return k.row(k.X, k.XS, k.X3, b, 0) }
+	xd := func(b int) Mem { return k.row(k.XD, k.DS, k.XD3, b, 0) }
+	xc := func(b int) Mem { return k.row(k.XB, k.DS, k.XB3, b, 0) }
+	Label("block")
+	Comment("weights 0…15 from the low nibbles, 16…31 from the high nibbles")
+	VMOVDQU(M(k.W, qs), reg.X13)
+	VPSRLW(U8(4), reg.X13, reg.X12)
+	VINSERTI128(U8(1), reg.X12, reg.Y13, reg.Y13)
+	VPAND(reg.Y15, reg.Y13, reg.Y13)
+	if qh >= 0 {
+		Comment("5th bits: bit i of qh → 0x10 in byte i")
+		VPBROADCASTD(M(k.W, qh), reg.Y12)
+		VPSHUFB(spread, reg.Y12, reg.Y12)
+		VPAND(bits, reg.Y12, reg.Y12)
+		VPCMPEQB(bits, reg.Y12, reg.Y12) // 0xff where the bit is set
+		VPAND(mask10, reg.Y12, reg.Y12)
+		VPOR(reg.Y12, reg.Y13, reg.Y13)
+	}
+	MOVWLZX(M(k.W, 0), reg.EAX)
+	VMOVD(reg.EAX, reg.X10)
+	VCVTPH2PS(reg.X10, reg.X10) // d
+	MOVWLZX(M(k.W, w2), reg.EAX)
+	VMOVD(reg.EAX, reg.X9)
+	VCVTPH2PS(reg.X9, reg.X9) // w2
+	for b := range nb {
+		VPMADDUBSW(xq(b), reg.Y13, reg.Y12)
+		VPMADDWD(reg.Y14, reg.Y12, reg.Y12)
+		VCVTDQ2PS(reg.Y12, reg.Y12)
+		VMULSS(xd(b), reg.X10, reg.X11)
+		VBROADCASTSS(reg.X11, reg.Y11)
+		VFMADD231PS(reg.Y11, reg.Y12, facc(b))
+		VFMADD231SS(xc(b), reg.X9, sacc(b))
+	}
+	ADDQ(U32(bb), k.W)
+	ADDQ(U32(32), k.X)
+	ADDQ(U32(32), k.X3)
+	ADDQ(U8(4), k.XD)
+	ADDQ(U8(4), k.XD3)
+	ADDQ(U8(4), k.XB)
+	ADDQ(U8(4), k.XB3)
+	DECQ(k.N)
+	JNZ(LabelRef("block"))
+	Yp := Load(Param("y"), reg.RAX)
+	YS := Load(Param("ystride"), reg.R9)
+	for b := range nb {
+		fx := X(b)
+		VEXTRACTF128(U8(1), facc(b), reg.X8)
+		VADDPS(reg.X8, fx, fx)
+		VMOVHLPS(fx, reg.X8, reg.X8)
+		VADDPS(reg.X8, fx, fx)
+		VMOVSHDUP(fx, reg.X8)
+		VADDSS(reg.X8, fx, fx)
+		VADDSS(sacc(b), fx, fx)
+		VMOVSS(fx, M(Yp, 0))
+		if b+1 < nb {
+			ADDQ(YS, Yp)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// kRegs are the general registers of a K-quant kernel: row b of the
+// activations is at X + b·XS (b < 3) or X3 (b = 3), likewise XD/XD3 for the
+// block scales and XB/XB3 for the block sums.
+type kRegs struct {
+	W, N, X, XS, X3, XD, DS, XD3, XB, BS, XB3 reg.Register
+}
+
+func (k kRegs) row(base, stride, base3 reg.Register, b, disp int) Mem {
+	if b == 3 {
+		return M(base3, disp)
+	}
+	m := M(base, disp)
+	if b > 0 {
+		m.Index, m.Scale = stride, uint8(b)
+	}
+	return m
+}
+
+func genK(nb int, t string, consts []Mem) {
+	name := fmt.Sprintf("%sAVX2x%d", t, nb)
+	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)")
+	Pragma("noescape")
+	switch t {
+	case "q4k":
+		Doc(fmt.Sprintf("%s sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout", name),
+			fmt.Sprintf("blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < %d:", nb),
+			"its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums",
+			"(8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds",
+			"d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.")
+	case "q5k":
+		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q5_K weight row (180-byte kernel-layout blocks:", name, nb),
+			"the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).")
+	case "q3k":
+		Doc(fmt.Sprintf("%s is q6kAVX2x%d for a Q3_K weight row (114-byte kernel-layout", name, nb),
+			"blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with",
+			"the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.")
+	case "q2k":
+		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q2_K weight row (100-byte kernel-layout", name, nb),
+			"blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's",
+			"scales, d, dmin f16) with per-16 quant sums in that order.")
+	case "q6k":
+		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
+			"blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16",
+			"sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)",
+			"with q the unsigned 6-bit quants.")
+	}
+	k := kRegs{W: reg.RSI, N: reg.RCX, X: reg.RDI, XS: reg.R9, X3: reg.R13, XD: reg.R8, DS: reg.R10, XD3: reg.RDX,
+		XB: reg.R11, BS: reg.R12, XB3: reg.RBX}
+	Load(Param("w"), k.W)
+	Load(Param("nblk"), k.N)
+	Load(Param("x"), k.X)
+	Load(Param("xstride"), k.XS)
+	Load(Param("xd"), k.XD)
+	Load(Param("dstride"), k.DS)
+	Load(Param("xb"), k.XB)
+	Load(Param("bstride"), k.BS)
+	LEAQ(Mem{Base: k.X, Index: k.XS, Scale: 2}, k.X3)
+	ADDQ(k.XS, k.X3)
+	LEAQ(Mem{Base: k.XD, Index: k.DS, Scale: 2}, k.XD3)
+	ADDQ(k.DS, k.XD3)
+	LEAQ(Mem{Base: k.XB, Index: k.BS, Scale: 2}, k.XB3)
+	ADDQ(k.BS, k.XB3)
+	acc := func(b int) reg.VecPhysical { return Y(b) }
+	facc := func(b int) reg.VecPhysical { return Y(4 + b) }
+	for b := range nb {
+		VPXOR(facc(b), facc(b), facc(b))
+	}
+	MOVL(U32(0x0f0f0f0f), reg.EAX)
+	VMOVD(reg.EAX, reg.X15)
+	VPBROADCASTD(reg.X15, reg.Y15) // Y15: 0x0f bytes
+	Label("block")
+	for b := range nb {
+		VPXOR(acc(b), acc(b), acc(b))
+	}
+	xq := func(b, disp int) Mem { return k.row(k.X, k.XS, k.X3, b, disp) }
+	xd := func(b int) Mem { return k.row(k.XD, k.DS, k.XD3, b, 0) }
+	xb := func(b int) Mem { return k.row(k.XB, k.BS, k.XB3, b, 0) }
+	if t == "q4k" || t == "q5k" {
+		qs := 20
+		if t == "q5k" {
+			qs = 52
+		}
+		Comment("block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles")
+		VPMOVZXBW(M(k.W, 4), reg.X14)
+		VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14) // Y14: scales as words, both lanes
+		for c := range 4 {
+			Commentf("weights %d…%d: sub-block %d in the low nibbles, %d in the high", 64*c, 64*c+63, 2*c, 2*c+1)
+			VMOVDQU(M(k.W, qs+32*c), reg.Y12)
+			VPSRLW(U8(4), reg.Y12, reg.Y13)
+			VPAND(reg.Y15, reg.Y12, reg.Y12)
+			VPAND(reg.Y15, reg.Y13, reg.Y13)
+			if t == "q5k" {
+				// 5th bit of weight l of sub-block j: bit j of qh[l], moved to bit 4.
+				VMOVDQU(M(k.W, 20), reg.Y9)
+				for h, dst := range []reg.Register{reg.Y12, reg.Y13} {
+					if sh := 2*c + h; sh > 0 {
+						VPSRLW(U8(sh), reg.Y9, reg.Y8)
+						VPAND(consts[8], reg.Y8, reg.Y8)
+					} else {
+						VPAND(consts[8], reg.Y9, reg.Y8)
+					}
+					VPSLLW(U8(4), reg.Y8, reg.Y8)
+					VPOR(reg.Y8, dst, dst)
+				}
+			}
+			VPSHUFB(consts[2*c], reg.Y14, reg.Y10)
+			VPSHUFB(consts[2*c+1], reg.Y14, reg.Y11)
+			for b := range nb {
+				VPMADDUBSW(xq(b, 64*c), reg.Y12, reg.Y9)
+				VPMADDWD(reg.Y10, reg.Y9, reg.Y9)
+				VPADDD(reg.Y9, acc(b), acc(b))
+				VPMADDUBSW(xq(b, 64*c+32), reg.Y13, reg.Y8)
+				VPMADDWD(reg.Y11, reg.Y8, reg.Y8)
+				VPADDD(reg.Y8, acc(b), acc(b))
+			}
+		}
+		VPMOVZXBW(M(k.W, 12), reg.X14) // mins as words
+		VMOVD(M(k.W, 0), reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10) // [d, dmin, 0, 0]
+		VBROADCASTSS(reg.X10, reg.Y12)
+		VMOVSHDUP(reg.X10, reg.X13)
+		VBROADCASTSS(reg.X13, reg.Y13)
+		for b := range nb {
+			Commentf("row %d: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)", b)
+			VCVTDQ2PS(acc(b), acc(b))
+			VMULPS(reg.Y12, acc(b), acc(b))
+			VPMADDWD(xb(b), reg.X14, reg.X9) // 4 lanes, upper lanes zero
+			VCVTDQ2PS(reg.Y9, reg.Y9)
+			VFNMADD231PS(reg.Y13, reg.Y9, acc(b))
+			VBROADCASTSS(xd(b), reg.Y11)
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
+		}
+		ADDQ(U32(qs+128), k.W)
+		ADDQ(U32(16), k.XB)
+		ADDQ(U32(16), k.XB3)
+	} else if t == "q3k" || t == "q2k" {
+		genK23(t, nb, k, consts, xq, xd, xb)
+	} else {
+		Comment("block: ql[128], qh[64], scales[16] (per half: even then odd), d f16")
+		for h := range 2 {
+			VMOVDQU(M(k.W, 64*h), reg.Y12)
+			VMOVDQU(M(k.W, 64*h+32), reg.Y13)
+			VMOVDQU(M(k.W, 128+32*h), reg.Y11)
+			VPMOVSXBW(M(k.W, 192+8*h), reg.X14)
+			VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14)
+			for j := range 4 {
+				Commentf("weights %d…%d", 128*h+32*j, 128*h+32*j+31)
+				lo, sh := reg.Y12, 4-2*j // low nibbles of ql0/ql1, then high nibbles
+				if j%2 == 1 {
+					lo = reg.Y13
+				}
+				if j < 2 {
+					VPAND(reg.Y15, lo, reg.Y10)
+				} else {
+					VPSRLW(U8(4), lo, reg.Y10)
+					VPAND(reg.Y15, reg.Y10, reg.Y10)
+				}
+				switch {
+				case sh > 0:
+					VPSLLW(U8(sh), reg.Y11, reg.Y9)
+					VPAND(consts[4], reg.Y9, reg.Y9)
+				case sh == 0:
+					VPAND(consts[4], reg.Y11, reg.Y9)
+				default:
+					VPSRLW(U8(-sh), reg.Y11, reg.Y9)
+					VPAND(consts[4], reg.Y9, reg.Y9)
+				}
+				VPOR(reg.Y9, reg.Y10, reg.Y10)
+				VPSHUFB(consts[j], reg.Y14, reg.Y9)
+				for b := range nb {
+					VPMADDUBSW(xq(b, 128*h+32*j), reg.Y10, reg.Y8)
+					VPMADDWD(reg.Y9, reg.Y8, reg.Y8)
+					VPADDD(reg.Y8, acc(b), acc(b))
+				}
+			}
+		}
+		VPMOVSXBW(M(k.W, 192), reg.Y14) // all 16 scales as words
+		MOVWLZX(M(k.W, 208), reg.EAX)
+		VMOVD(reg.EAX, reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10)
+		for b := range nb {
+			VPMADDWD(xb(b), reg.Y14, reg.Y9)
+			VPSLLD(U8(5), reg.Y9, reg.Y9)
+			VPSUBD(reg.Y9, acc(b), acc(b))
+			VMULSS(xd(b), reg.X10, reg.X11)
+			VBROADCASTSS(reg.X11, reg.Y11)
+			VCVTDQ2PS(acc(b), acc(b))
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
+		}
+		ADDQ(U32(210), k.W)
+		ADDQ(U32(32), k.XB)
+		ADDQ(U32(32), k.XB3)
+	}
+	ADDQ(U32(256), k.X)
+	ADDQ(U32(256), k.X3)
+	ADDQ(U8(4), k.XD)
+	ADDQ(U8(4), k.XD3)
+	DECQ(k.N)
+	JNZ(LabelRef("block"))
+	Yp := Load(Param("y"), reg.RAX)
+	YS := Load(Param("ystride"), reg.R9)
+	for b := range nb {
+		f := facc(b)
+		fx := X(4 + b)
+		VEXTRACTF128(U8(1), f, reg.X8)
+		VADDPS(reg.X8, fx, fx)
+		VMOVHLPS(fx, reg.X8, reg.X8)
+		VADDPS(reg.X8, fx, fx)
+		VMOVSHDUP(fx, reg.X8)
+		VADDSS(reg.X8, fx, fx)
+		VMOVSS(fx, M(Yp, 0))
+		if b+1 < nb {
+			ADDQ(YS, Yp)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// genK23 emits the block body of the Q3_K and Q2_K kernels: 2-bit quants in
+// 32-byte rows (row j of half h: bits 2j of qs[32h…32h+31]), Q3_K's third bit
+// from hmask (bit 4h+j), scales shuffled as Q6_K's.
+func genK23(t string, nb int, k kRegs, consts []Mem, xq func(b, disp int) Mem, xd, xb func(b int) Mem) {
+	acc := func(b int) reg.VecPhysical { return Y(b) }
+	facc := func(b int) reg.VecPhysical { return Y(4 + b) }
+	sc, bb := 96, 114
+	if t == "q2k" {
+		sc, bb = 64, 100
+	}
+	for h := range 2 {
+		VMOVDQU(M(k.W, 32*h), reg.Y12) // qs of this half
+		if t == "q3k" {
+			VMOVDQU(M(k.W, 64), reg.Y13) // hmask
+		}
+		if t == "q3k" {
+			VPMOVSXBW(M(k.W, sc+8*h), reg.X14)
+		} else {
+			VPMOVZXBW(M(k.W, sc+8*h), reg.X14)
+		}
+		VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14)
+		for j := range 4 {
+			Commentf("weights %d…%d", 128*h+32*j, 128*h+32*j+31)
+			if j > 0 {
+				VPSRLW(U8(2*j), reg.Y12, reg.Y10)
+				VPAND(consts[4], reg.Y10, reg.Y10)
+			} else {
+				VPAND(consts[4], reg.Y12, reg.Y10)
+			}
+			if t == "q3k" {
+				if sh := 4*h + j; sh > 0 {
+					VPSRLW(U8(sh), reg.Y13, reg.Y9)
+					VPAND(consts[5], reg.Y9, reg.Y9)
+				} else {
+					VPAND(consts[5], reg.Y13, reg.Y9)
+				}
+				VPSLLW(U8(2), reg.Y9, reg.Y9)
+				VPOR(reg.Y9, reg.Y10, reg.Y10)
+			}
+			VPSHUFB(consts[j], reg.Y14, reg.Y9)
+			for b := range nb {
+				VPMADDUBSW(xq(b, 128*h+32*j), reg.Y10, reg.Y8)
+				VPMADDWD(reg.Y9, reg.Y8, reg.Y8)
+				VPADDD(reg.Y8, acc(b), acc(b))
+			}
+		}
+	}
+	if t == "q3k" {
+		VPMOVSXBW(M(k.W, sc), reg.Y14) // all 16 scales as words
+		MOVWLZX(M(k.W, 112), reg.EAX)
+		VMOVD(reg.EAX, reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10)
+		for b := range nb {
+			VPMADDWD(xb(b), reg.Y14, reg.Y9)
+			VPSLLD(U8(2), reg.Y9, reg.Y9)
+			VPSUBD(reg.Y9, acc(b), acc(b))
+			VMULSS(xd(b), reg.X10, reg.X11)
+			VBROADCASTSS(reg.X11, reg.Y11)
+			VCVTDQ2PS(acc(b), acc(b))
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
+		}
+	} else {
+		VPMOVZXBW(M(k.W, 80), reg.Y14) // all 16 mins as words
+		VMOVD(M(k.W, 96), reg.X10)
+		VCVTPH2PS(reg.X10, reg.X10) // [d, dmin, 0, 0]
+		VBROADCASTSS(reg.X10, reg.Y12)
+		VMOVSHDUP(reg.X10, reg.X13)
+		VBROADCASTSS(reg.X13, reg.Y13)
+		for b := range nb {
+			VCVTDQ2PS(acc(b), acc(b))
+			VMULPS(reg.Y12, acc(b), acc(b))
+			VPMADDWD(xb(b), reg.Y14, reg.Y9)
+			VCVTDQ2PS(reg.Y9, reg.Y9)
+			VFNMADD231PS(reg.Y13, reg.Y9, acc(b))
+			VBROADCASTSS(xd(b), reg.Y11)
+			VFMADD231PS(reg.Y11, acc(b), facc(b))
+		}
+	}
+	ADDQ(U32(bb), k.W)
+	ADDQ(U32(32), k.XB)
+	ADDQ(U32(32), k.XB3)
+}

@@ -1,0 +1,144 @@
+// The HF source of the loader: tensors of a safetensors directory by the
+// names the config's Family declares, F32/F16/BF16 as stored, FP8 E4M3 with
+// block scales widened to F32. It reads no GGUF files; config.json is read
+// by config_hf.go.
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+
+	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/safetensors"
+)
+
+type hfSource struct {
+	dir *safetensors.Dir
+	p   string
+	fam *Family
+}
+
+func openHF(dir string) (*Config, source, error) {
+	c, err := ConfigFromHF(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	fam, _ := FamilyOf(c.Arch)
+	return c, &hfSource{dir: d, p: dir, fam: fam}, nil
+}
+
+func (s *hfSource) path() string    { return s.p }
+func (s *hfSource) numTensors() int { return len(s.dir.Names()) }
+func (s *hfSource) Close() error    { return s.dir.Close() }
+
+func (s *hfSource) lookup(r role, layer int) (tensor, string, bool, error) {
+	name := s.fam.Tensors.name(r, layer, false)
+	t, ok, err := s.tensor(name)
+	return t, name, ok, err
+}
+
+// tensor returns the tensor called name, widened when its dtype needs it.
+func (s *hfSource) tensor(name string) (tensor, bool, error) {
+	t, ok := s.dir.Tensor(name)
+	if !ok {
+		return tensor{}, false, nil
+	}
+	shape := make([]int, len(t.Shape))
+	for i, d := range t.Shape {
+		shape[i] = int(d)
+	}
+	out := tensor{shape: shape, data: t.Data}
+	if typ, ok := floatDType(t.DType); ok {
+		out.typ = typ
+		return out, true, nil
+	}
+	switch t.DType {
+	case "F8_E4M3":
+		data, err := s.dequantFP8(name, t)
+		if err != nil {
+			return tensor{}, false, err
+		}
+		out.typ, out.data = dtype.F32, data
+	default:
+		return tensor{}, false, fmt.Errorf("%s: tensor %s has dtype %s; draftd reads F32, F16, BF16 and F8_E4M3", t.File, name, t.DType)
+	}
+	return out, true, nil
+}
+
+// floatDType maps the safetensors float dtypes draftd computes with as stored.
+func floatDType(s string) (dtype.Type, bool) {
+	switch s {
+	case "F32":
+		return dtype.F32, true
+	case "F16":
+		return dtype.F16, true
+	case "BF16":
+		return dtype.BF16, true
+	}
+	return 0, false
+}
+
+// dequantFP8 widens an FP8 E4M3 weight with its block scales
+// (`<name>_scale_inv`, one f32/bf16 per block of rows×cols) to f32.
+func (s *hfSource) dequantFP8(name string, t *safetensors.Tensor) ([]byte, error) {
+	if len(t.Shape) != 2 {
+		return nil, fmt.Errorf("%s: FP8 tensor %s has %d dimensions, want 2", t.File, name, len(t.Shape))
+	}
+	sname := strings.TrimSuffix(name, ".weight") + ".weight_scale_inv"
+	sc, ok := s.dir.Tensor(sname)
+	if !ok {
+		return nil, fmt.Errorf("%s: FP8 tensor %s has no %s", t.File, name, sname)
+	}
+	rows, cols := int(t.Shape[0]), int(t.Shape[1])
+	if len(sc.Shape) != 2 || sc.Shape[0] <= 0 || sc.Shape[1] <= 0 {
+		return nil, fmt.Errorf("%s: scale %s has shape %v, want 2 positive dimensions", sc.File, sname, sc.Shape)
+	}
+	sr, scc := int(sc.Shape[0]), int(sc.Shape[1])
+	br, bc := (rows+sr-1)/sr, (cols+scc-1)/scc // block size
+	if (rows+br-1)/br != sr || (cols+bc-1)/bc != scc {
+		return nil, fmt.Errorf("%s: scale %s shape %v does not tile %s %v", sc.File, sname, sc.Shape, name, t.Shape)
+	}
+	scales := make([]float32, sr*scc) // (sr, scc)
+	st, ok := floatDType(sc.DType)
+	if !ok {
+		return nil, fmt.Errorf("%s: scale %s has dtype %s; want F32, F16 or BF16", sc.File, sname, sc.DType)
+	}
+	if err := dtype.Dequantize(st, scales, sc.Data); err != nil {
+		return nil, fmt.Errorf("%s: scale %s: %w", sc.File, sname, err)
+	}
+	out := make([]byte, rows*cols*4) // (rows, cols) f32
+	for r := range rows {
+		for c := range cols {
+			v := fp8e4m3[t.Data[r*cols+c]] * scales[(r/br)*scc+c/bc]
+			binary.LittleEndian.PutUint32(out[(r*cols+c)*4:], math.Float32bits(v))
+		}
+	}
+	return out, nil
+}
+
+// fp8e4m3 decodes every OCP FP8 E4M3FN byte (bias 7, no infinities, 0x7f/0xff NaN).
+var fp8e4m3 = func() (t [256]float32) {
+	for i := range 256 {
+		sign := float32(1)
+		if i&0x80 != 0 {
+			sign = -1
+		}
+		e, m := (i>>3)&0xf, i&7
+		switch {
+		case e == 0xf && m == 7:
+			t[i] = float32(math.NaN())
+		case e == 0:
+			t[i] = sign * float32(m) / 8 * float32(math.Ldexp(1, -6))
+		default:
+			t[i] = sign * (1 + float32(m)/8) * float32(math.Ldexp(1, e-7))
+		}
+	}
+	return t
+}()
