@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/model"
 )
 
@@ -533,4 +534,68 @@ func TestQueueTimeout(t *testing.T) {
 	if d := e.Stats().QueueDepth; d != 0 {
 		t.Errorf("queue depth %d after every request returned; want 0", d)
 	}
+}
+
+// panicAccept is a guided strategy whose drafters panic in Accept once the
+// shared countdown reaches zero: a bug in the step's bookkeeping, after the
+// forward pass, while the batch is being compacted.
+type panicAccept struct{ left *atomic.Int32 }
+
+func (panicAccept) Name() string { return "panic-accept" }
+func (p panicAccept) Start([]int, int) draft.Drafter {
+	return &panicDrafter{left: p.left}
+}
+
+type panicDrafter struct{ left *atomic.Int32 }
+
+func (*panicDrafter) Propose(int) []int { return nil }
+func (d *panicDrafter) Accept([]int) int {
+	if d.left.Add(-1) == 0 {
+		panic("injected in Accept")
+	}
+	return 0
+}
+
+// TestStepPanicAnswersEveryRequest: a panic in the middle of a step's
+// bookkeeping fails every request of the batch — none is left waiting —
+// and the engine serves the next request exactly.
+func TestStepPanicAnswersEveryRequest(t *testing.T) {
+	m := loadModel(t, tinyModel)
+	e, err := New(m, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	var left atomic.Int32
+	const reqs = 8
+	left.Store(reqs*2 + 3) // somewhere inside the third step of a full batch
+	r := rand.New(rand.NewPCG(21, 22))
+	ctxs := make([][]int, reqs)
+	for i := range ctxs {
+		ctxs[i] = randTokens(r, 20+i, m.Vocab)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, reqs)
+	for i := range reqs {
+		wg.Go(func() {
+			_, errs[i] = e.DraftWith(context.Background(), ctxs[i], 8, panicAccept{&left})
+		})
+	}
+	wg.Wait() // a lost request hangs here (the test's timeout names it)
+	failed := 0
+	for _, err := range errs {
+		if errors.Is(err, ErrInternal) {
+			failed++
+		} else if err != nil {
+			t.Errorf("have %v; want nil or ErrInternal", err)
+		}
+	}
+	if failed == 0 {
+		t.Error("no request saw the injected panic")
+	}
+	res, err := e.Draft(context.Background(), ctxs[0], 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDraft(t, m, ctxs[0], 8, res.Draft)
 }
