@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/draftd/draftd/internal/eval"
@@ -24,8 +25,12 @@ func init() {
 func runEval(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
+	var rawURLs []string
+	fs.Func("url", "base URL of the drafter, http://HOST:PORT (required; repeat it to spread conversations over replicas by their first 16 ids)", func(s string) error {
+		rawURLs = append(rawURLs, s)
+		return nil
+	})
 	var (
-		rawURL      = fs.String("url", "", "base URL of the drafter, http://HOST:PORT (required)")
 		dataPath    = fs.String("data", "", "dataset, JSON Lines of {id,prompt,continuation} or {id,messages,continuation_text} (required)")
 		concurrency = fs.Int("concurrency", 32, "samples replayed at once")
 		n           = fs.Int("n", 16, "draft tokens asked per request")
@@ -48,7 +53,7 @@ func runEval(ctx context.Context, args []string) error {
 		return err
 	}
 	switch {
-	case *rawURL == "":
+	case len(rawURLs) == 0:
 		return clientUsageError(fs, "--url is required")
 	case *dataPath == "":
 		return clientUsageError(fs, "--data is required")
@@ -61,17 +66,28 @@ func runEval(ctx context.Context, args []string) error {
 	case *project < 0:
 		return clientUsageError(fs, "--project-tokens must not be negative")
 	}
-	base, err := eval.NormalizeURL(*rawURL)
-	if err != nil {
-		return err
-	}
 	hc := eval.NewHTTPClient(*concurrency)
-	drafter, err := eval.NewDrafter(*backend, hc, base)
-	if err != nil {
-		return err
+	var bases []string
+	var routed eval.Routed
+	for _, raw := range rawURLs {
+		base, err := eval.NormalizeURL(raw)
+		if err != nil {
+			return err
+		}
+		d, err := eval.NewDrafter(*backend, hc, base)
+		if err != nil {
+			return err
+		}
+		bases, routed = append(bases, base), append(routed, d)
+	}
+	base := bases[0]
+	var drafter eval.Drafter = routed[0]
+	if len(routed) > 1 {
+		drafter = routed
 	}
 
 	var enc eval.TextEncoder
+	var err error
 	if *tokPath != "" {
 		if enc, err = loadTextEncoder(*tokPath); err != nil {
 			return err
@@ -82,8 +98,10 @@ func runEval(ctx context.Context, args []string) error {
 		return err
 	}
 
-	if err := eval.CheckHealth(ctx, hc, base); err != nil {
-		return err
+	for _, b := range bases {
+		if err := eval.CheckHealth(ctx, hc, b); err != nil {
+			return err
+		}
 	}
 	var serverInfo json.RawMessage
 	if *backend == eval.BackendDraftd {
@@ -106,7 +124,7 @@ func runEval(ctx context.Context, args []string) error {
 	if report == nil {
 		return err
 	}
-	report.Backend, report.URL, report.Data, report.ServerInfo = *backend, base, *dataPath, serverInfo
+	report.Backend, report.URL, report.Data, report.ServerInfo = *backend, strings.Join(bases, ","), *dataPath, serverInfo
 	report.Project(*project)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "draftd eval: interrupted; the report covers %d of %d samples\n", report.Samples, report.SamplesTotal)

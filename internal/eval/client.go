@@ -129,7 +129,8 @@ func (c *DraftdClient) Draft(ctx context.Context, tokens []int, n int) ([]int, e
 //	{"prompt":[ids], "n_predict":n, "temperature":0, "top_k":1,
 //	 "repeat_penalty":1, "presence_penalty":0, "frequency_penalty":0,
 //	 "dry_multiplier":0, "cache_prompt":true, "return_tokens":true,
-//	 "stream":false, "response_fields":["tokens","content","stop_type"]}
+//	 "stream":false, "chat_parser":llamaRawParser,
+//	 "response_fields":["tokens","content","stop_type"]}
 //
 // A prompt given as an array of numbers is used as token ids with no BOS
 // added; temperature 0 with top_k 1 is greedy argmax, and the penalties are
@@ -142,6 +143,22 @@ func (c *DraftdClient) Draft(ctx context.Context, tokens []int, n int) ([]int, e
 // end-of-generation token is shorter than n: the replay scores what comes
 // back. A server too old for return_tokens answers without "tokens"; that is
 // a failed request with an error saying so.
+//
+// chat_parser: current llama-server runs every completion's text, /completion
+// included, through its chat-output parser (tools/server: every result's
+// update() calls common_chat_parse). With no parser configured that is
+// content(rest()) + end(), and rest() fails on bytes that are not valid UTF-8
+// (a lone continuation byte, or a multi-byte character cut by n_predict or
+// by an end token), which llama-server answers with HTTP 500 "The model
+// produced output that does not match the expected Content-only format"
+// although the token ids are fine. The parser is a request field: an arena
+// holding one epsilon parser matches the empty prefix of any output, so the
+// parse succeeds, "content" stays empty and "tokens" carries the ids.
+// Streaming does not help: a token whose text ends inside a character is
+// held back from the stream and the chunk that completes it carries only the
+// last id, so streamed ids can miss tokens. A server that still answers that
+// 500 (one too old or too new for this parser form) is the peer's own
+// failure: Draft returns a *PeerError and the report counts it apart.
 type LlamaServerClient struct {
 	HTTP *http.Client
 	URL  string // base URL, no trailing slash
@@ -156,12 +173,16 @@ func (c *LlamaServerClient) Draft(ctx context.Context, tokens []int, n int) ([]i
 	body = strconv.AppendInt(body, int64(n), 10)
 	body = append(body, `,"temperature":0,"top_k":1,"repeat_penalty":1,"presence_penalty":0,`+
 		`"frequency_penalty":0,"dry_multiplier":0,"cache_prompt":true,"return_tokens":true,`+
-		`"stream":false,"response_fields":["tokens","content","stop_type"]}`...)
+		`"stream":false,"chat_parser":`+llamaRawParserJSON+`,"response_fields":["tokens","content","stop_type"]}`...)
 	var out struct {
 		Tokens  *[]int `json:"tokens"`
 		Content string `json:"content"`
 	}
 	if err := postJSON(ctx, c.HTTP, c.URL+"/completion", body, &out); err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == http.StatusInternalServerError && strings.Contains(se.Message, llamaParserError) {
+			return nil, &PeerError{Reason: ReasonLlamaChatParser, Err: err}
+		}
 		return nil, err
 	}
 	if out.Tokens == nil || (len(*out.Tokens) == 0 && out.Content != "") {
@@ -169,6 +190,31 @@ func (c *LlamaServerClient) Draft(ctx context.Context, tokens []int, n int) ([]i
 	}
 	return *out.Tokens, nil
 }
+
+// llamaRawParserJSON is the "chat_parser" value sent to llama-server, a JSON
+// string holding a serialized PEG arena (common_peg_arena::save's form:
+// parsers, rules, root) whose only parser is epsilon: it accepts any output.
+const llamaRawParserJSON = `"{\"parsers\":[{\"type\":\"epsilon\"}],\"rules\":{},\"root\":0}"`
+
+// llamaParserError is the start of the message llama-server's chat-output
+// parser throws (common/chat.cpp) when the output does not parse.
+const llamaParserError = "The model produced output that does not match the expected"
+
+// ReasonLlamaChatParser is the PeerError reason for llamaParserError.
+const ReasonLlamaChatParser = "llama-server chat-output parser rejected output that is not valid UTF-8 (HTTP 500)"
+
+// PeerError is a failed request that is the measured server's own defect,
+// not load, transport or a bad request: the server generated the draft but
+// could not deliver it. The replay scores it as an empty draft like every
+// failure and also counts it under Reason, so a side-by-side comparison can
+// tell the peer's bugs from its capacity.
+type PeerError struct {
+	Reason string
+	Err    error
+}
+
+func (e *PeerError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *PeerError) Unwrap() error { return e.Err }
 
 // appendInts appends ids as a JSON array.
 func appendInts(b []byte, ids []int) []byte {
@@ -306,4 +352,31 @@ func FetchInfo(ctx context.Context, hc *http.Client, base string) (ServerInfo, e
 		info.MaxContext = 0
 	}
 	return info, nil
+}
+
+// AffinityTokens is how many leading context ids choose the replica of a
+// conversation, in Routed and in deploy/haproxy/haproxy.cfg alike.
+const AffinityTokens = 16
+
+// Routed spreads conversations over several drafters (replicas) the way
+// the proxy does, without one: a request goes to the drafter chosen by an
+// FNV-1a hash of its first AffinityTokens ids, so every request of a
+// conversation reaches the same replica and its prefix cache. The set is
+// fixed (modulo hashing, no health checks, no retries): for measuring
+// replicas side by side, not for serving — that is deploy/haproxy's job.
+type Routed []Drafter
+
+// Draft implements Drafter.
+func (r Routed) Draft(ctx context.Context, tokens []int, n int) ([]int, error) {
+	h := uint64(14695981039346656037)
+	for _, id := range tokens[:min(AffinityTokens, len(tokens))] {
+		for v := uint64(uint32(id)); ; v >>= 8 {
+			h = (h ^ (v & 0xff)) * 1099511628211
+			if v < 0x100 {
+				break
+			}
+		}
+		h = (h ^ ',') * 1099511628211
+	}
+	return r[h%uint64(len(r))].Draft(ctx, tokens, n)
 }

@@ -19,6 +19,9 @@ type reply struct {
 	status int  // 0 = 200
 	hang   bool // block until the client gives up
 	null   bool // answer a JSON null instead of the draft
+	// peerBug answers as llama-server does when its chat-output parser
+	// rejects the generated text: HTTP 500 with its error body.
+	peerBug bool
 }
 
 // body is the draft as the answer carries it.
@@ -86,6 +89,7 @@ func newFakeServer(t *testing.T, n int, script map[string]reply) (*fakeServer, *
 			CachePrompt  *bool    `json:"cache_prompt"`
 			ReturnTokens *bool    `json:"return_tokens"`
 			Stream       *bool    `json:"stream"`
+			ChatParser   *string  `json:"chat_parser"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			httpError(w, 400, "bad_json", err.Error())
@@ -103,6 +107,9 @@ func newFakeServer(t *testing.T, n int, script map[string]reply) (*fakeServer, *
 			return
 		case req.Stream == nil || *req.Stream:
 			httpError(w, 400, "", "want stream false")
+			return
+		case req.ChatParser == nil || !isEpsilonArena(*req.ChatParser):
+			httpError(w, 400, "", "want chat_parser: a serialized PEG arena whose root is one epsilon parser")
 			return
 		}
 		rep, ok := f.lookup(req.Prompt)
@@ -136,12 +143,34 @@ func (f *fakeServer) answer(w http.ResponseWriter, r *http.Request, rep reply, o
 		default:
 		}
 		<-r.Context().Done()
+	case rep.peerBug:
+		// llama-server's body for an exception in a completion (format_error_response).
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(500)
+		fmt.Fprint(w, `{"error":{"code":500,"message":"The model produced output that does not match the expected Content-only format","type":"server_error"}}`)
 	case rep.status != 0:
 		httpError(w, rep.status, "scripted", "scripted failure")
 	default:
 		return true
 	}
 	return false
+}
+
+// isEpsilonArena reports whether s is common_peg_arena's JSON form
+// ({"parsers":[...],"rules":{},"root":i}) with parsers[root] of type
+// "epsilon", the parser that accepts any output.
+func isEpsilonArena(s string) bool {
+	var a struct {
+		Parsers []struct {
+			Type string `json:"type"`
+		} `json:"parsers"`
+		Rules map[string]int `json:"rules"`
+		Root  *int           `json:"root"`
+	}
+	if json.Unmarshal([]byte(s), &a) != nil || a.Rules == nil || a.Root == nil {
+		return false
+	}
+	return *a.Root >= 0 && *a.Root < len(a.Parsers) && a.Parsers[*a.Root].Type == "epsilon"
 }
 
 func httpError(w http.ResponseWriter, status int, code, msg string) {

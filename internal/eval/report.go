@@ -48,6 +48,13 @@ type Report struct {
 	// FailureKinds counts failures by kind ("timeout", "HTTP 503", ...).
 	FailureKinds map[string]int `json:"failure_kinds,omitempty"`
 	FirstError   string         `json:"first_error,omitempty"`
+	// PeerFailures is the part of Failures that is the measured server's own
+	// defect (a *PeerError: it generated the draft but could not deliver
+	// it), by reason in PeerFailureReasons. They are scored like every
+	// failure; they are counted apart so that a comparison with a peer
+	// (llama-server) can tell its bugs from its load.
+	PeerFailures       int64          `json:"peer_failures"`
+	PeerFailureReasons map[string]int `json:"peer_failure_reasons,omitempty"`
 
 	WallS float64 `json:"wall_s"`
 	// LatencyMS is over successful requests only; failures are counted apart.
@@ -78,22 +85,24 @@ type Projection struct {
 
 func newReport(t *tally, wall time.Duration, opt ReplayOptions) *Report {
 	r := &Report{
-		N:                opt.N,
-		Concurrency:      max(opt.Concurrency, 1),
-		TimeoutS:         opt.Timeout.Seconds(),
-		Tokens:           t.tokens,
-		Steps:            t.steps,
-		Requests:         t.steps,
-		Failures:         int64(t.fails.n),
-		FailureKinds:     t.fails.kinds,
-		FirstError:       t.fails.first,
-		WallS:            wall.Seconds(),
-		LatencyMS:        summarize(t.latencies),
-		DraftTokens:      t.draftTokens,
-		AcceptHist:       t.hist,
-		PositionReached:  t.reached,
-		PositionAccepted: t.accepted,
-		AcceptByPosition: make([]float64, len(t.reached)),
+		N:                  opt.N,
+		Concurrency:        max(opt.Concurrency, 1),
+		TimeoutS:           opt.Timeout.Seconds(),
+		Tokens:             t.tokens,
+		Steps:              t.steps,
+		Requests:           t.steps,
+		Failures:           int64(t.fails.n),
+		FailureKinds:       t.fails.kinds,
+		FirstError:         t.fails.first,
+		PeerFailures:       int64(t.fails.peer),
+		PeerFailureReasons: t.fails.peers,
+		WallS:              wall.Seconds(),
+		LatencyMS:          summarize(t.latencies),
+		DraftTokens:        t.draftTokens,
+		AcceptHist:         t.hist,
+		PositionReached:    t.reached,
+		PositionAccepted:   t.accepted,
+		AcceptByPosition:   make([]float64, len(t.reached)),
 	}
 	if t.steps > 0 {
 		r.Tau = float64(t.tokens) / float64(t.steps)
@@ -141,6 +150,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	b.WriteString("\n")
 	if r.Failures > 0 {
 		fmt.Fprintf(&b, "  failure kinds    %s\n  first error      %s\n", formatKinds(r.FailureKinds), r.FirstError)
+	}
+	if r.PeerFailures > 0 {
+		fmt.Fprintf(&b, "  peer's own       %d of the failures are the server's own defect: %s\n", r.PeerFailures, formatKinds(r.PeerFailureReasons))
 	}
 	fmt.Fprintf(&b, "  wall time        %.2f s   %.1f requests/s   %.1f draft tokens/s\n", r.WallS, r.RequestsPerS, r.DraftTokensPerS)
 	l := r.LatencyMS

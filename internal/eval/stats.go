@@ -69,11 +69,15 @@ func failureKind(err error) string {
 	return "connection"
 }
 
-// failures counts failed requests by kind and keeps the first error.
+// failures counts failed requests by kind and keeps the first error; the
+// ones that are the peer server's own defect (*PeerError) are also counted
+// by reason.
 type failures struct {
 	n     int
 	kinds map[string]int
 	first string
+	peer  int
+	peers map[string]int // by PeerError.Reason
 }
 
 func (f *failures) add(err error) {
@@ -84,6 +88,14 @@ func (f *failures) add(err error) {
 	f.kinds[failureKind(err)]++
 	if f.first == "" {
 		f.first = err.Error()
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		if f.peers == nil {
+			f.peers = map[string]int{}
+		}
+		f.peer++
+		f.peers[pe.Reason]++
 	}
 }
 
@@ -97,6 +109,15 @@ func (f *failures) merge(g failures) {
 	f.n += g.n
 	for k, v := range g.kinds {
 		f.kinds[k] += v
+	}
+	if g.peer > 0 {
+		if f.peers == nil {
+			f.peers = map[string]int{}
+		}
+		f.peer += g.peer
+		for k, v := range g.peers {
+			f.peers[k] += v
+		}
 	}
 	if f.first == "" {
 		f.first = g.first

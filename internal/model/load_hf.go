@@ -55,7 +55,7 @@ func (s *hfSource) tensor(name string) (tensor, bool, error) {
 		shape[i] = int(d)
 	}
 	out := tensor{shape: shape, data: t.Data}
-	if typ, ok := floatDType(t.DType); ok {
+	if typ, ok := dtype.FromSafetensors(t.DType); ok {
 		out.typ = typ
 		return out, true, nil
 	}
@@ -70,19 +70,6 @@ func (s *hfSource) tensor(name string) (tensor, bool, error) {
 		return tensor{}, false, fmt.Errorf("%s: tensor %s has dtype %s; draftd reads F32, F16, BF16 and F8_E4M3", t.File, name, t.DType)
 	}
 	return out, true, nil
-}
-
-// floatDType maps the safetensors float dtypes draftd computes with as stored.
-func floatDType(s string) (dtype.Type, bool) {
-	switch s {
-	case "F32":
-		return dtype.F32, true
-	case "F16":
-		return dtype.F16, true
-	case "BF16":
-		return dtype.BF16, true
-	}
-	return 0, false
 }
 
 // dequantFP8 widens an FP8 E4M3 weight with its block scales
@@ -106,7 +93,7 @@ func (s *hfSource) dequantFP8(name string, t *safetensors.Tensor) ([]byte, error
 		return nil, fmt.Errorf("%s: scale %s shape %v does not tile %s %v", sc.File, sname, sc.Shape, name, t.Shape)
 	}
 	scales := make([]float32, sr*scc) // (sr, scc)
-	st, ok := floatDType(sc.DType)
+	st, ok := dtype.FromSafetensors(sc.DType)
 	if !ok {
 		return nil, fmt.Errorf("%s: scale %s has dtype %s; want F32, F16 or BF16", sc.File, sname, sc.DType)
 	}
@@ -116,29 +103,9 @@ func (s *hfSource) dequantFP8(name string, t *safetensors.Tensor) ([]byte, error
 	out := make([]byte, rows*cols*4) // (rows, cols) f32
 	for r := range rows {
 		for c := range cols {
-			v := fp8e4m3[t.Data[r*cols+c]] * scales[(r/br)*scc+c/bc]
+			v := dtype.FP8E4M3[t.Data[r*cols+c]] * scales[(r/br)*scc+c/bc]
 			binary.LittleEndian.PutUint32(out[(r*cols+c)*4:], math.Float32bits(v))
 		}
 	}
 	return out, nil
 }
-
-// fp8e4m3 decodes every OCP FP8 E4M3FN byte (bias 7, no infinities, 0x7f/0xff NaN).
-var fp8e4m3 = func() (t [256]float32) {
-	for i := range 256 {
-		sign := float32(1)
-		if i&0x80 != 0 {
-			sign = -1
-		}
-		e, m := (i>>3)&0xf, i&7
-		switch {
-		case e == 0xf && m == 7:
-			t[i] = float32(math.NaN())
-		case e == 0:
-			t[i] = sign * float32(m) / 8 * float32(math.Ldexp(1, -6))
-		default:
-			t[i] = sign * (1 + float32(m)/8) * float32(math.Ldexp(1, e-7))
-		}
-	}
-	return t
-}()

@@ -9,7 +9,6 @@ package quant
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,7 +246,7 @@ func (s *Source) hfTensor(name string, t *safetensors.Tensor, used map[string]bo
 		perm = permutation(heads, c.HeadDim)
 		if len(t.Shape) == 1 { // a bias: one "row" per element
 			src := t
-			typ, ok := floatType(src.DType)
+			typ, ok := dtype.FromSafetensors(src.DType)
 			if !ok {
 				return out, fmt.Errorf("%s: tensor %s has dtype %s; want F32, F16 or BF16", t.File, name, t.DType)
 			}
@@ -264,7 +263,7 @@ func (s *Source) hfTensor(name string, t *safetensors.Tensor, used map[string]bo
 			return out, nil
 		}
 	}
-	if typ, ok := floatType(t.DType); ok {
+	if typ, ok := dtype.FromSafetensors(t.DType); ok {
 		rb := len(t.Data) / rows
 		if perm == nil {
 			out.raw, out.rawData = typ, t.Data
@@ -296,7 +295,7 @@ func (s *Source) hfTensor(name string, t *safetensors.Tensor, used map[string]bo
 	if (rows+br-1)/br != sr || (cols+bc-1)/bc != scc {
 		return out, fmt.Errorf("%s: scale %s shape %v does not tile %s %v", sc.File, sname, sc.Shape, name, t.Shape)
 	}
-	st, ok := floatType(sc.DType)
+	st, ok := dtype.FromSafetensors(sc.DType)
 	if !ok {
 		return out, fmt.Errorf("%s: scale %s has dtype %s; want F32, F16 or BF16", sc.File, sname, sc.DType)
 	}
@@ -312,23 +311,11 @@ func (s *Source) hfTensor(name string, t *safetensors.Tensor, used map[string]bo
 		codes := t.Data[r*cols : (r+1)*cols]      // (cols) E4M3
 		srow := scales[(r/br)*scc : (r/br+1)*scc] // (scc)
 		for c, b := range codes {
-			dst[c] = fp8e4m3[b] * srow[c/bc]
+			dst[c] = dtype.FP8E4M3[b] * srow[c/bc]
 		}
 		return nil
 	}
 	return out, nil
-}
-
-func floatType(s string) (dtype.Type, bool) {
-	switch s {
-	case "F32":
-		return dtype.F32, true
-	case "F16":
-		return dtype.F16, true
-	case "BF16":
-		return dtype.BF16, true
-	}
-	return 0, false
 }
 
 func identity(r int) int { return r }
@@ -343,27 +330,6 @@ func permutation(heads, headDim int) func(int) int {
 		return h*headDim + (j%2)*half + j/2
 	}
 }
-
-// fp8e4m3 decodes every OCP FP8 E4M3FN byte (bias 7, no infinities, 0x7f/0xff NaN).
-var fp8e4m3 = func() (t [256]float32) {
-	for i := range 256 {
-		e, m := (i>>3)&0xf, i&7
-		var v float64
-		switch {
-		case e == 0xf && m == 7:
-			v = math.NaN()
-		case e == 0:
-			v = float64(m) / 8 * math.Ldexp(1, -6)
-		default:
-			v = (1 + float64(m)/8) * math.Ldexp(1, e-7)
-		}
-		if i&0x80 != 0 {
-			v = -v
-		}
-		t[i] = float32(v)
-	}
-	return t
-}()
 
 func openGGUF(path string) (*Source, error) {
 	f, err := gguf.Open(path)
