@@ -39,7 +39,7 @@ var lKernels = map[dtype.Type]*[kMaxNB + 1]lKernel{
 	dtype.Q5_1: {nil, q51AVX2x1, q51AVX2x2, q51AVX2x3, q51AVX2x4},
 }
 
-type kKernel func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+type kKernel func(w *byte, nrow, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 var (
 	q4kK = [...]kKernel{nil, q4kAVX2x1, q4kAVX2x2, q4kAVX2x3, q4kAVX2x4}
@@ -170,8 +170,8 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 	case dtype.Q2_K:
 		ks, kbn = &q2kK, 16*a.nblk
 	}
-	kTiles(lo, hi, batch, func(r, b0, nb int) {
-		ks[nb](&pk.data[r*pk.rowBytes], a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk,
+	kRowTiles(lo, hi, batch, func(r, nr, b0, nb int) {
+		ks[nb](&pk.data[r*pk.rowBytes], nr, a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk,
 			&a.kb[b0*kbn], 2*kbn, &y[b0*ystride+r-base], 4*ystride)
 	})
 	return true
@@ -193,6 +193,20 @@ func kTiles(lo, hi, batch int, k func(r, b0, nb int)) {
 				for b0 := c0; b0 < c1; b0 += kMaxNB {
 					k(r, b0, min(kMaxNB, c1-b0))
 				}
+			}
+		}
+	}
+}
+
+// kRowTiles is kTiles with the rows of a row block in one call: k(r, nr, b0,
+// nb) for weight rows [r, r+nr) and activation rows [b0, b0+nb).
+func kRowTiles(lo, hi, batch int, k func(r, nr, b0, nb int)) {
+	for r0 := lo; r0 < hi; r0 += kRowBlock {
+		nr := min(hi, r0+kRowBlock) - r0
+		for c0 := 0; c0 < batch; c0 += kBatchChunk {
+			c1 := min(batch, c0+kBatchChunk)
+			for b0 := c0; b0 < c1; b0 += kMaxNB {
+				k(r0, nr, b0, min(kMaxNB, c1-b0))
 			}
 		}
 	}

@@ -432,17 +432,23 @@ DATA mask01<>+24(SB)/4, $0x01010101
 DATA mask01<>+28(SB)/4, $0x01010101
 GLOBL mask01<>(SB), RODATA|NOPTR, $32
 
-// func q4kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q4kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x1(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q4kAVX2x1(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -540,8 +546,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -549,20 +555,29 @@ block:
 	VMOVSHDUP    X4, X8
 	VADDSS       X8, X4, X4
 	VMOVSS       X4, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q4kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q4kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x2(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q4kAVX2x2(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -695,8 +710,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -712,20 +727,29 @@ block:
 	VMOVSHDUP    X5, X8
 	VADDSS       X8, X5, X5
 	VMOVSS       X5, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q4kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q4kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x3(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q4kAVX2x3(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -893,8 +917,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -918,20 +942,29 @@ block:
 	VMOVSHDUP    X6, X8
 	VADDSS       X8, X6, X6
 	VMOVSS       X6, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q4kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q4kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x4(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q4kAVX2x4(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -1134,8 +1167,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -1167,20 +1200,29 @@ block:
 	VMOVSHDUP    X7, X8
 	VADDSS       X8, X7, X7
 	VMOVSS       X7, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q5kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q5kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x1(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q5kAVX2x1(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -1313,8 +1355,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -1322,20 +1364,29 @@ block:
 	VMOVSHDUP    X4, X8
 	VADDSS       X8, X4, X4
 	VMOVSS       X4, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q5kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q5kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x2(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q5kAVX2x2(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -1503,8 +1554,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -1520,20 +1571,29 @@ block:
 	VMOVSHDUP    X5, X8
 	VADDSS       X8, X5, X5
 	VMOVSS       X5, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q5kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q5kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x3(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q5kAVX2x3(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -1736,8 +1796,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -1761,20 +1821,29 @@ block:
 	VMOVSHDUP    X6, X8
 	VADDSS       X8, X6, X6
 	VMOVSS       X6, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q5kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q5kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x4(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q5kAVX2x4(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -2012,8 +2081,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -2045,20 +2114,29 @@ block:
 	VMOVSHDUP    X7, X8
 	VADDSS       X8, X7, X7
 	VMOVSS       X7, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q6kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q6kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x1(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q6kAVX2x1(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -2186,8 +2264,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -2195,20 +2273,29 @@ block:
 	VMOVSHDUP    X4, X8
 	VADDSS       X8, X4, X4
 	VMOVSS       X4, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q6kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q6kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x2(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q6kAVX2x2(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -2369,8 +2456,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -2386,20 +2473,29 @@ block:
 	VMOVSHDUP    X5, X8
 	VADDSS       X8, X5, X5
 	VMOVSS       X5, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q6kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q6kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x3(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q6kAVX2x3(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -2593,8 +2689,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -2618,20 +2714,29 @@ block:
 	VMOVSHDUP    X6, X8
 	VADDSS       X8, X6, X6
 	VMOVSS       X6, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q6kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q6kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x4(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q6kAVX2x4(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -2858,8 +2963,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -2891,6 +2996,9 @@ block:
 	VMOVSHDUP    X7, X8
 	VADDSS       X8, X7, X7
 	VMOVSS       X7, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
@@ -2904,17 +3012,23 @@ DATA mask03<>+24(SB)/4, $0x03030303
 DATA mask03<>+28(SB)/4, $0x03030303
 GLOBL mask03<>(SB), RODATA|NOPTR, $32
 
-// func q3kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q3kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q3kAVX2x1(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q3kAVX2x1(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -3049,8 +3163,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -3058,20 +3172,29 @@ block:
 	VMOVSHDUP    X4, X8
 	VADDSS       X8, X4, X4
 	VMOVSS       X4, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q3kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q3kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q3kAVX2x2(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q3kAVX2x2(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -3239,8 +3362,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -3256,20 +3379,29 @@ block:
 	VMOVSHDUP    X5, X8
 	VADDSS       X8, X5, X5
 	VMOVSS       X5, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q3kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q3kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q3kAVX2x3(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q3kAVX2x3(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -3470,8 +3602,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -3495,20 +3627,29 @@ block:
 	VMOVSHDUP    X6, X8
 	VADDSS       X8, X6, X6
 	VMOVSS       X6, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q3kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q3kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q3kAVX2x4(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q3kAVX2x4(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -3742,8 +3883,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -3775,20 +3916,29 @@ block:
 	VMOVSHDUP    X7, X8
 	VADDSS       X8, X7, X7
 	VMOVSS       X7, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q2kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q2kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q2kAVX2x1(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q2kAVX2x1(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -3892,8 +4042,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -3901,20 +4051,29 @@ block:
 	VMOVSHDUP    X4, X8
 	VADDSS       X8, X4, X4
 	VMOVSS       X4, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q2kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q2kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q2kAVX2x2(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q2kAVX2x2(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -4051,8 +4210,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -4068,20 +4227,29 @@ block:
 	VMOVSHDUP    X5, X8
 	VADDSS       X8, X5, X5
 	VMOVSS       X5, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q2kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q2kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q2kAVX2x3(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q2kAVX2x3(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -4251,8 +4419,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -4276,20 +4444,29 @@ block:
 	VMOVSHDUP    X6, X8
 	VADDSS       X8, X6, X6
 	VMOVSS       X6, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 
-// func q2kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+// func q2kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q2kAVX2x4(SB), NOSPLIT, $0-80
-	MOVQ         w+0(FP), SI
-	MOVQ         nblk+8(FP), CX
-	MOVQ         x+16(FP), DI
-	MOVQ         xstride+24(FP), R9
-	MOVQ         xd+32(FP), R8
-	MOVQ         dstride+40(FP), R10
-	MOVQ         xb+48(FP), R11
-	MOVQ         bstride+56(FP), R12
+TEXT ·q2kAVX2x4(SB), NOSPLIT, $16-88
+	MOVQ w+0(FP), SI
+	MOVQ y+72(FP), AX
+	MOVQ AX, (SP)
+	MOVQ nrow+8(FP), AX
+	MOVQ AX, 8(SP)
+
+row:
+	MOVQ         nblk+16(FP), CX
+	MOVQ         x+24(FP), DI
+	MOVQ         xstride+32(FP), R9
+	MOVQ         xd+40(FP), R8
+	MOVQ         dstride+48(FP), R10
+	MOVQ         xb+56(FP), R11
+	MOVQ         bstride+64(FP), R12
 	LEAQ         (DI)(R9*2), R13
 	ADDQ         R9, R13
 	LEAQ         (R8)(R10*2), DX
@@ -4492,8 +4669,8 @@ block:
 	ADDQ         $0x04, DX
 	DECQ         CX
 	JNZ          block
-	MOVQ         y+64(FP), AX
-	MOVQ         ystride+72(FP), R9
+	MOVQ         (SP), AX
+	MOVQ         ystride+80(FP), R9
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMOVHLPS     X4, X8, X8
@@ -4525,6 +4702,9 @@ block:
 	VMOVSHDUP    X7, X8
 	VADDSS       X8, X7, X7
 	VMOVSS       X7, (AX)
+	ADDQ         $0x04, (SP)
+	DECQ         8(SP)
+	JNZ          row
 	VZEROUPPER
 	RET
 

@@ -9,148 +9,188 @@ package kernels
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
 // d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q4kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q4kAVX2x2 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
 // blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 2:
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
 // d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q4kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q4kAVX2x3 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
 // blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 3:
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
 // d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q4kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q4kAVX2x4 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
 // blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 4:
 // its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
 // (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
 // d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q4kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q5kAVX2x1 is q4kAVX2x1 for a Q5_K weight row (180-byte kernel-layout blocks:
 // the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q5kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q5kAVX2x2 is q4kAVX2x2 for a Q5_K weight row (180-byte kernel-layout blocks:
 // the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q5kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q5kAVX2x3 is q4kAVX2x3 for a Q5_K weight row (180-byte kernel-layout blocks:
 // the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q5kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q5kAVX2x4 is q4kAVX2x4 for a Q5_K weight row (180-byte kernel-layout blocks:
 // the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q5kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q6kAVX2x1 is q4kAVX2x1 for a Q6_K weight row (210-byte kernel-layout
 // blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
 // sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
 // with q the unsigned 6-bit quants.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q6kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q6kAVX2x2 is q4kAVX2x2 for a Q6_K weight row (210-byte kernel-layout
 // blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
 // sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
 // with q the unsigned 6-bit quants.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q6kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q6kAVX2x3 is q4kAVX2x3 for a Q6_K weight row (210-byte kernel-layout
 // blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
 // sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
 // with q the unsigned 6-bit quants.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q6kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q6kAVX2x4 is q4kAVX2x4 for a Q6_K weight row (210-byte kernel-layout
 // blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
 // sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
 // with q the unsigned 6-bit quants.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q6kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q3kAVX2x1 is q6kAVX2x1 for a Q3_K weight row (114-byte kernel-layout
 // blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
 // the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q3kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q3kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q3kAVX2x2 is q6kAVX2x2 for a Q3_K weight row (114-byte kernel-layout
 // blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
 // the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q3kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q3kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q3kAVX2x3 is q6kAVX2x3 for a Q3_K weight row (114-byte kernel-layout
 // blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
 // the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q3kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q3kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q3kAVX2x4 is q6kAVX2x4 for a Q3_K weight row (114-byte kernel-layout
 // blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
 // the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q3kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q3kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q2kAVX2x1 is q4kAVX2x1 for a Q2_K weight row (100-byte kernel-layout
 // blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
 // scales, d, dmin f16) with per-16 quant sums in that order.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q2kAVX2x1(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q2kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q2kAVX2x2 is q4kAVX2x2 for a Q2_K weight row (100-byte kernel-layout
 // blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
 // scales, d, dmin f16) with per-16 quant sums in that order.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q2kAVX2x2(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q2kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q2kAVX2x3 is q4kAVX2x3 for a Q2_K weight row (100-byte kernel-layout
 // blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
 // scales, d, dmin f16) with per-16 quant sums in that order.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q2kAVX2x3(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q2kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q2kAVX2x4 is q4kAVX2x4 for a Q2_K weight row (100-byte kernel-layout
 // blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
 // scales, d, dmin f16) with per-16 quant sums in that order.
+// It does so for nrow consecutive weight rows (w's rows follow each other), row
+// r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
-func q2kAVX2x4(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q2kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q41AVX2x1 sets y[b·ystride/4], b < 1, to the dot of one Q4_1 weight row (nblk blocks
 // as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block

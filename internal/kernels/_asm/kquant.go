@@ -208,35 +208,44 @@ func (k kRegs) row(base, stride, base3 reg.Register, b, disp int) Mem {
 
 func genK(nb int, t string, consts []Mem) {
 	name := fmt.Sprintf("%sAVX2x%d", t, nb)
-	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)")
+	TEXT(name, NOSPLIT, "func(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)")
 	Pragma("noescape")
+	var doc []string
 	switch t {
 	case "q4k":
-		Doc(fmt.Sprintf("%s sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout", name),
+		doc = []string{fmt.Sprintf("%s sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout", name),
 			fmt.Sprintf("blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < %d:", nb),
 			"its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums",
 			"(8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds",
-			"d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.")
+			"d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end."}
 	case "q5k":
-		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q5_K weight row (180-byte kernel-layout blocks:", name, nb),
-			"the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).")
+		doc = []string{fmt.Sprintf("%s is q4kAVX2x%d for a Q5_K weight row (180-byte kernel-layout blocks:", name, nb),
+			"the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles)."}
 	case "q3k":
-		Doc(fmt.Sprintf("%s is q6kAVX2x%d for a Q3_K weight row (114-byte kernel-layout", name, nb),
+		doc = []string{fmt.Sprintf("%s is q6kAVX2x%d for a Q3_K weight row (114-byte kernel-layout", name, nb),
 			"blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with",
-			"the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.")
+			"the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j."}
 	case "q2k":
-		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q2_K weight row (100-byte kernel-layout", name, nb),
+		doc = []string{fmt.Sprintf("%s is q4kAVX2x%d for a Q2_K weight row (100-byte kernel-layout", name, nb),
 			"blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's",
-			"scales, d, dmin f16) with per-16 quant sums in that order.")
+			"scales, d, dmin f16) with per-16 quant sums in that order."}
 	case "q6k":
-		Doc(fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
+		doc = []string{fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
 			"blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16",
 			"sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)",
-			"with q the unsigned 6-bit quants.")
+			"with q the unsigned 6-bit quants."}
 	}
+	Doc(append(doc, "It does so for nrow consecutive weight rows (w's rows follow each other), row",
+		"r's outputs 4·r bytes after y's: the same sums as one call per row.")...)
 	k := kRegs{W: reg.RSI, N: reg.RCX, X: reg.RDI, XS: reg.R9, X3: reg.R13, XD: reg.R8, DS: reg.R10, XD3: reg.RDX,
 		XB: reg.R11, BS: reg.R12, XB3: reg.RBX}
+	yl, nl := AllocLocal(8), AllocLocal(8) // output pointer of the current row, rows left
 	Load(Param("w"), k.W)
+	Load(Param("y"), reg.RAX)
+	MOVQ(reg.RAX, yl)
+	Load(Param("nrow"), reg.RAX)
+	MOVQ(reg.RAX, nl)
+	Label("row")
 	Load(Param("nblk"), k.N)
 	Load(Param("x"), k.X)
 	Load(Param("xstride"), k.XS)
@@ -387,7 +396,8 @@ func genK(nb int, t string, consts []Mem) {
 	ADDQ(U8(4), k.XD3)
 	DECQ(k.N)
 	JNZ(LabelRef("block"))
-	Yp := Load(Param("y"), reg.RAX)
+	Yp := reg.RAX
+	MOVQ(yl, Yp)
 	YS := Load(Param("ystride"), reg.R9)
 	for b := range nb {
 		f := facc(b)
@@ -403,6 +413,9 @@ func genK(nb int, t string, consts []Mem) {
 			ADDQ(YS, Yp)
 		}
 	}
+	ADDQ(U8(4), yl) // w is at the next row already
+	DECQ(nl)
+	JNZ(LabelRef("row"))
 	VZEROUPPER()
 	RET()
 }
