@@ -31,7 +31,7 @@ func benchModel(b *testing.B, spec testmodel.Spec) *model.Model {
 			b.Fatal(err)
 		}
 	}
-	m, err := model.Load(path, model.Options{Threads: 2})
+	m, err := model.Load(path, model.Options{Threads: benchThreads(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

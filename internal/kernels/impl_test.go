@@ -127,17 +127,20 @@ func TestMatMulDeterministic(t *testing.T) {
 		defer p1.Close()
 		defer p3.Close()
 		for _, typ := range dtype.Types {
-			const rows, cols, batch = 100, 256, 29
-			m, _ := randMatrix(t, r, typ, rows, cols)
-			x := randVec(r, batch*cols, 1)
-			yb := make([]float32, batch*rows)
-			MatMul(p3, yb, m, x, batch)
-			for _, b := range []int{0, 7, 28} {
-				y1 := make([]float32, rows)
-				MatMul(p1, y1, m, x[b*cols:(b+1)*cols], 1)
-				for i := range y1 {
-					if math.Float32bits(y1[i]) != math.Float32bits(yb[b*rows+i]) {
-						t.Fatalf("%v: row %d alone gives y[%d] = %g; in a batch of %d: %g", typ, b, i, y1[i], batch, yb[b*rows+i])
+			// 131 rows take the cache-blocked large-batch (prefill) kernels.
+			for _, batch := range []int{29, 131} {
+				const rows, cols = 100, 256
+				m, _ := randMatrix(t, r, typ, rows, cols)
+				x := randVec(r, batch*cols, 1)
+				yb := make([]float32, batch*rows)
+				MatMul(p3, yb, m, x, batch)
+				for _, b := range []int{0, 7, 28, batch - 1} {
+					y1 := make([]float32, rows)
+					MatMul(p1, y1, m, x[b*cols:(b+1)*cols], 1)
+					for i := range y1 {
+						if math.Float32bits(y1[i]) != math.Float32bits(yb[b*rows+i]) {
+							t.Fatalf("%v: row %d alone gives y[%d] = %g; in a batch of %d: %g", typ, b, i, y1[i], batch, yb[b*rows+i])
+						}
 					}
 				}
 			}

@@ -35,7 +35,9 @@
 // Q4_0 multiplies the raw nibbles by x, sums a whole block in int16 (8
 // products of ≤ 2·15·127) and removes the offset as on AVX-512. Activations
 // are laid out per batch tile so each call reads one contiguous stream
-// (quantizeRow). Large batches (prefill) are cache-blocked: see run.
+// (quantizeRow). Large batches (prefill) are cache-blocked: see run; their
+// Q8_0 sweeps use q8AVX2Px<n>, the same sums for up to 5 rows per call
+// without prefetching.
 //
 // Every output element is the same sequential sum over its columns whatever
 // the batch size, blocking or thread count, so results are deterministic
@@ -56,16 +58,18 @@ import (
 
 // Register blocking limits of the generated kernels (see _asm/matmul_*.go).
 const (
-	qMaxNB  = 6
-	fMaxNB  = 12
-	q2MaxNB = 4
-	f2MaxNB = 4
+	qMaxNB   = 6
+	fMaxNB   = 12
+	q2MaxNB  = 4
+	q2PMaxNB = 5
+	f2MaxNB  = 4
 )
 
 type qKernel func(w, x, xm *byte, nblk, xstride int, y *float32, ystride int, pf *byte, pfn int)
 type fKernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int, pf *byte, pfn int)
 type f2Kernel func(w *byte, x *float32, xstride, nk int, y *float32, ystride int)
 type q2Kernel func(ws, wq, x, xm *byte, nblk, xstride int, y *float32, ystride int, pf *byte, pfn int)
+type q2PKernel func(ws, wq, x, xm *byte, nblk, xstride int, y *float32, ystride int)
 
 var (
 	q8K512   = [...]qKernel{nil, q8AVX512x1, q8AVX512x2, q8AVX512x3, q8AVX512x4, q8AVX512x5, q8AVX512x6}
@@ -78,6 +82,7 @@ var (
 		f32AVX512x7, f32AVX512x8, f32AVX512x9, f32AVX512x10, f32AVX512x11, f32AVX512x12}
 	q8K2   = [...]q2Kernel{nil, q8AVX2x1, q8AVX2x2, q8AVX2x3, q8AVX2x4}
 	q4K2   = [...]q2Kernel{nil, q4AVX2x1, q4AVX2x2, q4AVX2x3, q4AVX2x4}
+	q8K2P  = [...]q2PKernel{nil, q8AVX2Px1, q8AVX2Px2, q8AVX2Px3, q8AVX2Px4, q8AVX2Px5}
 	bf16K2 = [...]f2Kernel{nil, bf16AVX2x1, bf16AVX2x2, bf16AVX2x3, bf16AVX2x4}
 	f16K2  = [...]f2Kernel{nil, f16AVX2x1, f16AVX2x2, f16AVX2x3, f16AVX2x4}
 	f32K2  = [...]f2Kernel{nil, f32AVX2x1, f32AVX2x2, f32AVX2x3, f32AVX2x4}
@@ -206,6 +211,7 @@ type mmJob struct {
 	impl     implID
 	xq, xm   []byte // quantized activations: (nblk, batch, 32) quants, (nblk, batch) {d f32, corr i32}
 	xtiled   bool   // AVX2: xq, xm are instead (batch tile, nblk, rows of the tile, …), see quantizeRow
+	q8P      bool   // AVX2 Q8_0, blocked: the prefill kernels q8K2P (up to q2PMaxNB rows per call)
 	off      int    // quantization offset: 128 for Q8_0, 8 for Q4_0
 	xrow     int    // float path: floats per activation row of x (Cols, or k8 if padded)
 	bt       []int  // batch tile starts, then batch
@@ -302,6 +308,9 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	switch {
 	case quant && impl == implAVX2:
 		maxNB = q2MaxNB
+		if blocked && w.Type == dtype.Q8_0 {
+			maxNB = q2PMaxNB
+		}
 	case quant:
 		maxNB = qMaxNB
 	case impl == implAVX2:
@@ -314,6 +323,7 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	}
 	j.bt = append(j.bt, batch)
 	j.bblk = nt
+	j.q8P = quant && impl == implAVX2 && maxNB == q2PMaxNB
 	if blocked {
 		rowBytes := 4 * pk.k8 // activation bytes per row
 		if quant {
@@ -495,6 +505,16 @@ func (j *mmJob) tile(t, i0, i1 int, y0 *float32, ystride int, prefetchNext bool)
 				ks = &q4K2
 			}
 			n := 2 * (i1 - i0)
+			if j.q8P {
+				for g := range 2 {
+					for i := i0; i < i1; i++ {
+						b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]
+						yp := (*float32)(unsafe.Add(unsafe.Pointer(yAt(b0)), 64*g))
+						q8K2P[nb](&wb[32*g], &wb[64+64*g], &j.xq[32*pk.nblk*b0], &j.xm[8*pk.nblk*b0], pk.nblk, 32*nb, yp, ystride)
+					}
+				}
+				return
+			}
 			for g := range 2 {
 				for i := i0; i < i1; i++ {
 					b0, nb := j.bt[i], j.bt[i+1]-j.bt[i]

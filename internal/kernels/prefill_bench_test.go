@@ -6,6 +6,8 @@ package kernels_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/draftd/draftd/internal/dtype"
@@ -16,6 +18,21 @@ import (
 
 // prefillChunk is the engine's default prefill chunk (engine.DefaultPrefillChunk).
 const prefillChunk = 512
+
+// benchThreads is the kernel pool size of the whole-model benchmarks
+// (BenchmarkPrefill, BenchmarkDecodeStep): 2, or DRAFTD_BENCH_THREADS when
+// set (1 for before/after comparisons on a shared machine).
+func benchThreads(b *testing.B) int {
+	s := os.Getenv("DRAFTD_BENCH_THREADS")
+	if s == "" {
+		return 2
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("DRAFTD_BENCH_THREADS=%q: want a positive integer", s)
+	}
+	return n
+}
 
 // BenchmarkPrefill times the cold prefill of one prompt of n tokens into an
 // empty cache, in chunks of 512 tokens as the engine runs it (each chunk one

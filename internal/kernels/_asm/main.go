@@ -102,6 +102,10 @@ func main() {
 				genQ2(nb, q4)
 			}
 		}
+		c80B = ymmConst("c80_b", 0x80808080)
+		for nb := 1; nb <= q2PMaxNB; nb++ {
+			genQ2P(nb)
+		}
 		for _, t := range []string{"bf16", "f16", "f32"} {
 			for nb := 1; nb <= f2MaxNB; nb++ {
 				genF2(nb, t)
