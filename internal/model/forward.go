@@ -148,8 +148,22 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		}
 	}
 
+	// R output rows: the last token of each sequence (every token of an
+	// ArgmaxAll sequence, every token for ForwardLogits). The last layer
+	// stores K/V for every token but computes the rest (attention output,
+	// o_proj, MLP) only for the output rows, compacted to rows [0, R) of the
+	// activations: nothing else reads them, and every row is computed by
+	// the same operations whatever the other rows are.
+	R := T
+	if allLogits == nil {
+		R = 0
+		for _, s := range seqs {
+			R += outRows(s)
+		}
+	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	m.planAttention(seqs)
+	compacted := R == T
 	for li := range m.Layer {
 		l := &m.Layer[li]
 		m.rmsNormRows(sc.xb, sc.x, l.AttnNorm, T)
@@ -157,15 +171,25 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		kernels.MatMul(m.pool, sc.k, l.K, sc.xb, T)
 		kernels.MatMul(m.pool, sc.v, l.V, sc.xb, T)
 		m.prepQKV(li, seqs, T)
-		m.attention(li, seqs, scale)
-		kernels.MatMul(m.pool, sc.xb, l.O, sc.att, T)
-		m.addRows(sc.x, sc.xb, T)
-		m.rmsNormRows(sc.xb, sc.x, l.FFNNorm, T)
-		kernels.MatMul(m.pool, sc.gate, l.Gate, sc.xb, T)
-		kernels.MatMul(m.pool, sc.up, l.Up, sc.xb, T)
-		m.siluMulRows(sc.gate, sc.up, T)
-		kernels.MatMul(m.pool, sc.xb, l.Down, sc.gate, T)
-		m.addRows(sc.x, sc.xb, T)
+		n := T // rows carried through the rest of the layer
+		if li == len(m.Layer)-1 && !compacted {
+			m.attention(li, seqs, scale, sc.ap.out)
+			m.compactOutRows(seqs)
+			compacted, n = true, R
+		} else {
+			m.attention(li, seqs, scale, sc.ap.tasks)
+		}
+		kernels.MatMul(m.pool, sc.xb, l.O, sc.att, n)
+		m.addRows(sc.x, sc.xb, n)
+		m.rmsNormRows(sc.xb, sc.x, l.FFNNorm, n)
+		kernels.MatMul(m.pool, sc.gate, l.Gate, sc.xb, n)
+		kernels.MatMul(m.pool, sc.up, l.Up, sc.xb, n)
+		m.siluMulRows(sc.gate, sc.up, n)
+		kernels.MatMul(m.pool, sc.xb, l.Down, sc.gate, n)
+		m.addRows(sc.x, sc.xb, n)
+	}
+	if !compacted { // a model without layers
+		m.compactOutRows(seqs)
 	}
 
 	if allLogits != nil {
@@ -175,25 +199,15 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		kernels.MatMul(m.pool, allLogits, m.Output, sc.x, T)
 		return nil
 	}
-	// Final norm and LM head on the last token of each sequence (every token
-	// of an ArgmaxAll sequence); greedy ids only: the LM head never
-	// materialises the logits.
-	R := 0
-	for _, s := range seqs {
-		R += outRows(s)
-	}
+	// Final norm and LM head on the output rows; greedy ids only: the LM
+	// head never materialises the logits.
 	sc.out = grow(sc.out, R*c.Hidden)
-	t, r := 0, 0
-	for _, s := range seqs {
-		t += len(s.Tokens)
-		for i := t - outRows(s); i < t; i++ {
-			kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[i*c.Hidden:(i+1)*c.Hidden], m.OutNorm, c.RMSEps)
-			r++
-		}
+	for r := range R {
+		kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[r*c.Hidden:(r+1)*c.Hidden], m.OutNorm, c.RMSEps)
 	}
 	sc.ids = growInt(sc.ids, R)
 	kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
-	r = 0
+	r := 0
 	for _, s := range seqs {
 		n := outRows(s)
 		if s.ArgmaxAll {
@@ -203,6 +217,25 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		s.Next = sc.ids[r-1]
 	}
 	return nil
+}
+
+// compactOutRows moves the output rows (outRows of each sequence, in
+// order) of sc.x and sc.att to rows [0, R): row r comes from a token i ≥ r,
+// so copying in order never overwrites a row still to be moved.
+func (m *Model) compactOutRows(seqs []*Seq) {
+	sc := &m.sc
+	h, qd := m.Hidden, m.QDim()
+	t, r := 0, 0
+	for _, s := range seqs {
+		t += len(s.Tokens)
+		for i := t - outRows(s); i < t; i++ {
+			if i != r {
+				copy(sc.x[r*h:(r+1)*h], sc.x[i*h:(i+1)*h])
+				copy(sc.att[r*qd:(r+1)*qd], sc.att[i*qd:(i+1)*qd])
+			}
+			r++
+		}
+	}
 }
 
 // outRows is the number of LM-head rows s asks for: 1, or every new token

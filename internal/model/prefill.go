@@ -31,6 +31,7 @@ type attnTask struct {
 // layer being computed; reused across steps.
 type attnPlan struct {
 	tasks    []attnTask
+	out      []attnTask  // the tasks of the output rows only (see outTokens), for the last layer
 	viewOff  []int       // (seqs) index of each sequence's first view
 	nblk     []int       // (seqs) blocks covering each sequence's positions
 	k16, v16 [][]uint16  // (Σ kvHeads·nblk) block views of one layer, f16 cache
@@ -57,10 +58,23 @@ func (m *Model) planAttention(seqs []*Seq) {
 		}
 		t += n
 	}
+	ap.out = ap.out[:0]
+	t = 0
+	for i, s := range seqs {
+		n := len(s.Tokens)
+		for j := n - outRows(s); j < n; j += attnTokens {
+			for g := range m.KVHeads {
+				ap.out = append(ap.out, attnTask{seq: i, t0: t + j, nt: min(attnTokens, n-j), g: g})
+			}
+		}
+		t += n
+	}
 	tok := m.sc.tokPos
-	slices.SortStableFunc(ap.tasks, func(a, b attnTask) int {
+	longestFirst := func(a, b attnTask) int {
 		return (tok[b.t0] + b.nt) - (tok[a.t0] + a.nt)
-	})
+	}
+	slices.SortStableFunc(ap.tasks, longestFirst)
+	slices.SortStableFunc(ap.out, longestFirst)
 }
 
 // layerViews points the views at layer li of every sequence's blocks:
@@ -117,17 +131,19 @@ func (m *Model) prepQKV(li int, seqs []*Seq, T int) {
 	})
 }
 
-// attention sets sc.att (T, heads·headDim) to the causal attention of every
-// new token over its sequence's cache at layer li (its own k and v already
-// stored). Tasks are claimed dynamically: contexts differ in length.
-func (m *Model) attention(li int, seqs []*Seq, scale float32) {
+// attention sets the rows of sc.att (T, heads·headDim) that tasks cover
+// (ap.tasks: every new token; ap.out: the output rows) to the causal
+// attention of those tokens over their sequence's cache at layer li (their
+// own k and v already stored). Tasks are claimed dynamically: contexts
+// differ in length.
+func (m *Model) attention(li int, seqs []*Seq, scale float32, tasks []attnTask) {
 	c, sc := &m.Config, &m.sc
 	ap := &sc.ap
 	hd, qd := c.HeadDim, c.QDim()
 	group := c.Heads / c.KVHeads
 	m.layerViews(li, seqs)
-	m.pool.ForEach(len(ap.tasks), 1, func(lo, hi int) {
-		for _, tk := range ap.tasks[lo:hi] {
+	m.pool.ForEach(len(tasks), 1, func(lo, hi int) {
+		for _, tk := range tasks[lo:hi] {
 			nb := ap.nblk[tk.seq]
 			vo := ap.viewOff[tk.seq] + tk.g*nb
 			off := tk.t0*qd + tk.g*group*hd

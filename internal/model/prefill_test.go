@@ -93,3 +93,114 @@ func TestChunkedPrefill(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardOutputRows checks the greedy ids of Forward, whose last layer
+// computes only the output rows, against the numpy reference: a ragged
+// batch of three sequences of the reference prompts, one asking for the id
+// after every token (ArgmaxAll), two for the last only, prefilled in chunks
+// so steps mix sequences at different positions. An id is checked where
+// the reference's top-1 margin exceeds twice the logit tolerance.
+func TestForwardOutputRows(t *testing.T) {
+	defer kernels.SetImpl(kernels.Impls()[0])
+	for _, g := range loadGolden(t) {
+		if len(g.CasesQ8Act) > 0 || len(g.Cases) < 3 {
+			continue
+		}
+		for _, impl := range kernels.Impls() {
+			t.Run(fmt.Sprintf("%s/%s", g.Model, impl), func(t *testing.T) {
+				if err := kernels.SetImpl(impl); err != nil {
+					t.Fatal(err)
+				}
+				m, err := model.Load(filepath.Join(modelsDir, g.Model+".gguf"), model.Options{Threads: 2, KVF32: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				tol := tolerance(true)
+				type run struct {
+					c      goldenCase
+					chunk  int
+					all    bool
+					done   int
+					blocks []*model.Block
+				}
+				runs := []*run{{c: g.Cases[2], chunk: 7, all: true}, {c: g.Cases[1], chunk: 3}, {c: g.Cases[2], chunk: 5}}
+				for _, r := range runs {
+					for range (len(r.c.Prompt) + model.BlockSize - 1) / model.BlockSize {
+						r.blocks = append(r.blocks, m.NewBlock())
+					}
+				}
+				checked := 0
+				check := func(ri, p, have int) {
+					want := argmaxF64(runs[ri].c.Logits[p])
+					if margin(runs[ri].c.Logits[p]) <= 2*tol {
+						return
+					}
+					checked++
+					if have != want {
+						t.Errorf("sequence %d: greedy id after position %d: have %d; want %d", ri, p, have, want)
+					}
+				}
+				for {
+					var seqs []*model.Seq
+					var active []int
+					for ri, r := range runs {
+						if r.done == len(r.c.Prompt) {
+							continue
+						}
+						n := min(r.chunk, len(r.c.Prompt)-r.done)
+						seqs = append(seqs, &model.Seq{Tokens: r.c.Prompt[r.done : r.done+n], Pos: r.done, Blocks: r.blocks, ArgmaxAll: r.all})
+						active = append(active, ri)
+					}
+					if len(seqs) == 0 {
+						break
+					}
+					if err := m.Forward(seqs); err != nil {
+						t.Fatal(err)
+					}
+					for i, ri := range active {
+						r, s := runs[ri], seqs[i]
+						n := len(s.Tokens)
+						if r.all {
+							if len(s.NextAll) != n {
+								t.Fatalf("sequence %d: %d ids for %d tokens", ri, len(s.NextAll), n)
+							}
+							for j, id := range s.NextAll {
+								check(ri, r.done+j, id)
+							}
+						}
+						check(ri, r.done+n-1, s.Next)
+						r.done += n
+					}
+				}
+				if checked < 10 {
+					t.Fatalf("only %d ids had a clear reference margin", checked)
+				}
+			})
+		}
+	}
+}
+
+// argmaxF64 is the index of the largest value (the first of ties).
+func argmaxF64(x []float64) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// margin is the difference between the largest and second-largest values.
+func margin(x []float64) float64 {
+	a, b := math.Inf(-1), math.Inf(-1)
+	for _, v := range x {
+		if v > a {
+			a, b = v, a
+		} else if v > b {
+			b = v
+		}
+	}
+	return a - b
+}
