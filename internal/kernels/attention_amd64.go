@@ -246,14 +246,8 @@ func attnPass2[T uint16 | float32](sc *attn2Scratch, out, q []float32, qo, end *
 		p += cnt
 	}
 	for j := range g {
-		l := sc.ml[8+j]
 		o := out[qo[j] : qo[j]+headDim]
-		for i := range nch {
-			a := sc.acc[(i*g+j)*8 : (i*g+j)*8+8]
-			for c, v := range a {
-				o[8*i+c] = v / l
-			}
-		}
+		attnOutAVX2(&o[0], &sc.acc[j*8], nch, 32*g, sc.ml[8+j])
 	}
 }
 

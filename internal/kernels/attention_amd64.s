@@ -25781,3 +25781,23 @@ vpf1r4:
 vdoner4:
 	VZEROUPPER
 	RET
+
+// func attnOutAVX2(out *float32, acc *float32, nch int, accStride int, l float32)
+// Requires: AVX
+TEXT ·attnOutAVX2(SB), NOSPLIT, $0-36
+	MOVQ         out+0(FP), DI
+	MOVQ         acc+8(FP), SI
+	MOVQ         nch+16(FP), CX
+	MOVQ         accStride+24(FP), DX
+	VBROADCASTSS l+32(FP), Y1
+
+chunk:
+	VMOVUPS (SI), Y0
+	VDIVPS  Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    DX, SI
+	ADDQ    $0x20, DI
+	DECQ    CX
+	JNZ     chunk
+	VZEROUPPER
+	RET

@@ -483,3 +483,9 @@ func attendF32AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v 
 //
 //go:noescape
 func attendF32AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attnOutAVX2 sets out[8i+j] = acc[i*accStride/4+j] / l for i < nch, j < 8
+// (nch ≥ 1; accStride in bytes).
+//
+//go:noescape
+func attnOutAVX2(out *float32, acc *float32, nch int, accStride int, l float32)

@@ -26,6 +26,7 @@ func genAttention() {
 			genAttnBlock2(nq, f16)
 		}
 	}
+	genAttnOut2()
 }
 
 // expConsts are Cephes expf: exp(x) = 2^n · (1 + r·(1 + r·P(r))), r = x - n·ln2.
@@ -683,4 +684,33 @@ func attn2Chunks(R int) int {
 		return 4
 	}
 	return 2
+}
+
+// genAttnOut2 emits the end of an AVX2 pass for one row: the weighted sum
+// divided by the softmax sum, a correctly rounded VDIVPS per element (the
+// same result as the scalar division it replaces).
+func genAttnOut2() {
+	TEXT("attnOutAVX2", NOSPLIT, "func(out *float32, acc *float32, nch int, accStride int, l float32)")
+	Pragma("noescape")
+	Doc("attnOutAVX2 sets out[8i+j] = acc[i*accStride/4+j] / l for i < nch, j < 8",
+		"(nch ≥ 1; accStride in bytes).")
+	O := Load(Param("out"), reg.RDI)
+	A := Load(Param("acc"), reg.RSI)
+	N := Load(Param("nch"), reg.RCX)
+	S := Load(Param("accStride"), reg.RDX)
+	l, err := Param("l").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	VBROADCASTSS(l.Addr, reg.Y1)
+	Label("chunk")
+	VMOVUPS(M(A, 0), reg.Y0)
+	VDIVPS(reg.Y1, reg.Y0, reg.Y0)
+	VMOVUPS(reg.Y0, M(O, 0))
+	ADDQ(S, A)
+	ADDQ(U8(32), O)
+	DECQ(N)
+	JNZ(LabelRef("chunk"))
+	VZEROUPPER()
+	RET()
 }
