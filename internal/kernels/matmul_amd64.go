@@ -82,7 +82,7 @@ var (
 		f32AVX512x7, f32AVX512x8, f32AVX512x9, f32AVX512x10, f32AVX512x11, f32AVX512x12}
 	q8K2   = [...]q2Kernel{nil, q8AVX2x1, q8AVX2x2, q8AVX2x3, q8AVX2x4}
 	q4K2   = [...]q2Kernel{nil, q4AVX2x1, q4AVX2x2, q4AVX2x3, q4AVX2x4}
-	q8K2P  = [...]q2PKernel{nil, q8AVX2Px1, q8AVX2Px2, q8AVX2Px3, q8AVX2Px4, q8AVX2Px5}
+	q8K2P  = [...]q2PKernel{4: q8AVX2Px4, 5: q8AVX2Px5} // batch > blockRows: tiles of 4 or 5 rows
 	bf16K2 = [...]f2Kernel{nil, bf16AVX2x1, bf16AVX2x2, bf16AVX2x3, bf16AVX2x4}
 	f16K2  = [...]f2Kernel{nil, f16AVX2x1, f16AVX2x2, f16AVX2x3, f16AVX2x4}
 	f32K2  = [...]f2Kernel{nil, f32AVX2x1, f32AVX2x2, f32AVX2x3, f32AVX2x4}

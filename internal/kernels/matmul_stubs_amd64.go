@@ -640,30 +640,6 @@ func q4AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 //go:noescape
 func q4AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
-// q8AVX2Px1 computes one 16-row group × 1 activation rows of y = x·Wᵀ for Q8_0
-// weights, as the q8AVX2x<n> kernels do (the same arguments less the prefetch,
-// the same sums in the same order), for the cache-blocked sweeps of large
-// batches: it does not prefetch and serves up to 5 rows per weight load.
-//
-//go:noescape
-func q8AVX2Px1(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int)
-
-// q8AVX2Px2 computes one 16-row group × 2 activation rows of y = x·Wᵀ for Q8_0
-// weights, as the q8AVX2x<n> kernels do (the same arguments less the prefetch,
-// the same sums in the same order), for the cache-blocked sweeps of large
-// batches: it does not prefetch and serves up to 5 rows per weight load.
-//
-//go:noescape
-func q8AVX2Px2(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int)
-
-// q8AVX2Px3 computes one 16-row group × 3 activation rows of y = x·Wᵀ for Q8_0
-// weights, as the q8AVX2x<n> kernels do (the same arguments less the prefetch,
-// the same sums in the same order), for the cache-blocked sweeps of large
-// batches: it does not prefetch and serves up to 5 rows per weight load.
-//
-//go:noescape
-func q8AVX2Px3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int)
-
 // q8AVX2Px4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for Q8_0
 // weights, as the q8AVX2x<n> kernels do (the same arguments less the prefetch,
 // the same sums in the same order), for the cache-blocked sweeps of large

@@ -103,7 +103,7 @@ func main() {
 			}
 		}
 		c80B = ymmConst("c80_b", 0x80808080)
-		for nb := 1; nb <= q2PMaxNB; nb++ {
+		for nb := q2PMinNB; nb <= q2PMaxNB; nb++ {
 			genQ2P(nb)
 		}
 		for _, t := range []string{"bf16", "f16", "f32"} {

@@ -354,9 +354,13 @@ func genQ2(nb int, q4 bool) {
 // ---------------------------------------------------------------------------
 // Q8_0 × Q8_0-quantized activations, AVX2, for large batches (prefill).
 
-// q2PMaxNB is the largest number of activation rows per AVX2 Q8_0 prefill
-// kernel call (mirrored in matmul_amd64.go).
-const q2PMaxNB = 5
+// q2PMinNB … q2PMaxNB are the numbers of activation rows per AVX2 Q8_0
+// prefill kernel call (mirrored in matmul_amd64.go): a batch of more than
+// 64 rows split into tiles of at most 5 has tiles of 4 or 5 rows.
+const (
+	q2PMinNB = 4
+	q2PMaxNB = 5
+)
 
 var c80B Mem // 0x80 bytes, for turning stored codes q+128 back into q
 
