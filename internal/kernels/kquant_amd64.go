@@ -8,9 +8,9 @@
 //
 // Kernel block layouts (one row's blocks are contiguous, rows follow each other):
 //
-//	Q4_K (148 B): d f16, dmin f16, the 8 sub-block scales as bytes, the 8
-//	      mins as bytes, then ggml's 128 bytes of nibbles unchanged.
-//	Q5_K (180 B): the same with ggml's 32 bytes of 5th bits before the nibbles.
+//	Q5_K (180 B): d f16, dmin f16, the 8 sub-block scales as bytes, the 8
+//	      mins as bytes, ggml's 32 bytes of 5th bits, then its 128 bytes of
+//	      nibbles unchanged.
 //	Q3_K (114 B): qs[64], hmask[32], the 16 6-bit scales decoded to int8 (−32…31)
 //	      and reordered as Q6_K's, d f16.
 //	Q2_K (100 B): qs[64], the 16 scales and the 16 mins as bytes, each reordered
@@ -19,13 +19,32 @@
 //	      128 weights as s0 s2 s4 s6 s1 s3 s5 s7 (so that one shuffle gives the
 //	      two scales of 32 consecutive weights); ql, qh and d unchanged.
 //
-// The activation sums the kernels take (kActs.kb) follow the same orders:
-// per-32 sums for Q4_K/Q5_K, per-16 sums reordered like the scales for Q6_K.
+// Q4_K is repacked into tiles instead (as Q4_0 in matmul_amd64.go): rows in
+// groups of 16 (the last one zero-padded), a group's super-blocks follow
+// each other, 2368 bytes (16 × 148) each; "lane r of half h" is row 16g+8h+r:
+//
+//	   0: the 16 rows' d (f16), then at 32 their dmin (f16);
+//	  64: for h = 0,1 and sub-block j: the 8 lanes' 6-bit scales, a byte each;
+//	 192: for h = 0,1 and k = 0…3: the 8 lanes' mins (m[2k], m[2k+1]), a byte each;
+//	 320: for sub-block j, m = 0…3 and h = 0,1: 8 lanes × 4 bytes, weights
+//	      32j+4m+t in the low nibbles and 32j+16+4m+t in the high ones (t < 4).
+//
+// Its kernel takes the activations tiled by groups of kMaxNB rows (kActs.xt):
+// group t (rows 4t… of the batch, nb ≤ 4 of them) starts at byte 4t·nblk·288
+// and holds per super-block the nb rows' 256 quants, then 32 bytes per row:
+// d_x f32 at 0, the 8 per-32 quant sums int16 at 16.
+//
+// The activation sums the other kernels take (kActs.kb) follow their orders:
+// per-32 sums for Q5_K, per-16 sums reordered like the scales for Q6_K.
 // The Q4_1/Q5_0/Q5_1 kernels read ggml's blocks as stored, with unsigned
 // quants: Q5_0's offset of 16 becomes the block term −16·d_x·Σq_x (kActs.c).
 package kernels
 
 import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
 	"github.com/draftd/draftd/internal/dtype"
 )
 
@@ -42,24 +61,74 @@ var lKernels = map[dtype.Type]*[kMaxNB + 1]lKernel{
 type kKernel func(w *byte, nrow, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 var (
-	q4kK = [...]kKernel{nil, q4kAVX2x1, q4kAVX2x2, q4kAVX2x3, q4kAVX2x4}
 	q5kK = [...]kKernel{nil, q5kAVX2x1, q5kAVX2x2, q5kAVX2x3, q5kAVX2x4}
 	q6kK = [...]kKernel{nil, q6kAVX2x1, q6kAVX2x2, q6kAVX2x3, q6kAVX2x4}
 	q3kK = [...]kKernel{nil, q3kAVX2x1, q3kAVX2x2, q3kAVX2x3, q3kAVX2x4}
 	q2kK = [...]kKernel{nil, q2kAVX2x1, q2kAVX2x2, q2kAVX2x3, q2kAVX2x4}
 )
 
-// kpacked is a Q4_K/Q6_K matrix in the kernel layout.
+type k4tKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+var q4ktK = [...]k4tKernel{nil, q4ktAVX2x1, q4ktAVX2x2, q4ktAVX2x3, q4ktAVX2x4}
+
+// Q4_K tile geometry (mirrored in _asm/kquant.go).
+const (
+	k4tBlock = 2368 // bytes per 16-row group and super-block
+	k4tX     = 288  // tiled activation bytes per row and super-block
+)
+
+// kpacked is a K-quant matrix in the kernel layout.
 type kpacked struct {
-	data     []byte // (Rows, rowBytes)
-	rowBytes int
+	data       []byte // (Rows, rowBytes), or Q4_K: (groups, groupBytes)
+	rowBytes   int
+	groupBytes int // Q4_K: bytes of one 16-row group (nblk·k4tBlock)
+}
+
+// kpackQ4KTiles repacks a Q4_K matrix into 16-row tiles (see the file comment).
+func kpackQ4KTiles(m *Matrix) *kpacked {
+	nblk := m.Cols / dtype.QKK
+	groups := (m.Rows + 15) / 16
+	pk := &kpacked{groupBytes: nblk * k4tBlock}
+	pk.data = weightBytes(pk, groups*pk.groupBytes)
+	for row := range m.Rows {
+		g, h, r := row/16, row%16/8, row%8
+		src := m.Row(row)
+		for i := range nblk {
+			s := src[i*144 : (i+1)*144]
+			dst := pk.data[g*pk.groupBytes+i*k4tBlock:][:k4tBlock]
+			copy(dst[2*(8*h+r):], s[0:2])
+			copy(dst[32+2*(8*h+r):], s[2:4])
+			qs := s[16:]
+			v := func(e int) byte { // nibble of weight e of the super-block
+				b := qs[32*(e/64)+e%32]
+				if e/32%2 == 1 {
+					return b >> 4
+				}
+				return b & 0xf
+			}
+			for j := range 8 {
+				sc, mn := dtype.ScaleMinK4(j, s[4:16])
+				dst[64+64*h+8*j+r] = sc
+				dst[192+64*h+16*(j/2)+2*r+j%2] = mn
+				for mm := range 4 {
+					for t := range 4 {
+						dst[320+256*j+64*mm+32*h+4*r+t] = v(32*j+4*mm+t) | v(32*j+16+4*mm+t)<<4
+					}
+				}
+			}
+		}
+	}
+	return pk
 }
 
 // q6kOrder is the kernel position of each of a half's 8 scales.
 var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 func kpack(m *Matrix) any {
-	bb := map[dtype.Type]int{dtype.Q4_K: 148, dtype.Q5_K: 180, dtype.Q6_K: 210, dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
+	if m.Type == dtype.Q4_K && hasAVX2 {
+		return kpackQ4KTiles(m)
+	}
+	bb := map[dtype.Type]int{dtype.Q5_K: 180, dtype.Q6_K: 210, dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
 	if !hasAVX2 || bb == 0 {
 		return nil
 	}
@@ -119,7 +188,11 @@ func kpack(m *Matrix) any {
 // kernelSums fills a.kb for the kernels of type t (see the file comment).
 func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
-	case dtype.Q4_K, dtype.Q5_K:
+	case dtype.Q4_K:
+		if hasAVX2 {
+			tileQ4KActs(a, batch)
+		}
+	case dtype.Q5_K:
 		a.kb = grow(a.kb, batch*a.nblk*8)
 		for i := range a.kb {
 			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
@@ -144,6 +217,80 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 	}
 }
 
+// tileQ4KActs fills a.xt for the Q4_K tile kernel (see the file comment).
+func tileQ4KActs(a *kActs, batch int) {
+	nblk := a.nblk
+	a.xt = grow(a.xt, batch*nblk*k4tX)
+	q := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a.q))), len(a.q))
+	le := binary.LittleEndian
+	for b := range batch {
+		b0, t := b/kMaxNB*kMaxNB, b%kMaxNB
+		nb := min(kMaxNB, batch-b0)
+		for i := range nblk {
+			blk := a.xt[b0*nblk*k4tX+i*k4tX*nb:]
+			copy(blk[256*t:256*t+256], q[b*a.cols+256*i:])
+			meta := blk[256*nb+32*t:][:32]
+			le.PutUint32(meta, math.Float32bits(a.d[b*nblk+i]))
+			bs := a.bsums[(b*nblk+i)*16:]
+			for k := range 8 {
+				le.PutUint16(meta[16+2*k:], uint16(bs[2*k]+bs[2*k+1]))
+			}
+		}
+	}
+}
+
+// q4kTileRows computes output rows [lo, hi) (lo a multiple of 16) of a Q4_K
+// matrix on the tile kernel into y[b·ystride + r − base].
+func q4kTileRows(pk *kpacked, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
+	nblk, gb := a.nblk, pk.groupBytes
+	nt := (batch + kMaxNB - 1) / kMaxNB // activation groups
+	var scratch [kMaxNB * 16]float32
+	call := func(g, t int, pf *byte, pfn int) {
+		b0 := kMaxNB * t
+		nb := min(kMaxNB, batch-b0)
+		r0 := 16 * g
+		x := &a.xt[b0*nblk*k4tX]
+		if r0+16 <= hi {
+			q4ktK[nb](&pk.data[g*gb], nblk, x, &y[b0*ystride+r0-base], 4*ystride, pf, pfn)
+			return
+		}
+		q4ktK[nb](&pk.data[g*gb], nblk, x, &scratch[0], 64, pf, pfn)
+		for b := range nb {
+			copy(y[(b0+b)*ystride+r0-base:][:hi-r0], scratch[16*b:])
+		}
+	}
+	g0, g1 := lo/16, (hi+15)/16
+	if batch <= kBatchChunk {
+		// Weights stream from memory once: call t of a group prefetches
+		// its share of the next group.
+		for g := g0; g < g1; g++ {
+			for t := range nt {
+				pf, pfn := &pk.data[g*gb], 0
+				if g+1 < g1 {
+					plo, phi := (gb*t/nt)&^63, (gb*(t+1)/nt)&^63
+					pf, pfn = &pk.data[(g+1)*gb+plo], phi-plo
+				}
+				call(g, t, pf, pfn)
+			}
+		}
+		return
+	}
+	// Prefill: a block of groups (≤ 128 KiB) against kBatchChunk rows at a
+	// time, both held in L2.
+	bg := max(1, (128<<10)/gb)
+	for gs := g0; gs < g1; gs += bg {
+		ge := min(g1, gs+bg)
+		for t0 := 0; t0 < nt; t0 += kBatchChunk / kMaxNB {
+			t1 := min(nt, t0+kBatchChunk/kMaxNB)
+			for g := gs; g < ge; g++ {
+				for t := t0; t < t1; t++ {
+					call(g, t, &pk.data[g*gb], 0)
+				}
+			}
+		}
+	}
+}
+
 func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool {
 	if lk := lKernels[w.Type]; lk != nil && impl >= implAVX2 {
 		c := a.s // Q4_1/Q5_1: the s of each Q8_1 block
@@ -156,13 +303,21 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		return true
 	}
 	pk, _ := w.packed.(*kpacked)
-	if pk == nil || impl < implAVX2 || len(a.kb) == 0 {
+	if pk == nil || impl < implAVX2 {
 		return false
 	}
-	ks, kbn := &q4kK, 8*a.nblk
+	if pk.groupBytes > 0 {
+		if lo%16 != 0 || len(a.xt) == 0 {
+			return false
+		}
+		q4kTileRows(pk, a, y, ystride, batch, lo, hi, base)
+		return true
+	}
+	if len(a.kb) == 0 {
+		return false
+	}
+	ks, kbn := &q5kK, 8*a.nblk
 	switch w.Type {
-	case dtype.Q5_K:
-		ks = &q5kK
 	case dtype.Q6_K:
 		ks, kbn = &q6kK, 16*a.nblk
 	case dtype.Q3_K:

@@ -4,49 +4,61 @@
 
 package kernels
 
-// q4kAVX2x1 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 1:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 1 rows (288 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4kAVX2x2 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 2:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 2 rows (576 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4kAVX2x3 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 3:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 3 rows (864 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4kAVX2x4 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 4:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x4 computes 16 rows × 4 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 4 rows (1152 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q5kAVX2x1 is q4kAVX2x1 for a Q5_K weight row (180-byte kernel-layout blocks:
 // the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).

@@ -42,8 +42,18 @@ func genKQuant() {
 	for i := range 8 {
 		DATA(4*i, U32(0x01010101))
 	}
+	// scK4T: 8 scale bytes (one per row, repeated in each qword) to the word
+	// pair (sc, sc) of each row lane.
+	scK4T := GLOBL("scK4T", RODATA|NOPTR)
+	for i := range 32 {
+		v := 0x80
+		if i%2 == 0 {
+			v = (i%16)/4 + 4*(i/16)
+		}
+		DATA(i, U8(v))
+	}
 	for nb := 1; nb <= kMaxNB; nb++ {
-		genK(nb, "q4k", shufK4[:])
+		genQ4KTile(nb, scK4T)
 	}
 	for nb := 1; nb <= kMaxNB; nb++ {
 		genK(nb, "q5k", append(shufK4[:8:8], mask01))
@@ -501,4 +511,202 @@ func genK23(t string, nb int, k kRegs, consts []Mem, xq func(b, disp int) Mem, x
 	ADDQ(U32(bb), k.W)
 	ADDQ(U32(32), k.XB)
 	ADDQ(U32(32), k.XB3)
+}
+
+// Q4_K tile kernel: 16 weight rows (two 8-row halves across the ymm lanes)
+// of the tile layout of ../kquant_amd64.go (k4tBlock bytes per super-block)
+// against 1…4 Q8_K activation rows in the tiled activation layout (k4tX
+// bytes per row and super-block). As the Q4_0 kernel (genQ2), a register
+// holds 4 nibble bytes of each of 8 rows: weights 4m…4m+3 of a sub-block in
+// the low nibbles and 16+4m…16+4m+3 in the high nibbles; the 4 activation
+// bytes are broadcast, the 8 products pairs of a sub-block are summed in
+// int16 (8 · 2·15·127 < 2¹⁵) and widened once by VPMADDWD with the rows'
+// sub-block scale in both words of each lane (≤ 8 · 2·30480·63 < 2³¹ per
+// super-block).
+const (
+	k4tBlock = 2368 // 16 rows × 148 bytes
+	k4tD     = 0    // 16 f16 d, row order
+	k4tDmin  = 32   // 16 f16 dmin
+	k4tSc    = 64   // half h, sub-block j: 8 scale bytes (rows) at 64h + 8j
+	k4tMin   = 192  // half h, pair k: 8 rows × (m[2k], m[2k+1]) bytes at 64h + 16k
+	k4tQ     = 320  // sub-block j, step m, half h: 8 rows × 4 nibble bytes at 256j + 64m + 32h
+	k4tX     = 288  // per activation row and super-block: 256 quants, then 32 bytes of meta
+)
+
+func genQ4KTile(nb int, scShuf Mem) {
+	name := fmt.Sprintf("q4ktAVX2x%d", nb)
+	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes 16 rows × %d activation rows of y = x·Wᵀ for one 16-row", name, nb),
+		fmt.Sprintf("group of a Q4_K tile (nblk super-blocks of %d bytes at w, see kquant_amd64.go)", k4tBlock),
+		fmt.Sprintf("and Q8_K activations tiled for %d rows (%d bytes per super-block at x: the rows'", nb, k4tX*nb),
+		"256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16",
+		"of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,",
+		"",
+		"\ty[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]",
+		"",
+		"starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn",
+		"bytes at pf (the next group).")
+	W := Load(Param("w"), reg.RSI)
+	N := Load(Param("nblk"), reg.RCX)
+	Xp := Load(Param("x"), reg.RDI)
+	PF := Load(Param("pf"), reg.R11)
+	PFN := Load(Param("pfn"), reg.R12)
+	isumReg, faccReg := nb <= 2, nb == 1
+	acc := func(h, b int) reg.VecPhysical { return Y(h*nb + b) } // int16 sub-block sums
+	isum := func(h, b int) reg.VecPhysical { return Y(2*nb + h*nb + b) }
+	facc := func(h, b int) reg.VecPhysical { return Y(4*nb + h*nb + b) }
+	var istack, fstack Mem
+	if !isumReg {
+		istack = AllocLocal(2 * nb * 32)
+	}
+	if !faccReg {
+		fstack = AllocLocal(2 * nb * 32)
+	}
+	imem := func(h, b int) Mem { return istack.Offset(32 * (h*nb + b)) }
+	fmem := func(h, b int) Mem { return fstack.Offset(32 * (h*nb + b)) }
+	mask, tp, xl, xh := reg.Y15, reg.Y14, reg.Y13, reg.Y12
+	lo := [2]reg.VecPhysical{reg.Y11, reg.Y10}
+	hi := [2]reg.VecPhysical{reg.Y9, reg.Y8}
+	Comment("int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]",
+		"(or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles",
+		"of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.")
+	if faccReg {
+		for h := range 2 {
+			for b := range nb {
+				VPXOR(facc(h, b), facc(h, b), facc(h, b))
+			}
+		}
+	} else {
+		VPXOR(tp, tp, tp)
+		for h := range 2 {
+			for b := range nb {
+				VMOVUPS(tp, fmem(h, b))
+			}
+		}
+	}
+	MOVL(U32(0x0f0f0f0f), reg.EAX)
+	VMOVD(reg.EAX, mask.AsX())
+	VPBROADCASTD(mask.AsX(), mask)
+	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (k4tBlock + 63) / 64, n: 32}
+	pfs.init()
+	Label("block")
+	for j := range 8 {
+		for m := range 4 {
+			Commentf("sub-block %d: weights 4·%d … 4·%d+3 (low nibbles) and 16+4·%d … 16+4·%d+3 (high)", j, m, m, m, m)
+			pfs.at(4*j + m)
+			for h := range 2 {
+				VMOVDQU(M(W, k4tQ+256*j+64*m+32*h), hi[h])
+				VPAND(mask, hi[h], lo[h])
+				VPSRLW(U8(4), hi[h], hi[h])
+				VPAND(mask, hi[h], hi[h])
+			}
+			for b := range nb {
+				VPBROADCASTD(M(Xp, 256*b+32*j+4*m), xl)
+				VPBROADCASTD(M(Xp, 256*b+32*j+16+4*m), xh)
+				for h := range 2 {
+					if m == 0 {
+						VPMADDUBSW(xl, lo[h], acc(h, b))
+					} else {
+						VPMADDUBSW(xl, lo[h], tp)
+						VPADDW(tp, acc(h, b), acc(h, b))
+					}
+					VPMADDUBSW(xh, hi[h], tp)
+					VPADDW(tp, acc(h, b), acc(h, b))
+				}
+			}
+		}
+		Commentf("sub-block %d: widen by the scales, (sc, sc) in each row lane", j)
+		for h := range 2 {
+			s := lo[h]
+			VPBROADCASTQ(M(W, k4tSc+64*h+8*j), s)
+			VPSHUFB(scShuf, s, s)
+			for b := range nb {
+				switch {
+				case isumReg && j == 0:
+					VPMADDWD(s, acc(h, b), isum(h, b))
+				case isumReg:
+					VPMADDWD(s, acc(h, b), acc(h, b))
+					VPADDD(acc(h, b), isum(h, b), isum(h, b))
+				default:
+					VPMADDWD(s, acc(h, b), acc(h, b))
+					if j > 0 {
+						VPADDD(imem(h, b), acc(h, b), acc(h, b))
+					}
+					VMOVDQU(acc(h, b), imem(h, b))
+				}
+			}
+		}
+	}
+	Comment("facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)")
+	free := []reg.VecPhysical{reg.Y8, reg.Y9, reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14}
+	for h := range 2 {
+		for b := range nb {
+			free = append(free, acc(h, b))
+		}
+	}
+	if nb == 1 {
+		free = append(free, reg.Y6, reg.Y7) // unused by one row
+	}
+	mins, d, dm, msum, t, t1, fa, fi := free[:4], free[4], free[5], free[6], free[7], free[8], free[9], free[10]
+	meta := 256 * nb
+	for h := range 2 {
+		for k := range 4 {
+			VPMOVZXBW(M(W, k4tMin+64*h+16*k), mins[k])
+		}
+		VCVTPH2PS(M(W, k4tD+16*h), d)
+		VCVTPH2PS(M(W, k4tDmin+16*h), dm)
+		for b := range nb {
+			VPBROADCASTD(M(Xp, meta+32*b+16), msum)
+			VPMADDWD(mins[0], msum, msum)
+			for k := 1; k < 4; k++ {
+				VPBROADCASTD(M(Xp, meta+32*b+16+4*k), t)
+				VPMADDWD(mins[k], t, t)
+				VPADDD(t, msum, msum)
+			}
+			VCVTDQ2PS(msum, msum)
+			VBROADCASTSS(M(Xp, meta+32*b), t)
+			VMULPS(t, d, t1)
+			if isumReg {
+				fi = isum(h, b)
+				VCVTDQ2PS(fi, fi)
+			} else {
+				VCVTDQ2PS(imem(h, b), fi)
+			}
+			if faccReg {
+				fa = facc(h, b)
+			} else {
+				VMOVUPS(fmem(h, b), fa)
+			}
+			VFMADD231PS(t1, fi, fa)
+			VMULPS(t, dm, t1)
+			VFNMADD231PS(t1, msum, fa)
+			if !faccReg {
+				VMOVUPS(fa, fmem(h, b))
+			}
+		}
+	}
+	ADDQ(U32(k4tBlock), W)
+	ADDQ(U32(k4tX*nb), Xp)
+	pfs.advance()
+	DECQ(N)
+	JNZ(LabelRef("block"))
+
+	Yp := Load(Param("y"), reg.RAX)
+	YS := Load(Param("ystride"), reg.RBX)
+	for b := range nb {
+		for h := range 2 {
+			if faccReg {
+				VMOVUPS(facc(h, b), M(Yp, 32*h))
+			} else {
+				VMOVUPS(fmem(h, b), tp)
+				VMOVUPS(tp, M(Yp, 32*h))
+			}
+		}
+		if b+1 < nb {
+			ADDQ(YS, Yp)
+		}
+	}
+	VZEROUPPER()
+	RET()
 }
