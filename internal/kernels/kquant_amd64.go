@@ -69,12 +69,18 @@ var (
 
 type k4tKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-var q4ktK = [...]k4tKernel{nil, q4ktAVX2x1, q4ktAVX2x2, q4ktAVX2x3, q4ktAVX2x4}
+var (
+	q4ktK = [...]k4tKernel{nil, q4ktAVX2x1, q4ktAVX2x2, q4ktAVX2x3, q4ktAVX2x4}
+	q6ktK = [...]k4tKernel{nil, q6ktAVX2x1, q6ktAVX2x2, q6ktAVX2x3}
+)
 
-// Q4_K tile geometry (mirrored in _asm/kquant.go).
+// Tile geometry (mirrored in _asm/kquant.go).
 const (
-	k4tBlock = 2368 // bytes per 16-row group and super-block
-	k4tX     = 288  // tiled activation bytes per row and super-block
+	k4tBlock = 2368 // Q4_K bytes per 16-row group and super-block
+	k4tX     = 288  // Q4_K tiled activation bytes per row and super-block
+	k6tBlock = 3360 // Q6_K bytes per 16-row group and super-block
+	k6tX     = 304  // Q6_K tiled activation bytes per row and super-block
+	k6tMaxNB = 3    // Q6_K activation rows per kernel call
 )
 
 // kpacked is a K-quant matrix in the kernel layout.
@@ -124,9 +130,50 @@ func kpackQ4KTiles(m *Matrix) *kpacked {
 // q6kOrder is the kernel position of each of a half's 8 scales.
 var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
+// kpackQ6KTiles repacks a Q6_K matrix into 16-row tiles (see the file comment).
+func kpackQ6KTiles(m *Matrix) *kpacked {
+	nblk := m.Cols / dtype.QKK
+	groups := (m.Rows + 15) / 16
+	pk := &kpacked{groupBytes: nblk * k6tBlock}
+	pk.data = weightBytes(pk, groups*pk.groupBytes)
+	for row := range m.Rows {
+		g, h, r := row/16, row%16/8, row%8
+		src := m.Row(row)
+		for i := range nblk {
+			s := src[i*210 : (i+1)*210]
+			dst := pk.data[g*pk.groupBytes+i*k6tBlock:][:k6tBlock]
+			copy(dst[2*(8*h+r):], s[208:210])
+			u := func(e int) byte { // unsigned quant (q+32) of weight e of the super-block
+				half, j, l := e/128, e%128/32, e%32
+				lo := s[64*half+32*(j%2)+l]
+				if j >= 2 {
+					lo >>= 4
+				}
+				return lo&0xf | (s[128+32*half+l]>>(2*j)&3)<<4
+			}
+			for j := range 16 {
+				dst[32+128*h+8*j+r] = s[192+j]
+				for t := range 4 {
+					var qh byte
+					for st := range 2 {
+						a, b := u(16*j+4*st+t), u(16*j+8+4*st+t)
+						dst[288+128*j+64*st+32*h+4*r+t] = a&0xf | b<<4
+						qh |= a>>4<<(4*st) | b>>4<<(4*st+2)
+					}
+					dst[2336+64*j+32*h+4*r+t] = qh
+				}
+			}
+		}
+	}
+	return pk
+}
+
 func kpack(m *Matrix) any {
 	if m.Type == dtype.Q4_K && hasAVX2 {
 		return kpackQ4KTiles(m)
+	}
+	if m.Type == dtype.Q6_K && hasAVX2 {
+		return kpackQ6KTiles(m)
 	}
 	bb := map[dtype.Type]int{dtype.Q5_K: 180, dtype.Q6_K: 210, dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
 	if !hasAVX2 || bb == 0 {
@@ -190,14 +237,18 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
 	case dtype.Q4_K:
 		if hasAVX2 {
-			tileQ4KActs(a, batch)
+			tileKActs(a, batch, kMaxNB, k4tX, true)
+		}
+	case dtype.Q6_K:
+		if hasAVX2 {
+			tileKActs(a, batch, k6tMaxNB, k6tX, false)
 		}
 	case dtype.Q5_K:
 		a.kb = grow(a.kb, batch*a.nblk*8)
 		for i := range a.kb {
 			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
 		}
-	case dtype.Q6_K, dtype.Q3_K, dtype.Q2_K:
+	case dtype.Q3_K, dtype.Q2_K:
 		a.kb = grow(a.kb, batch*a.nblk*16)
 		for i := 0; i < len(a.kb); i += 8 {
 			for k := range 8 {
@@ -217,44 +268,53 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 	}
 }
 
-// tileQ4KActs fills a.xt for the Q4_K tile kernel (see the file comment).
-func tileQ4KActs(a *kActs, batch int) {
+// tileKActs fills a.xt for the tile kernels (see the file comment): rows in
+// groups of g, xb bytes per row and super-block (256 quants, then d_x f32
+// and Q4_K's 8 per-32 or Q6_K's 16 per-16 quant sums at meta byte 16).
+func tileKActs(a *kActs, batch, g, xb int, per32 bool) {
 	nblk := a.nblk
-	a.xt = grow(a.xt, batch*nblk*k4tX)
+	a.xt = grow(a.xt, batch*nblk*xb)
 	q := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a.q))), len(a.q))
 	le := binary.LittleEndian
 	for b := range batch {
-		b0, t := b/kMaxNB*kMaxNB, b%kMaxNB
-		nb := min(kMaxNB, batch-b0)
+		b0, t := b/g*g, b%g
+		nb := min(g, batch-b0)
 		for i := range nblk {
-			blk := a.xt[b0*nblk*k4tX+i*k4tX*nb:]
+			blk := a.xt[b0*nblk*xb+i*xb*nb:]
 			copy(blk[256*t:256*t+256], q[b*a.cols+256*i:])
-			meta := blk[256*nb+32*t:][:32]
+			meta := blk[256*nb+(xb-256)*t:][:xb-256]
 			le.PutUint32(meta, math.Float32bits(a.d[b*nblk+i]))
-			bs := a.bsums[(b*nblk+i)*16:]
-			for k := range 8 {
-				le.PutUint16(meta[16+2*k:], uint16(bs[2*k]+bs[2*k+1]))
+			bs := a.bsums[(b*nblk+i)*16:][:16]
+			if per32 {
+				for k := range 8 {
+					le.PutUint16(meta[16+2*k:], uint16(bs[2*k]+bs[2*k+1]))
+				}
+			} else {
+				for k, v := range bs {
+					le.PutUint16(meta[16+2*k:], uint16(v))
+				}
 			}
 		}
 	}
 }
 
-// q4kTileRows computes output rows [lo, hi) (lo a multiple of 16) of a Q4_K
-// matrix on the tile kernel into y[b·ystride + r − base].
-func q4kTileRows(pk *kpacked, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
-	nblk, gb := a.nblk, pk.groupBytes
-	nt := (batch + kMaxNB - 1) / kMaxNB // activation groups
+// kTileRows computes output rows [lo, hi) (lo a multiple of 16) of a
+// Q4_K/Q6_K matrix on its tile kernels ks (activation rows in groups of g)
+// into y[b·ystride + r − base].
+func kTileRows(pk *kpacked, ks []k4tKernel, g int, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
+	nblk, gb, xb := a.nblk, pk.groupBytes, len(a.xt)/(batch*a.nblk)
+	nt := (batch + g - 1) / g // activation groups
 	var scratch [kMaxNB * 16]float32
-	call := func(g, t int, pf *byte, pfn int) {
-		b0 := kMaxNB * t
-		nb := min(kMaxNB, batch-b0)
-		r0 := 16 * g
-		x := &a.xt[b0*nblk*k4tX]
+	call := func(grp, t int, pf *byte, pfn int) {
+		b0 := g * t
+		nb := min(g, batch-b0)
+		r0 := 16 * grp
+		x := &a.xt[b0*nblk*xb]
 		if r0+16 <= hi {
-			q4ktK[nb](&pk.data[g*gb], nblk, x, &y[b0*ystride+r0-base], 4*ystride, pf, pfn)
+			ks[nb](&pk.data[grp*gb], nblk, x, &y[b0*ystride+r0-base], 4*ystride, pf, pfn)
 			return
 		}
-		q4ktK[nb](&pk.data[g*gb], nblk, x, &scratch[0], 64, pf, pfn)
+		ks[nb](&pk.data[grp*gb], nblk, x, &scratch[0], 64, pf, pfn)
 		for b := range nb {
 			copy(y[(b0+b)*ystride+r0-base:][:hi-r0], scratch[16*b:])
 		}
@@ -263,28 +323,28 @@ func q4kTileRows(pk *kpacked, a *kActs, y []float32, ystride, batch, lo, hi, bas
 	if batch <= kBatchChunk {
 		// Weights stream from memory once: call t of a group prefetches
 		// its share of the next group.
-		for g := g0; g < g1; g++ {
+		for grp := g0; grp < g1; grp++ {
 			for t := range nt {
-				pf, pfn := &pk.data[g*gb], 0
-				if g+1 < g1 {
+				pf, pfn := &pk.data[grp*gb], 0
+				if grp+1 < g1 {
 					plo, phi := (gb*t/nt)&^63, (gb*(t+1)/nt)&^63
-					pf, pfn = &pk.data[(g+1)*gb+plo], phi-plo
+					pf, pfn = &pk.data[(grp+1)*gb+plo], phi-plo
 				}
-				call(g, t, pf, pfn)
+				call(grp, t, pf, pfn)
 			}
 		}
 		return
 	}
-	// Prefill: a block of groups (≤ 128 KiB) against kBatchChunk rows at a
-	// time, both held in L2.
-	bg := max(1, (128<<10)/gb)
+	// Prefill: a block of groups (≤ 128 KiB) against ~kBatchChunk rows at
+	// a time, both held in L2.
+	bg, bt := max(1, (128<<10)/gb), max(1, kBatchChunk/g)
 	for gs := g0; gs < g1; gs += bg {
 		ge := min(g1, gs+bg)
-		for t0 := 0; t0 < nt; t0 += kBatchChunk / kMaxNB {
-			t1 := min(nt, t0+kBatchChunk/kMaxNB)
-			for g := gs; g < ge; g++ {
+		for t0 := 0; t0 < nt; t0 += bt {
+			t1 := min(nt, t0+bt)
+			for grp := gs; grp < ge; grp++ {
 				for t := t0; t < t1; t++ {
-					call(g, t, &pk.data[g*gb], 0)
+					call(grp, t, &pk.data[grp*gb], 0)
 				}
 			}
 		}
@@ -310,7 +370,11 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		if lo%16 != 0 || len(a.xt) == 0 {
 			return false
 		}
-		q4kTileRows(pk, a, y, ystride, batch, lo, hi, base)
+		if w.Type == dtype.Q6_K {
+			kTileRows(pk, q6ktK[:], k6tMaxNB, a, y, ystride, batch, lo, hi, base)
+		} else {
+			kTileRows(pk, q4ktK[:], kMaxNB, a, y, ystride, batch, lo, hi, base)
+		}
 		return true
 	}
 	if len(a.kb) == 0 {

@@ -6181,6 +6181,5883 @@ block:
 	VZEROUPPER
 	RET
 
+DATA scK6T<>+0(SB)/1, $0x80
+DATA scK6T<>+1(SB)/1, $0x00
+DATA scK6T<>+2(SB)/1, $0x80
+DATA scK6T<>+3(SB)/1, $0x00
+DATA scK6T<>+4(SB)/1, $0x80
+DATA scK6T<>+5(SB)/1, $0x01
+DATA scK6T<>+6(SB)/1, $0x80
+DATA scK6T<>+7(SB)/1, $0x01
+DATA scK6T<>+8(SB)/1, $0x80
+DATA scK6T<>+9(SB)/1, $0x02
+DATA scK6T<>+10(SB)/1, $0x80
+DATA scK6T<>+11(SB)/1, $0x02
+DATA scK6T<>+12(SB)/1, $0x80
+DATA scK6T<>+13(SB)/1, $0x03
+DATA scK6T<>+14(SB)/1, $0x80
+DATA scK6T<>+15(SB)/1, $0x03
+DATA scK6T<>+16(SB)/1, $0x80
+DATA scK6T<>+17(SB)/1, $0x04
+DATA scK6T<>+18(SB)/1, $0x80
+DATA scK6T<>+19(SB)/1, $0x04
+DATA scK6T<>+20(SB)/1, $0x80
+DATA scK6T<>+21(SB)/1, $0x05
+DATA scK6T<>+22(SB)/1, $0x80
+DATA scK6T<>+23(SB)/1, $0x05
+DATA scK6T<>+24(SB)/1, $0x80
+DATA scK6T<>+25(SB)/1, $0x06
+DATA scK6T<>+26(SB)/1, $0x80
+DATA scK6T<>+27(SB)/1, $0x06
+DATA scK6T<>+28(SB)/1, $0x80
+DATA scK6T<>+29(SB)/1, $0x07
+DATA scK6T<>+30(SB)/1, $0x80
+DATA scK6T<>+31(SB)/1, $0x07
+GLOBL scK6T<>(SB), RODATA|NOPTR, $32
+
+DATA pairK6T<>+0(SB)/1, $0x80
+DATA pairK6T<>+1(SB)/1, $0x00
+DATA pairK6T<>+2(SB)/1, $0x80
+DATA pairK6T<>+3(SB)/1, $0x08
+DATA pairK6T<>+4(SB)/1, $0x80
+DATA pairK6T<>+5(SB)/1, $0x01
+DATA pairK6T<>+6(SB)/1, $0x80
+DATA pairK6T<>+7(SB)/1, $0x09
+DATA pairK6T<>+8(SB)/1, $0x80
+DATA pairK6T<>+9(SB)/1, $0x02
+DATA pairK6T<>+10(SB)/1, $0x80
+DATA pairK6T<>+11(SB)/1, $0x0a
+DATA pairK6T<>+12(SB)/1, $0x80
+DATA pairK6T<>+13(SB)/1, $0x03
+DATA pairK6T<>+14(SB)/1, $0x80
+DATA pairK6T<>+15(SB)/1, $0x0b
+DATA pairK6T<>+16(SB)/1, $0x80
+DATA pairK6T<>+17(SB)/1, $0x04
+DATA pairK6T<>+18(SB)/1, $0x80
+DATA pairK6T<>+19(SB)/1, $0x0c
+DATA pairK6T<>+20(SB)/1, $0x80
+DATA pairK6T<>+21(SB)/1, $0x05
+DATA pairK6T<>+22(SB)/1, $0x80
+DATA pairK6T<>+23(SB)/1, $0x0d
+DATA pairK6T<>+24(SB)/1, $0x80
+DATA pairK6T<>+25(SB)/1, $0x06
+DATA pairK6T<>+26(SB)/1, $0x80
+DATA pairK6T<>+27(SB)/1, $0x0e
+DATA pairK6T<>+28(SB)/1, $0x80
+DATA pairK6T<>+29(SB)/1, $0x07
+DATA pairK6T<>+30(SB)/1, $0x80
+DATA pairK6T<>+31(SB)/1, $0x0f
+GLOBL pairK6T<>(SB), RODATA|NOPTR, $32
+
+DATA mask0f<>+0(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+4(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+8(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+12(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+16(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+20(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+24(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+28(SB)/4, $0x0f0f0f0f
+GLOBL mask0f<>(SB), RODATA|NOPTR, $32
+
+// func q6ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q6ktAVX2x1(SB), NOSPLIT, $64-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+	MOVL    $0x00000d40, R13
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      288(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y1
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
+	VMOVDQU      352(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      384(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      416(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      448(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      480(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      512(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      544(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      608(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      640(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      672(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      704(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	PREFETCHT0   704(R11)
+	PREFETCHT0   768(R11)
+	VMOVDQU      736(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      768(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	PREFETCHT0   832(R11)
+	VMOVDQU      800(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	VMOVDQU      864(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      896(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      928(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      960(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      992(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1024(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1056(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1120(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1152(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1184(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1216(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	PREFETCHT0   1536(R11)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1248(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1280(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1312(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1376(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1408(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	PREFETCHT0   1856(R11)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1440(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1472(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	PREFETCHT0   1984(R11)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1504(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1536(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      1568(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	PREFETCHT0   2176(R11)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1632(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1664(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	PREFETCHT0   2304(R11)
+	PREFETCHT0   2368(R11)
+	VMOVDQU      1696(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1728(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      1760(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1792(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	PREFETCHT0   2496(R11)
+	PREFETCHT0   2560(R11)
+	VMOVDQU      1824(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	PREFETCHT0   2624(R11)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      1888(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1920(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	PREFETCHT0   2752(R11)
+	VMOVDQU      1952(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1984(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	PREFETCHT0   2816(R11)
+	PREFETCHT0   2880(R11)
+	VMOVDQU      2016(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2048(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	PREFETCHT0   2944(R11)
+	PREFETCHT0   3008(R11)
+	VMOVDQU      2080(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	PREFETCHT0   3072(R11)
+	VMOVDQU      2144(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2176(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	PREFETCHT0   3136(R11)
+	PREFETCHT0   3200(R11)
+	VMOVDQU      2208(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2240(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	PREFETCHT0   3264(R11)
+	PREFETCHT0   3328(R11)
+	VMOVDQU      2272(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2304(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   272(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   276(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   280(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   284(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   288(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   292(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   296(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   300(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   272(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   276(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   280(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   284(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   288(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   292(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   296(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   300(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 256(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 256(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y1, Y1
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000130, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q6ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q6ktAVX2x2(SB), NOSPLIT, $128-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+	VMOVUPS Y12, 64(SP)
+	VMOVUPS Y12, 96(SP)
+	MOVL    $0x00000d40, R13
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      288(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y2
+	VPBROADCASTD 256(DI), Y10
+	VPBROADCASTD 264(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y3
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
+	VMOVDQU      352(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      384(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 260(DI), Y10
+	VPBROADCASTD 268(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      416(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      448(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 272(DI), Y10
+	VPBROADCASTD 280(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      480(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      512(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 276(DI), Y10
+	VPBROADCASTD 284(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      544(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 288(DI), Y10
+	VPBROADCASTD 296(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      608(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      640(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 292(DI), Y10
+	VPBROADCASTD 300(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      672(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      704(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 304(DI), Y10
+	VPBROADCASTD 312(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	PREFETCHT0   704(R11)
+	PREFETCHT0   768(R11)
+	VMOVDQU      736(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      768(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 308(DI), Y10
+	VPBROADCASTD 316(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	PREFETCHT0   832(R11)
+	VMOVDQU      800(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 320(DI), Y10
+	VPBROADCASTD 328(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	VMOVDQU      864(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      896(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 324(DI), Y10
+	VPBROADCASTD 332(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      928(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      960(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 336(DI), Y10
+	VPBROADCASTD 344(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      992(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1024(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 340(DI), Y10
+	VPBROADCASTD 348(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1056(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 352(DI), Y10
+	VPBROADCASTD 360(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1120(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1152(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 356(DI), Y10
+	VPBROADCASTD 364(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1184(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1216(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 368(DI), Y10
+	VPBROADCASTD 376(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	PREFETCHT0   1536(R11)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1248(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1280(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 372(DI), Y10
+	VPBROADCASTD 380(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1312(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 384(DI), Y10
+	VPBROADCASTD 392(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1376(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1408(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 388(DI), Y10
+	VPBROADCASTD 396(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	PREFETCHT0   1856(R11)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1440(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1472(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 400(DI), Y10
+	VPBROADCASTD 408(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	PREFETCHT0   1984(R11)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1504(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1536(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 404(DI), Y10
+	VPBROADCASTD 412(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      1568(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 416(DI), Y10
+	VPBROADCASTD 424(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	PREFETCHT0   2176(R11)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1632(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1664(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 420(DI), Y10
+	VPBROADCASTD 428(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	PREFETCHT0   2304(R11)
+	PREFETCHT0   2368(R11)
+	VMOVDQU      1696(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1728(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 432(DI), Y10
+	VPBROADCASTD 440(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      1760(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1792(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 436(DI), Y10
+	VPBROADCASTD 444(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	PREFETCHT0   2496(R11)
+	PREFETCHT0   2560(R11)
+	VMOVDQU      1824(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 448(DI), Y10
+	VPBROADCASTD 456(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	PREFETCHT0   2624(R11)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      1888(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1920(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 452(DI), Y10
+	VPBROADCASTD 460(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	PREFETCHT0   2752(R11)
+	VMOVDQU      1952(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1984(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 464(DI), Y10
+	VPBROADCASTD 472(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	PREFETCHT0   2816(R11)
+	PREFETCHT0   2880(R11)
+	VMOVDQU      2016(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2048(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 468(DI), Y10
+	VPBROADCASTD 476(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	PREFETCHT0   2944(R11)
+	PREFETCHT0   3008(R11)
+	VMOVDQU      2080(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 480(DI), Y10
+	VPBROADCASTD 488(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	PREFETCHT0   3072(R11)
+	VMOVDQU      2144(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2176(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 484(DI), Y10
+	VPBROADCASTD 492(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	PREFETCHT0   3136(R11)
+	PREFETCHT0   3200(R11)
+	VMOVDQU      2208(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2240(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 496(DI), Y10
+	VPBROADCASTD 504(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	PREFETCHT0   3264(R11)
+	PREFETCHT0   3328(R11)
+	VMOVDQU      2272(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2304(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 500(DI), Y10
+	VPBROADCASTD 508(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   528(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   532(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   536(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   540(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   544(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   548(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   552(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   556(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VPBROADCASTD   576(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   580(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   584(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   588(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   592(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   596(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   600(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   604(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   528(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   532(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   536(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   540(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   544(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   548(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   552(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   556(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y2, Y2
+	VPBROADCASTD   576(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   580(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   584(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   588(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   592(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   596(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   600(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   604(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y3, Y3
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 512(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VBROADCASTSS 560(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y1, Y1
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 512(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      64(SP), Y8
+	VFMADD231PS  Y7, Y2, Y8
+	VMOVUPS      Y8, 64(SP)
+	VBROADCASTSS 560(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      96(SP), Y8
+	VFMADD231PS  Y7, Y3, Y8
+	VMOVUPS      Y8, 96(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000260, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      64(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      96(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q6ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q6ktAVX2x3(SB), NOSPLIT, $192-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+	VMOVUPS Y12, 64(SP)
+	VMOVUPS Y12, 96(SP)
+	VMOVUPS Y12, 128(SP)
+	VMOVUPS Y12, 160(SP)
+	MOVL    $0x00000d40, R13
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      288(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y3
+	VPBROADCASTD 256(DI), Y10
+	VPBROADCASTD 264(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y4
+	VPBROADCASTD 512(DI), Y10
+	VPBROADCASTD 520(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y5
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
+	VMOVDQU      352(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      384(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 260(DI), Y10
+	VPBROADCASTD 268(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 516(DI), Y10
+	VPBROADCASTD 524(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      416(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      448(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 272(DI), Y10
+	VPBROADCASTD 280(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 528(DI), Y10
+	VPBROADCASTD 536(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      480(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      512(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 276(DI), Y10
+	VPBROADCASTD 284(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 532(DI), Y10
+	VPBROADCASTD 540(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      544(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 288(DI), Y10
+	VPBROADCASTD 296(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 544(DI), Y10
+	VPBROADCASTD 552(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      608(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      640(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 292(DI), Y10
+	VPBROADCASTD 300(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 548(DI), Y10
+	VPBROADCASTD 556(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      672(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      704(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 304(DI), Y10
+	VPBROADCASTD 312(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 560(DI), Y10
+	VPBROADCASTD 568(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	PREFETCHT0   704(R11)
+	PREFETCHT0   768(R11)
+	VMOVDQU      736(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      768(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 308(DI), Y10
+	VPBROADCASTD 316(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 564(DI), Y10
+	VPBROADCASTD 572(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	PREFETCHT0   832(R11)
+	VMOVDQU      800(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 320(DI), Y10
+	VPBROADCASTD 328(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 576(DI), Y10
+	VPBROADCASTD 584(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	VMOVDQU      864(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      896(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 324(DI), Y10
+	VPBROADCASTD 332(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 580(DI), Y10
+	VPBROADCASTD 588(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      928(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      960(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 336(DI), Y10
+	VPBROADCASTD 344(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 592(DI), Y10
+	VPBROADCASTD 600(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      992(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1024(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 340(DI), Y10
+	VPBROADCASTD 348(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 596(DI), Y10
+	VPBROADCASTD 604(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1056(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 352(DI), Y10
+	VPBROADCASTD 360(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 608(DI), Y10
+	VPBROADCASTD 616(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1120(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1152(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 356(DI), Y10
+	VPBROADCASTD 364(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 612(DI), Y10
+	VPBROADCASTD 620(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1184(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1216(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 368(DI), Y10
+	VPBROADCASTD 376(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 624(DI), Y10
+	VPBROADCASTD 632(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	PREFETCHT0   1536(R11)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1248(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1280(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 372(DI), Y10
+	VPBROADCASTD 380(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 628(DI), Y10
+	VPBROADCASTD 636(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1312(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 384(DI), Y10
+	VPBROADCASTD 392(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 640(DI), Y10
+	VPBROADCASTD 648(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1376(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1408(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 388(DI), Y10
+	VPBROADCASTD 396(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 644(DI), Y10
+	VPBROADCASTD 652(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	PREFETCHT0   1856(R11)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1440(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1472(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 400(DI), Y10
+	VPBROADCASTD 408(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 656(DI), Y10
+	VPBROADCASTD 664(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	PREFETCHT0   1984(R11)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1504(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1536(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 404(DI), Y10
+	VPBROADCASTD 412(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 660(DI), Y10
+	VPBROADCASTD 668(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      1568(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 416(DI), Y10
+	VPBROADCASTD 424(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 672(DI), Y10
+	VPBROADCASTD 680(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	PREFETCHT0   2176(R11)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1632(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1664(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 420(DI), Y10
+	VPBROADCASTD 428(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 676(DI), Y10
+	VPBROADCASTD 684(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	PREFETCHT0   2304(R11)
+	PREFETCHT0   2368(R11)
+	VMOVDQU      1696(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1728(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 432(DI), Y10
+	VPBROADCASTD 440(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 688(DI), Y10
+	VPBROADCASTD 696(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      1760(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1792(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 436(DI), Y10
+	VPBROADCASTD 444(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 692(DI), Y10
+	VPBROADCASTD 700(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	PREFETCHT0   2496(R11)
+	PREFETCHT0   2560(R11)
+	VMOVDQU      1824(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 448(DI), Y10
+	VPBROADCASTD 456(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 704(DI), Y10
+	VPBROADCASTD 712(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	PREFETCHT0   2624(R11)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      1888(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1920(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 452(DI), Y10
+	VPBROADCASTD 460(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 708(DI), Y10
+	VPBROADCASTD 716(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	PREFETCHT0   2752(R11)
+	VMOVDQU      1952(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1984(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 464(DI), Y10
+	VPBROADCASTD 472(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 720(DI), Y10
+	VPBROADCASTD 728(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	PREFETCHT0   2816(R11)
+	PREFETCHT0   2880(R11)
+	VMOVDQU      2016(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2048(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 468(DI), Y10
+	VPBROADCASTD 476(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 724(DI), Y10
+	VPBROADCASTD 732(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	PREFETCHT0   2944(R11)
+	PREFETCHT0   3008(R11)
+	VMOVDQU      2080(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 480(DI), Y10
+	VPBROADCASTD 488(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 736(DI), Y10
+	VPBROADCASTD 744(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	PREFETCHT0   3072(R11)
+	VMOVDQU      2144(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2176(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 484(DI), Y10
+	VPBROADCASTD 492(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 740(DI), Y10
+	VPBROADCASTD 748(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	PREFETCHT0   3136(R11)
+	PREFETCHT0   3200(R11)
+	VMOVDQU      2208(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2240(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 496(DI), Y10
+	VPBROADCASTD 504(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 752(DI), Y10
+	VPBROADCASTD 760(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	PREFETCHT0   3264(R11)
+	PREFETCHT0   3328(R11)
+	VMOVDQU      2272(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2304(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 500(DI), Y10
+	VPBROADCASTD 508(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 756(DI), Y10
+	VPBROADCASTD 764(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   784(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   788(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   792(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   796(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   800(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   804(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   808(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   812(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VPBROADCASTD   832(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   836(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   840(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   844(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   848(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   852(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   856(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   860(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+	VPBROADCASTD   880(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   884(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   888(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   892(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   896(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   900(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   904(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   908(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y2, Y2
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   784(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   788(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   792(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   796(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   800(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   804(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   808(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   812(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y3, Y3
+	VPBROADCASTD   832(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   836(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   840(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   844(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   848(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   852(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   856(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   860(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y4, Y4
+	VPBROADCASTD   880(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   884(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   888(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   892(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   896(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   900(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   904(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   908(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y5, Y5
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 768(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VBROADCASTSS 816(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y1, Y1
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	VBROADCASTSS 864(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      64(SP), Y8
+	VFMADD231PS  Y7, Y2, Y8
+	VMOVUPS      Y8, 64(SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 768(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      96(SP), Y8
+	VFMADD231PS  Y7, Y3, Y8
+	VMOVUPS      Y8, 96(SP)
+	VBROADCASTSS 816(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      128(SP), Y8
+	VFMADD231PS  Y7, Y4, Y8
+	VMOVUPS      Y8, 128(SP)
+	VBROADCASTSS 864(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      160(SP), Y8
+	VFMADD231PS  Y7, Y5, Y8
+	VMOVUPS      Y8, 160(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000390, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      96(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      128(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      64(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      160(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
 // func q5kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 // Requires: AVX, AVX2, F16C, FMA3
 TEXT ·q5kAVX2x1(SB), NOSPLIT, $16-88

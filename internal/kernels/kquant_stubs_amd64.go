@@ -60,6 +60,48 @@ func q4ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, p
 //go:noescape
 func q4ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
+// q6ktAVX2x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q6_K tile (nblk super-blocks of 3360 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 1 rows (304 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16
+// of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])
+//
+// with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add
+// per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX2x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q6_K tile (nblk super-blocks of 3360 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 2 rows (608 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16
+// of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])
+//
+// with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add
+// per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX2x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q6_K tile (nblk super-blocks of 3360 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 3 rows (912 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16
+// of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])
+//
+// with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add
+// per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
 // q5kAVX2x1 is q4kAVX2x1 for a Q5_K weight row (180-byte kernel-layout blocks:
 // the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row

@@ -55,6 +55,32 @@ func genKQuant() {
 	for nb := 1; nb <= kMaxNB; nb++ {
 		genQ4KTile(nb, scK4T)
 	}
+	// scK6T: 8 int8 scales (one per row) to the word pair (sc<<8, sc<<8) of
+	// each row lane; pairK6T: 16 (sub-blocks 2k and 2k+1, 8 rows each) to
+	// (sc[2k]<<8, sc[2k+1]<<8); an arithmetic shift then sign-extends.
+	scK6T := GLOBL("scK6T", RODATA|NOPTR)
+	for i := range 32 {
+		v := 0x80
+		if i%2 == 1 {
+			v = (i%16)/4 + 4*(i/16)
+		}
+		DATA(i, U8(v))
+	}
+	pairK6T := GLOBL("pairK6T", RODATA|NOPTR)
+	for i := range 32 {
+		v := 0x80
+		if i%2 == 1 {
+			v = (i%16)/4 + 4*(i/16) + 8*(i%4/2)
+		}
+		DATA(i, U8(v))
+	}
+	mask0f := GLOBL("mask0f", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x0f0f0f0f))
+	}
+	for nb := 1; nb <= k6tMaxNB; nb++ {
+		genQ6KTile(nb, scK6T, pairK6T, mask0f, mask30)
+	}
 	for nb := 1; nb <= kMaxNB; nb++ {
 		genK(nb, "q5k", append(shufK4[:8:8], mask01))
 	}
@@ -702,6 +728,169 @@ func genQ4KTile(nb int, scShuf Mem) {
 				VMOVUPS(fmem(h, b), tp)
 				VMOVUPS(tp, M(Yp, 32*h))
 			}
+		}
+		if b+1 < nb {
+			ADDQ(YS, Yp)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// Q6_K tile kernel: as the Q4_K one, 16 weight rows in two 8-row halves,
+// with 16-weight sub-blocks: step s (0, 1) of sub-block j holds weights
+// 16j+4s+t in the low nibbles and 16j+8+4s+t in the high ones, their two
+// high bits come from one 32-byte register per sub-block and half (field
+// 4s+2·side of byte t). Quants are unsigned (q+32 ≤ 63): a step's two
+// product pairs sum to ≤ 2·2·63·127 < 2¹⁵ and are widened at once by
+// VPMADDWD with the sub-block scale (sign-extended) in both words; the
+// offset, −32·Σ_j sc_j·bsum_j, is taken once per super-block from the
+// activation sums.
+const (
+	k6tMaxNB = 3    // activation rows per call: 2·nb int32 sums and 10 working registers
+	k6tBlock = 3360 // 16 rows × 210 bytes
+	k6tD     = 0    // 16 f16 d
+	k6tSc    = 32   // half h, sub-block j: 8 int8 scales (rows) at 128h + 8j
+	k6tQ     = 288  // sub-block j, step s, half h: 8 rows × 4 nibble bytes at 128j + 64s + 32h
+	k6tH     = 2336 // sub-block j, half h: 8 rows × 4 bytes of 2-bit fields at 64j + 32h
+	k6tX     = 304  // per activation row and super-block: 256 quants, then 48 bytes of meta
+)
+
+func genQ6KTile(nb int, scShuf, pairShuf, m0f, m30 Mem) {
+	name := fmt.Sprintf("q6ktAVX2x%d", nb)
+	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes 16 rows × %d activation rows of y = x·Wᵀ for one 16-row", name, nb),
+		fmt.Sprintf("group of a Q6_K tile (nblk super-blocks of %d bytes at w, see kquant_amd64.go)", k6tBlock),
+		fmt.Sprintf("and Q8_K activations tiled for %d rows (%d bytes per super-block at x: the rows'", nb, k6tX*nb),
+		"256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16",
+		"of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,",
+		"",
+		"\ty[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])",
+		"",
+		"with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add",
+		"per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).")
+	W := Load(Param("w"), reg.RSI)
+	N := Load(Param("nblk"), reg.RCX)
+	Xp := Load(Param("x"), reg.RDI)
+	PF := Load(Param("pf"), reg.R11)
+	PFN := Load(Param("pfn"), reg.R12)
+	isum := func(h, b int) reg.VecPhysical { return Y(h*nb + b) }
+	fstack := AllocLocal(2 * nb * 32)
+	fmem := func(h, b int) Mem { return fstack.Offset(32 * (h*nb + b)) }
+	lo := [2]reg.VecPhysical{reg.Y6, reg.Y7}
+	hi := [2]reg.VecPhysical{reg.Y8, reg.Y9}
+	xl, xh, t1, t2 := reg.Y10, reg.Y11, reg.Y12, reg.Y13
+	sc := [2]reg.VecPhysical{reg.Y14, reg.Y15}
+	Comment("int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;",
+		"Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,",
+		"Y14/Y15 the halves' sub-block scales.")
+	VPXOR(t1, t1, t1)
+	for h := range 2 {
+		for b := range nb {
+			VMOVUPS(t1, fmem(h, b))
+		}
+	}
+	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (k6tBlock + 63) / 64, n: 32}
+	pfs.init()
+	// bits moves the 2-bit field at bit p of each byte of the sub-block's
+	// high-bit register to bits 4-5 of dst.
+	// (AVX2 shifts take no memory operand.)
+	bits := func(mem Mem, p int, dst reg.VecPhysical) {
+		VMOVDQU(mem, dst)
+		switch {
+		case p < 4:
+			VPSLLW(U8(4-p), dst, dst)
+		case p > 4:
+			VPSRLW(U8(p-4), dst, dst)
+		}
+		VPAND(m30, dst, dst)
+	}
+	Label("block")
+	for j := range 16 {
+		for s := range 2 {
+			Commentf("sub-block %d, step %d: weights 16·%d+4·%d … +3 (low nibbles) and 16·%d+8+4·%d … +3 (high)", j, s, j, s, j, s)
+			pfs.at(2*j + s)
+			for h := range 2 {
+				VMOVDQU(M(W, k6tQ+128*j+64*s+32*h), hi[h])
+				VPAND(m0f, hi[h], lo[h])
+				VPSRLW(U8(4), hi[h], hi[h])
+				VPAND(m0f, hi[h], hi[h])
+				qh := M(W, k6tH+64*j+32*h)
+				bits(qh, 4*s, t1)
+				VPOR(t1, lo[h], lo[h])
+				bits(qh, 4*s+2, t1)
+				VPOR(t1, hi[h], hi[h])
+				if s == 0 {
+					VPBROADCASTQ(M(W, k6tSc+128*h+8*j), sc[h])
+					VPSHUFB(scShuf, sc[h], sc[h])
+					VPSRAW(U8(8), sc[h], sc[h])
+				}
+			}
+			for b := range nb {
+				VPBROADCASTD(M(Xp, 256*b+16*j+4*s), xl)
+				VPBROADCASTD(M(Xp, 256*b+16*j+8+4*s), xh)
+				for h := range 2 {
+					VPMADDUBSW(xl, lo[h], t1)
+					VPMADDUBSW(xh, hi[h], t2)
+					VPADDW(t2, t1, t1)
+					if j == 0 && s == 0 {
+						VPMADDWD(sc[h], t1, isum(h, b))
+					} else {
+						VPMADDWD(sc[h], t1, t1)
+						VPADDD(t1, isum(h, b), isum(h, b))
+					}
+				}
+			}
+		}
+	}
+	meta := 256 * nb
+	Comment("isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane")
+	pairs := []reg.VecPhysical{reg.Y6, reg.Y7, reg.Y8, reg.Y9, reg.Y10, reg.Y11, reg.Y12, reg.Y13}
+	for h := range 2 {
+		for k := range 8 {
+			VBROADCASTI128(M(W, k6tSc+128*h+16*k), pairs[k])
+			VPSHUFB(pairShuf, pairs[k], pairs[k])
+			VPSRAW(U8(8), pairs[k], pairs[k])
+		}
+		for b := range nb {
+			a, t := reg.Y14, reg.Y15
+			VPBROADCASTD(M(Xp, meta+48*b+16), a)
+			VPMADDWD(pairs[0], a, a)
+			for k := 1; k < 8; k++ {
+				VPBROADCASTD(M(Xp, meta+48*b+16+4*k), t)
+				VPMADDWD(pairs[k], t, t)
+				VPADDD(t, a, a)
+			}
+			VPSLLD(U8(5), a, a)
+			VPSUBD(a, isum(h, b), isum(h, b))
+		}
+	}
+	Comment("facc += (d·d_x)·float(isum)")
+	for h := range 2 {
+		d, t, fa := reg.Y6, reg.Y7, reg.Y8
+		VCVTPH2PS(M(W, k6tD+16*h), d)
+		for b := range nb {
+			VBROADCASTSS(M(Xp, meta+48*b), t)
+			VMULPS(t, d, t)
+			VCVTDQ2PS(isum(h, b), isum(h, b))
+			VMOVUPS(fmem(h, b), fa)
+			VFMADD231PS(t, isum(h, b), fa)
+			VMOVUPS(fa, fmem(h, b))
+		}
+	}
+	ADDQ(U32(k6tBlock), W)
+	ADDQ(U32(k6tX*nb), Xp)
+	pfs.advance()
+	DECQ(N)
+	JNZ(LabelRef("block"))
+
+	Yp := Load(Param("y"), reg.RAX)
+	YS := Load(Param("ystride"), reg.RBX)
+	for b := range nb {
+		for h := range 2 {
+			VMOVUPS(fmem(h, b), t1)
+			VMOVUPS(t1, M(Yp, 32*h))
 		}
 		if b+1 < nb {
 			ADDQ(YS, Yp)
