@@ -61,8 +61,6 @@ var lKernels = map[dtype.Type]*[kMaxNB + 1]lKernel{
 type kKernel func(w *byte, nrow, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 var (
-	q5kK = [...]kKernel{nil, q5kAVX2x1, q5kAVX2x2, q5kAVX2x3, q5kAVX2x4}
-	q6kK = [...]kKernel{nil, q6kAVX2x1, q6kAVX2x2, q6kAVX2x3, q6kAVX2x4}
 	q3kK = [...]kKernel{nil, q3kAVX2x1, q3kAVX2x2, q3kAVX2x3, q3kAVX2x4}
 	q2kK = [...]kKernel{nil, q2kAVX2x1, q2kAVX2x2, q2kAVX2x3, q2kAVX2x4}
 )
@@ -71,6 +69,7 @@ type k4tKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byt
 
 var (
 	q4ktK = [...]k4tKernel{nil, q4ktAVX2x1, q4ktAVX2x2, q4ktAVX2x3, q4ktAVX2x4}
+	q5ktK = [...]k4tKernel{nil, q5ktAVX2x1, q5ktAVX2x2, q5ktAVX2x3, q5ktAVX2x4}
 	q6ktK = [...]k4tKernel{nil, q6ktAVX2x1, q6ktAVX2x2, q6ktAVX2x3}
 )
 
@@ -78,6 +77,7 @@ var (
 const (
 	k4tBlock = 2368 // Q4_K bytes per 16-row group and super-block
 	k4tX     = 288  // Q4_K tiled activation bytes per row and super-block
+	k5tBlock = 2880 // Q5_K bytes per 16-row group and super-block
 	k6tBlock = 3360 // Q6_K bytes per 16-row group and super-block
 	k6tX     = 304  // Q6_K tiled activation bytes per row and super-block
 	k6tMaxNB = 3    // Q6_K activation rows per kernel call
@@ -91,20 +91,28 @@ type kpacked struct {
 }
 
 // kpackQ4KTiles repacks a Q4_K matrix into 16-row tiles (see the file comment).
+// With Q5_K's 5th bits appended per super-block (k5tBlock bytes).
 func kpackQ4KTiles(m *Matrix) *kpacked {
 	nblk := m.Cols / dtype.QKK
 	groups := (m.Rows + 15) / 16
-	pk := &kpacked{groupBytes: nblk * k4tBlock}
+	q5, bb, sb := m.Type == dtype.Q5_K, k4tBlock, 144
+	if q5 {
+		bb, sb = k5tBlock, 176
+	}
+	pk := &kpacked{groupBytes: nblk * bb}
 	pk.data = weightBytes(pk, groups*pk.groupBytes)
 	for row := range m.Rows {
 		g, h, r := row/16, row%16/8, row%8
 		src := m.Row(row)
 		for i := range nblk {
-			s := src[i*144 : (i+1)*144]
-			dst := pk.data[g*pk.groupBytes+i*k4tBlock:][:k4tBlock]
+			s := src[i*sb : (i+1)*sb]
+			dst := pk.data[g*pk.groupBytes+i*bb:][:bb]
 			copy(dst[2*(8*h+r):], s[0:2])
 			copy(dst[32+2*(8*h+r):], s[2:4])
 			qs := s[16:]
+			if q5 {
+				qs = s[48:]
+			}
 			v := func(e int) byte { // nibble of weight e of the super-block
 				b := qs[32*(e/64)+e%32]
 				if e/32%2 == 1 {
@@ -112,6 +120,7 @@ func kpackQ4KTiles(m *Matrix) *kpacked {
 				}
 				return b & 0xf
 			}
+			hb := func(e int) byte { return s[16+e%32] >> (e / 32) & 1 } // Q5_K: 5th bit of weight e
 			for j := range 8 {
 				sc, mn := dtype.ScaleMinK4(j, s[4:16])
 				dst[64+64*h+8*j+r] = sc
@@ -119,6 +128,9 @@ func kpackQ4KTiles(m *Matrix) *kpacked {
 				for mm := range 4 {
 					for t := range 4 {
 						dst[320+256*j+64*mm+32*h+4*r+t] = v(32*j+4*mm+t) | v(32*j+16+4*mm+t)<<4
+						if q5 {
+							dst[k4tBlock+64*j+32*h+4*r+t] |= hb(32*j+4*mm+t)<<mm | hb(32*j+16+4*mm+t)<<(4+mm)
+						}
 					}
 				}
 			}
@@ -169,13 +181,13 @@ func kpackQ6KTiles(m *Matrix) *kpacked {
 }
 
 func kpack(m *Matrix) any {
-	if m.Type == dtype.Q4_K && hasAVX2 {
+	if (m.Type == dtype.Q4_K || m.Type == dtype.Q5_K) && hasAVX2 {
 		return kpackQ4KTiles(m)
 	}
 	if m.Type == dtype.Q6_K && hasAVX2 {
 		return kpackQ6KTiles(m)
 	}
-	bb := map[dtype.Type]int{dtype.Q5_K: 180, dtype.Q6_K: 210, dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
+	bb := map[dtype.Type]int{dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
 	if !hasAVX2 || bb == 0 {
 		return nil
 	}
@@ -197,7 +209,6 @@ func kpack(m *Matrix) any {
 					}
 				}
 				copy(dst[112:], s[108:110])
-				continue
 			case dtype.Q2_K:
 				s := src[i*84 : (i+1)*84]
 				copy(dst[:64], s[16:80]) // qs
@@ -208,24 +219,6 @@ func kpack(m *Matrix) any {
 					}
 				}
 				copy(dst[96:], s[80:84])
-				continue
-			}
-			if m.Type != dtype.Q6_K {
-				ob := m.Type.BlockBytes()
-				s := src[i*ob : (i+1)*ob]
-				copy(dst[:4], s[:4])
-				for j := range 8 {
-					dst[4+j], dst[12+j] = dtype.ScaleMinK4(j, s[4:16])
-				}
-				copy(dst[20:], s[16:]) // Q5_K: qh, then qs
-			} else {
-				s := src[i*210 : (i+1)*210]
-				copy(dst, s)
-				for h := range 2 {
-					for k := range 8 {
-						dst[192+8*h+q6kOrder[k]] = s[192+8*h+k]
-					}
-				}
 			}
 		}
 	}
@@ -235,18 +228,13 @@ func kpack(m *Matrix) any {
 // kernelSums fills a.kb for the kernels of type t (see the file comment).
 func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
-	case dtype.Q4_K:
+	case dtype.Q4_K, dtype.Q5_K:
 		if hasAVX2 {
 			tileKActs(a, batch, kMaxNB, k4tX, true)
 		}
 	case dtype.Q6_K:
 		if hasAVX2 {
 			tileKActs(a, batch, k6tMaxNB, k6tX, false)
-		}
-	case dtype.Q5_K:
-		a.kb = grow(a.kb, batch*a.nblk*8)
-		for i := range a.kb {
-			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
 		}
 	case dtype.Q3_K, dtype.Q2_K:
 		a.kb = grow(a.kb, batch*a.nblk*16)
@@ -370,9 +358,12 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		if lo%16 != 0 || len(a.xt) == 0 {
 			return false
 		}
-		if w.Type == dtype.Q6_K {
+		switch w.Type {
+		case dtype.Q6_K:
 			kTileRows(pk, q6ktK[:], k6tMaxNB, a, y, ystride, batch, lo, hi, base)
-		} else {
+		case dtype.Q5_K:
+			kTileRows(pk, q5ktK[:], kMaxNB, a, y, ystride, batch, lo, hi, base)
+		default:
 			kTileRows(pk, q4ktK[:], kMaxNB, a, y, ystride, batch, lo, hi, base)
 		}
 		return true
@@ -380,14 +371,9 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 	if len(a.kb) == 0 {
 		return false
 	}
-	ks, kbn := &q5kK, 8*a.nblk
-	switch w.Type {
-	case dtype.Q6_K:
-		ks, kbn = &q6kK, 16*a.nblk
-	case dtype.Q3_K:
-		ks, kbn = &q3kK, 16*a.nblk
-	case dtype.Q2_K:
-		ks, kbn = &q2kK, 16*a.nblk
+	ks, kbn := &q3kK, 16*a.nblk
+	if w.Type == dtype.Q2_K {
+		ks = &q2kK
 	}
 	kRowTiles(lo, hi, batch, func(r, nr, b0, nb int) {
 		ks[nb](&pk.data[r*pk.rowBytes], nr, a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk,

@@ -466,6 +466,16 @@ DATA scK4T<>+30(SB)/1, $0x07
 DATA scK4T<>+31(SB)/1, $0x80
 GLOBL scK4T<>(SB), RODATA|NOPTR, $32
 
+DATA mask10t<>+0(SB)/4, $0x10101010
+DATA mask10t<>+4(SB)/4, $0x10101010
+DATA mask10t<>+8(SB)/4, $0x10101010
+DATA mask10t<>+12(SB)/4, $0x10101010
+DATA mask10t<>+16(SB)/4, $0x10101010
+DATA mask10t<>+20(SB)/4, $0x10101010
+DATA mask10t<>+24(SB)/4, $0x10101010
+DATA mask10t<>+28(SB)/4, $0x10101010
+GLOBL mask10t<>(SB), RODATA|NOPTR, $32
+
 // func q4ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 // Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
 TEXT ·q4ktAVX2x1(SB), NOSPLIT, $0-56
@@ -6149,6 +6159,8201 @@ block:
 	VFNMADD231PS Y1, Y14, Y2
 	VMOVUPS      Y2, 480(SP)
 	ADDQ         $0x00000940, SI
+	ADDQ         $0x00000480, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      256(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      384(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      288(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      416(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      320(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      448(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      352(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      480(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q5ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x1(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
+
+block:
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y2
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y3
+
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 272(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 276(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 280(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 284(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 256(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y1, Y2, Y4
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y4
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 272(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 276(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 280(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 284(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 256(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y1, Y3, Y5
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y5
+	ADDQ         $0x00000b40, SI
+	ADDQ         $0x00000120, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y5, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q5ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x2(SB), NOSPLIT, $128-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, (SP)
+	VMOVUPS      Y14, 32(SP)
+	VMOVUPS      Y14, 64(SP)
+	VMOVUPS      Y14, 96(SP)
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
+
+block:
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y4
+	VPMADDWD     Y11, Y1, Y5
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y6
+	VPMADDWD     Y10, Y3, Y7
+
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 528(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 532(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 536(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 540(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 512(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      (SP), Y2
+	VFMADD231PS  Y1, Y4, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, (SP)
+	VPBROADCASTD 560(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 564(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 568(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 572(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 544(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      32(SP), Y2
+	VFMADD231PS  Y1, Y5, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 32(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 528(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 532(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 536(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 540(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 512(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y6, Y6
+	VMOVUPS      64(SP), Y2
+	VFMADD231PS  Y1, Y6, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 64(SP)
+	VPBROADCASTD 560(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 564(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 568(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 572(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 544(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y7, Y7
+	VMOVUPS      96(SP), Y2
+	VFMADD231PS  Y1, Y7, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 96(SP)
+	ADDQ         $0x00000b40, SI
+	ADDQ         $0x00000240, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      64(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      96(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q5ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x3(SB), NOSPLIT, $384-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, 192(SP)
+	VMOVUPS      Y14, 224(SP)
+	VMOVUPS      Y14, 256(SP)
+	VMOVUPS      Y14, 288(SP)
+	VMOVUPS      Y14, 320(SP)
+	VMOVUPS      Y14, 352(SP)
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
+
+block:
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 512(DI), Y13
+	VPBROADCASTD 528(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 516(DI), Y13
+	VPBROADCASTD 532(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 520(DI), Y13
+	VPBROADCASTD 536(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 524(DI), Y13
+	VPBROADCASTD 540(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 544(DI), Y13
+	VPBROADCASTD 560(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 548(DI), Y13
+	VPBROADCASTD 564(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 552(DI), Y13
+	VPBROADCASTD 568(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 556(DI), Y13
+	VPBROADCASTD 572(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 576(DI), Y13
+	VPBROADCASTD 592(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 580(DI), Y13
+	VPBROADCASTD 596(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 584(DI), Y13
+	VPBROADCASTD 600(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 588(DI), Y13
+	VPBROADCASTD 604(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 608(DI), Y13
+	VPBROADCASTD 624(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 612(DI), Y13
+	VPBROADCASTD 628(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 616(DI), Y13
+	VPBROADCASTD 632(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 620(DI), Y13
+	VPBROADCASTD 636(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 640(DI), Y13
+	VPBROADCASTD 656(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 644(DI), Y13
+	VPBROADCASTD 660(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 648(DI), Y13
+	VPBROADCASTD 664(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 652(DI), Y13
+	VPBROADCASTD 668(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 672(DI), Y13
+	VPBROADCASTD 688(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 676(DI), Y13
+	VPBROADCASTD 692(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 680(DI), Y13
+	VPBROADCASTD 696(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 684(DI), Y13
+	VPBROADCASTD 700(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 704(DI), Y13
+	VPBROADCASTD 720(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 708(DI), Y13
+	VPBROADCASTD 724(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 712(DI), Y13
+	VPBROADCASTD 728(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 716(DI), Y13
+	VPBROADCASTD 732(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 736(DI), Y13
+	VPBROADCASTD 752(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 740(DI), Y13
+	VPBROADCASTD 756(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 744(DI), Y13
+	VPBROADCASTD 760(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 748(DI), Y13
+	VPBROADCASTD 764(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 784(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 788(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 792(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 796(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 768(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    (SP), Y3
+	VMOVUPS      192(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 192(SP)
+	VPBROADCASTD 816(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 820(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 824(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 828(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 800(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    32(SP), Y3
+	VMOVUPS      224(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 224(SP)
+	VPBROADCASTD 848(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 852(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 856(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 860(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 832(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    64(SP), Y3
+	VMOVUPS      256(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 256(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 784(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 788(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 792(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 796(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 768(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    96(SP), Y3
+	VMOVUPS      288(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 288(SP)
+	VPBROADCASTD 816(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 820(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 824(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 828(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 800(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    128(SP), Y3
+	VMOVUPS      320(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 320(SP)
+	VPBROADCASTD 848(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 852(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 856(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 860(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 832(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    160(SP), Y3
+	VMOVUPS      352(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 352(SP)
+	ADDQ         $0x00000b40, SI
+	ADDQ         $0x00000360, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      192(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      288(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      224(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      320(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      256(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      352(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q5ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x4(SB), NOSPLIT, $512-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, 256(SP)
+	VMOVUPS      Y14, 288(SP)
+	VMOVUPS      Y14, 320(SP)
+	VMOVUPS      Y14, 352(SP)
+	VMOVUPS      Y14, 384(SP)
+	VMOVUPS      Y14, 416(SP)
+	VMOVUPS      Y14, 448(SP)
+	VMOVUPS      Y14, 480(SP)
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
+
+block:
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 512(DI), Y13
+	VPBROADCASTD 528(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 768(DI), Y13
+	VPBROADCASTD 784(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 516(DI), Y13
+	VPBROADCASTD 532(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 772(DI), Y13
+	VPBROADCASTD 788(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 520(DI), Y13
+	VPBROADCASTD 536(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 776(DI), Y13
+	VPBROADCASTD 792(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 524(DI), Y13
+	VPBROADCASTD 540(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 780(DI), Y13
+	VPBROADCASTD 796(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 544(DI), Y13
+	VPBROADCASTD 560(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 800(DI), Y13
+	VPBROADCASTD 816(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 548(DI), Y13
+	VPBROADCASTD 564(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 804(DI), Y13
+	VPBROADCASTD 820(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 552(DI), Y13
+	VPBROADCASTD 568(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 808(DI), Y13
+	VPBROADCASTD 824(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 556(DI), Y13
+	VPBROADCASTD 572(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 812(DI), Y13
+	VPBROADCASTD 828(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 576(DI), Y13
+	VPBROADCASTD 592(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 832(DI), Y13
+	VPBROADCASTD 848(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 580(DI), Y13
+	VPBROADCASTD 596(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 836(DI), Y13
+	VPBROADCASTD 852(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 584(DI), Y13
+	VPBROADCASTD 600(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 840(DI), Y13
+	VPBROADCASTD 856(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 588(DI), Y13
+	VPBROADCASTD 604(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 844(DI), Y13
+	VPBROADCASTD 860(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 608(DI), Y13
+	VPBROADCASTD 624(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 864(DI), Y13
+	VPBROADCASTD 880(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 612(DI), Y13
+	VPBROADCASTD 628(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 868(DI), Y13
+	VPBROADCASTD 884(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 616(DI), Y13
+	VPBROADCASTD 632(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 872(DI), Y13
+	VPBROADCASTD 888(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 620(DI), Y13
+	VPBROADCASTD 636(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 876(DI), Y13
+	VPBROADCASTD 892(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 640(DI), Y13
+	VPBROADCASTD 656(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 896(DI), Y13
+	VPBROADCASTD 912(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 644(DI), Y13
+	VPBROADCASTD 660(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 900(DI), Y13
+	VPBROADCASTD 916(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 648(DI), Y13
+	VPBROADCASTD 664(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 904(DI), Y13
+	VPBROADCASTD 920(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 652(DI), Y13
+	VPBROADCASTD 668(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 908(DI), Y13
+	VPBROADCASTD 924(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 672(DI), Y13
+	VPBROADCASTD 688(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 928(DI), Y13
+	VPBROADCASTD 944(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 676(DI), Y13
+	VPBROADCASTD 692(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 932(DI), Y13
+	VPBROADCASTD 948(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 680(DI), Y13
+	VPBROADCASTD 696(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 936(DI), Y13
+	VPBROADCASTD 952(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 684(DI), Y13
+	VPBROADCASTD 700(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 940(DI), Y13
+	VPBROADCASTD 956(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 704(DI), Y13
+	VPBROADCASTD 720(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 960(DI), Y13
+	VPBROADCASTD 976(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 708(DI), Y13
+	VPBROADCASTD 724(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 964(DI), Y13
+	VPBROADCASTD 980(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 712(DI), Y13
+	VPBROADCASTD 728(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 968(DI), Y13
+	VPBROADCASTD 984(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 716(DI), Y13
+	VPBROADCASTD 732(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 972(DI), Y13
+	VPBROADCASTD 988(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 736(DI), Y13
+	VPBROADCASTD 752(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 992(DI), Y13
+	VPBROADCASTD 1008(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 740(DI), Y13
+	VPBROADCASTD 756(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 996(DI), Y13
+	VPBROADCASTD 1012(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 744(DI), Y13
+	VPBROADCASTD 760(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 1000(DI), Y13
+	VPBROADCASTD 1016(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 748(DI), Y13
+	VPBROADCASTD 764(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 1004(DI), Y13
+	VPBROADCASTD 1020(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 1040(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1044(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1048(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1052(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1024(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    (SP), Y3
+	VMOVUPS      256(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 256(SP)
+	VPBROADCASTD 1072(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1076(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1080(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1084(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1056(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    32(SP), Y3
+	VMOVUPS      288(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 288(SP)
+	VPBROADCASTD 1104(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1108(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1112(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1116(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1088(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    64(SP), Y3
+	VMOVUPS      320(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 320(SP)
+	VPBROADCASTD 1136(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1140(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1144(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1148(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1120(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    96(SP), Y3
+	VMOVUPS      352(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 352(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 1040(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1044(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1048(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1052(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1024(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    128(SP), Y3
+	VMOVUPS      384(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 384(SP)
+	VPBROADCASTD 1072(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1076(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1080(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1084(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1056(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    160(SP), Y3
+	VMOVUPS      416(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 416(SP)
+	VPBROADCASTD 1104(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1108(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1112(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1116(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1088(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    192(SP), Y3
+	VMOVUPS      448(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 448(SP)
+	VPBROADCASTD 1136(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1140(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1144(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1148(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1120(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    224(SP), Y3
+	VMOVUPS      480(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 480(SP)
+	ADDQ         $0x00000b40, SI
 	ADDQ         $0x00000480, DI
 	XORL         AX, AX
 	CMPQ         R12, $0x00
@@ -12055,1802 +20260,6 @@ block:
 	VMOVUPS      Y12, (AX)
 	VMOVUPS      160(SP), Y12
 	VMOVUPS      Y12, 32(AX)
-	VZEROUPPER
-	RET
-
-// func q5kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x1(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
-
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q5kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x2(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
-
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q5kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x3(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y2, Y2
-	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
-
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
-
-	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y12, Y2, Y2
-	VPMADDWD     (R11)(R12*2), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y2
-	VBROADCASTSS (R8)(R10*2), Y11
-	VFMADD231PS  Y11, Y2, Y6
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q5kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x4(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	VPXOR        Y7, Y7, Y7
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-	VPXOR Y3, Y3, Y3
-
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW (R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 32(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 64(R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 96(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 128(R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 160(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y2, Y2
-	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMADDUBSW   192(R13), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   224(R13), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
-
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
-
-	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y12, Y2, Y2
-	VPMADDWD     (R11)(R12*2), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y2
-	VBROADCASTSS (R8)(R10*2), Y11
-	VFMADD231PS  Y11, Y2, Y6
-
-	// row 3: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y3, Y3
-	VMULPS       Y12, Y3, Y3
-	VPMADDWD     (BX), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y3
-	VBROADCASTSS (DX), Y11
-	VFMADD231PS  Y11, Y3, Y7
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y7, X8
-	VADDPS       X8, X7, X7
-	VMOVHLPS     X7, X8, X8
-	VADDPS       X8, X7, X7
-	VMOVSHDUP    X7, X8
-	VADDSS       X8, X7, X7
-	VMOVSS       X7, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q6kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x1(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q6kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x2(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y1, Y1
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	VPMADDWD     (R11)(R12*1), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y1, Y1
-	VMULSS       (R8)(R10*1), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y1, Y1
-	VFMADD231PS  Y11, Y1, Y5
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q6kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x3(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y1, Y1
-	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y2, Y2
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	VPMADDWD     (R11)(R12*1), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y1, Y1
-	VMULSS       (R8)(R10*1), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y1, Y1
-	VFMADD231PS  Y11, Y1, Y5
-	VPMADDWD     (R11)(R12*2), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y2, Y2
-	VMULSS       (R8)(R10*2), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y2, Y2
-	VFMADD231PS  Y11, Y2, Y6
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q6kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x4(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	VPXOR        Y7, Y7, Y7
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-	VPXOR Y3, Y3, Y3
-
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW (R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 32(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 64(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y1, Y1
-	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y2, Y2
-	VPMADDUBSW  96(R13), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y3, Y3
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 128(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 160(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 192(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMADDUBSW   224(R13), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	VPMADDWD     (R11)(R12*1), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y1, Y1
-	VMULSS       (R8)(R10*1), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y1, Y1
-	VFMADD231PS  Y11, Y1, Y5
-	VPMADDWD     (R11)(R12*2), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y2, Y2
-	VMULSS       (R8)(R10*2), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y2, Y2
-	VFMADD231PS  Y11, Y2, Y6
-	VPMADDWD     (BX), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y3, Y3
-	VMULSS       (DX), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y3, Y3
-	VFMADD231PS  Y11, Y3, Y7
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y7, X8
-	VADDPS       X8, X7, X7
-	VMOVHLPS     X7, X8, X8
-	VADDPS       X8, X7, X7
-	VMOVSHDUP    X7, X8
-	VADDSS       X8, X7, X7
-	VMOVSS       X7, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
 	VZEROUPPER
 	RET
 

@@ -60,6 +60,62 @@ func q4ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, p
 //go:noescape
 func q4ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
+// q5ktAVX2x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 1 rows (288 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX2x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 2 rows (576 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX2x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 3 rows (864 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX2x4 computes 16 rows × 4 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 4 rows (1152 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
 // q6ktAVX2x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for one 16-row
 // group of a Q6_K tile (nblk super-blocks of 3360 bytes at w, see kquant_amd64.go)
 // and Q8_K activations tiled for 1 rows (304 bytes per super-block at x: the rows'
@@ -101,78 +157,6 @@ func q6ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, p
 //
 //go:noescape
 func q6ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
-
-// q5kAVX2x1 is q4kAVX2x1 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q5kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-
-// q5kAVX2x2 is q4kAVX2x2 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q5kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-
-// q5kAVX2x3 is q4kAVX2x3 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q5kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-
-// q5kAVX2x4 is q4kAVX2x4 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q5kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-
-// q6kAVX2x1 is q4kAVX2x1 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q6kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-
-// q6kAVX2x2 is q4kAVX2x2 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q6kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-
-// q6kAVX2x3 is q4kAVX2x3 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q6kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-
-// q6kAVX2x4 is q4kAVX2x4 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
-//
-//go:noescape
-func q6kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 // q3kAVX2x1 is q6kAVX2x1 for a Q3_K weight row (114-byte kernel-layout
 // blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with

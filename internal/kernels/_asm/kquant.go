@@ -52,8 +52,15 @@ func genKQuant() {
 		}
 		DATA(i, U8(v))
 	}
+	mask10t := GLOBL("mask10t", RODATA|NOPTR)
+	for i := range 8 {
+		DATA(4*i, U32(0x10101010))
+	}
 	for nb := 1; nb <= kMaxNB; nb++ {
-		genQ4KTile(nb, scK4T)
+		genQ4KTile(nb, scK4T, false, mask10t)
+	}
+	for nb := 1; nb <= kMaxNB; nb++ {
+		genQ4KTile(nb, scK4T, true, mask10t)
 	}
 	// scK6T: 8 int8 scales (one per row) to the word pair (sc<<8, sc<<8) of
 	// each row lane; pairK6T: 16 (sub-blocks 2k and 2k+1, 8 rows each) to
@@ -80,12 +87,6 @@ func genKQuant() {
 	}
 	for nb := 1; nb <= k6tMaxNB; nb++ {
 		genQ6KTile(nb, scK6T, pairK6T, mask0f, mask30)
-	}
-	for nb := 1; nb <= kMaxNB; nb++ {
-		genK(nb, "q5k", append(shufK4[:8:8], mask01))
-	}
-	for nb := 1; nb <= kMaxNB; nb++ {
-		genK(nb, "q6k", append(shufK6[:4:4], mask30))
 	}
 	mask03 := GLOBL("mask03", RODATA|NOPTR)
 	for i := range 8 {
@@ -557,14 +558,25 @@ const (
 	k4tMin   = 192  // half h, pair k: 8 rows × (m[2k], m[2k+1]) bytes at 64h + 16k
 	k4tQ     = 320  // sub-block j, step m, half h: 8 rows × 4 nibble bytes at 256j + 64m + 32h
 	k4tX     = 288  // per activation row and super-block: 256 quants, then 32 bytes of meta
+	k5tBlock = 2880 // Q5_K: 16 rows × 180 bytes
+	k5tH     = 2368 // Q5_K: the 5th bits after the Q4_K tile
 )
 
-func genQ4KTile(nb int, scShuf Mem) {
-	name := fmt.Sprintf("q4ktAVX2x%d", nb)
+// genQ4KTile emits the Q4_K tile kernel, or with q5 the Q5_K one: the Q4_K
+// tile followed by the 5th bits, per sub-block j and half h 8 rows × 4 bytes
+// at k5tH + 64j + 32h (bit m of byte t: weight 32j+4m+t, bit 4+m: weight
+// 32j+16+4m+t). A Q5_K product pair is ≤ 2·31·127, so the sums are widened
+// every 2 steps (4 pairs) instead of once per sub-block.
+func genQ4KTile(nb int, scShuf Mem, q5 bool, m10 Mem) {
+	pre, T, bb := "q4k", "Q4_K", k4tBlock
+	if q5 {
+		pre, T, bb = "q5k", "Q5_K", k5tBlock
+	}
+	name := fmt.Sprintf("%stAVX2x%d", pre, nb)
 	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes 16 rows × %d activation rows of y = x·Wᵀ for one 16-row", name, nb),
-		fmt.Sprintf("group of a Q4_K tile (nblk super-blocks of %d bytes at w, see kquant_amd64.go)", k4tBlock),
+		fmt.Sprintf("group of a %s tile (nblk super-blocks of %d bytes at w, see kquant_amd64.go)", T, bb),
 		fmt.Sprintf("and Q8_K activations tiled for %d rows (%d bytes per super-block at x: the rows'", nb, k4tX*nb),
 		"256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16",
 		"of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,",
@@ -614,8 +626,32 @@ func genQ4KTile(nb int, scShuf Mem) {
 	MOVL(U32(0x0f0f0f0f), reg.EAX)
 	VMOVD(reg.EAX, mask.AsX())
 	VPBROADCASTD(mask.AsX(), mask)
-	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (k4tBlock + 63) / 64, n: 32}
+	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (bb + 63) / 64, n: 32}
 	pfs.init()
+	// widen adds the int16 sums of sub-block j, times its scales, to the
+	// int32 sums; first: the first time in a super-block.
+	widen := func(j int, first bool) {
+		for h := range 2 {
+			s := lo[h]
+			VPBROADCASTQ(M(W, k4tSc+64*h+8*j), s)
+			VPSHUFB(scShuf, s, s)
+			for b := range nb {
+				switch {
+				case isumReg && first:
+					VPMADDWD(s, acc(h, b), isum(h, b))
+				case isumReg:
+					VPMADDWD(s, acc(h, b), acc(h, b))
+					VPADDD(acc(h, b), isum(h, b), isum(h, b))
+				default:
+					VPMADDWD(s, acc(h, b), acc(h, b))
+					if !first {
+						VPADDD(imem(h, b), acc(h, b), acc(h, b))
+					}
+					VMOVDQU(acc(h, b), imem(h, b))
+				}
+			}
+		}
+	}
 	Label("block")
 	for j := range 8 {
 		for m := range 4 {
@@ -626,12 +662,25 @@ func genQ4KTile(nb int, scShuf Mem) {
 				VPAND(mask, hi[h], lo[h])
 				VPSRLW(U8(4), hi[h], hi[h])
 				VPAND(mask, hi[h], hi[h])
+				if q5 {
+					qh := M(W, k5tH+64*j+32*h)
+					VMOVDQU(qh, tp)
+					VPSLLW(U8(4-m), tp, tp)
+					VPAND(m10, tp, tp)
+					VPOR(tp, lo[h], lo[h])
+					VMOVDQU(qh, tp)
+					if m > 0 {
+						VPSRLW(U8(m), tp, tp)
+					}
+					VPAND(m10, tp, tp)
+					VPOR(tp, hi[h], hi[h])
+				}
 			}
 			for b := range nb {
 				VPBROADCASTD(M(Xp, 256*b+32*j+4*m), xl)
 				VPBROADCASTD(M(Xp, 256*b+32*j+16+4*m), xh)
 				for h := range 2 {
-					if m == 0 {
+					if m == 0 || q5 && m == 2 {
 						VPMADDUBSW(xl, lo[h], acc(h, b))
 					} else {
 						VPMADDUBSW(xl, lo[h], tp)
@@ -641,28 +690,13 @@ func genQ4KTile(nb int, scShuf Mem) {
 					VPADDW(tp, acc(h, b), acc(h, b))
 				}
 			}
-		}
-		Commentf("sub-block %d: widen by the scales, (sc, sc) in each row lane", j)
-		for h := range 2 {
-			s := lo[h]
-			VPBROADCASTQ(M(W, k4tSc+64*h+8*j), s)
-			VPSHUFB(scShuf, s, s)
-			for b := range nb {
-				switch {
-				case isumReg && j == 0:
-					VPMADDWD(s, acc(h, b), isum(h, b))
-				case isumReg:
-					VPMADDWD(s, acc(h, b), acc(h, b))
-					VPADDD(acc(h, b), isum(h, b), isum(h, b))
-				default:
-					VPMADDWD(s, acc(h, b), acc(h, b))
-					if j > 0 {
-						VPADDD(imem(h, b), acc(h, b), acc(h, b))
-					}
-					VMOVDQU(acc(h, b), imem(h, b))
-				}
+			if q5 && m == 1 {
+				Commentf("sub-block %d, steps 0-1: widen by the scales, (sc, sc) in each row lane", j)
+				widen(j, j == 0)
 			}
 		}
+		Commentf("sub-block %d: widen by the scales, (sc, sc) in each row lane", j)
+		widen(j, j == 0 && !q5)
 	}
 	Comment("facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)")
 	free := []reg.VecPhysical{reg.Y8, reg.Y9, reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14}
@@ -712,7 +746,7 @@ func genQ4KTile(nb int, scShuf Mem) {
 			}
 		}
 	}
-	ADDQ(U32(k4tBlock), W)
+	ADDQ(U32(bb), W)
 	ADDQ(U32(k4tX*nb), Xp)
 	pfs.advance()
 	DECQ(N)
