@@ -23,11 +23,11 @@
 // groups of 16 (the last one zero-padded), a group's super-blocks follow
 // each other, 2368 bytes (16 × 148) each; "lane r of half h" is row 16g+8h+r:
 //
-//	   0: the 16 rows' d (f16), then at 32 their dmin (f16);
-//	  64: for h = 0,1 and sub-block j: the 8 lanes' 6-bit scales, a byte each;
-//	 192: for h = 0,1 and k = 0…3: the 8 lanes' mins (m[2k], m[2k+1]), a byte each;
-//	 320: for sub-block j, m = 0…3 and h = 0,1: 8 lanes × 4 bytes, weights
-//	      32j+4m+t in the low nibbles and 32j+16+4m+t in the high ones (t < 4).
+//	  0: the 16 rows' d (f16), then at 32 their dmin (f16);
+//	 64: for h = 0,1 and sub-block j: the 8 lanes' 6-bit scales, a byte each;
+//	192: for h = 0,1 and k = 0…3: the 8 lanes' mins (m[2k], m[2k+1]), a byte each;
+//	320: for sub-block j, m = 0…3 and h = 0,1: 8 lanes × 4 bytes, weights
+//	     32j+4m+t in the low nibbles and 32j+16+4m+t in the high ones (t < 4).
 //
 // Its kernel takes the activations tiled by groups of kMaxNB rows (kActs.xt):
 // group t (rows 4t… of the batch, nb ≤ 4 of them) starts at byte 4t·nblk·288
