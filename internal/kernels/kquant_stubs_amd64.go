@@ -158,72 +158,88 @@ func q6ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, p
 //go:noescape
 func q6ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q3kAVX2x1 is q6kAVX2x1 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q3kAVX2x1 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 1: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q3kAVX2x2 is q6kAVX2x2 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q3kAVX2x2 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 2: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q3kAVX2x3 is q6kAVX2x3 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q3kAVX2x3 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 3: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q3kAVX2x4 is q6kAVX2x4 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q3kAVX2x4 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 4: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x1 is q4kAVX2x1 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x1 is q3kAVX2x1 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q2kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x2 is q4kAVX2x2 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x2 is q3kAVX2x2 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q2kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x3 is q4kAVX2x3 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x3 is q3kAVX2x3 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q2kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x4 is q4kAVX2x4 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x4 is q3kAVX2x4 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //

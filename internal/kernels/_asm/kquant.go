@@ -1,8 +1,9 @@
 package main
 
-// AVX2 K-quant kernels (VPMADDUBSW/VPMADDWD): one weight row in the
-// kernel layout of ../kquant_amd64.go against 1…4 Q8_K activation rows.
-// There are no AVX-512 K-quant kernels: AVX-512 machines run these.
+// AVX2 K-quant kernels (VPMADDUBSW/VPMADDWD) in the kernel layouts of
+// ../kquant_amd64.go: Q4_K/Q5_K/Q6_K on 16-row tiles, Q2_K/Q3_K one weight
+// row at a time, Q4_1/Q5_0/Q5_1 as ggml stores them, against 1…4 activation
+// rows. There are no AVX-512 K-quant kernels: AVX-512 machines run these.
 
 import (
 	"fmt"
@@ -15,15 +16,8 @@ import (
 const kMaxNB = 4 // activation rows per K-quant kernel call (mirrored in kquant_amd64.go)
 
 func genKQuant() {
-	// shufK4[j]: broadcast word j of each 128-bit lane to the whole lane.
 	// shufK6[j]: word j in the low lane, word 4+j in the high lane.
-	var shufK4, shufK6 [8]Mem
-	for j := range 8 {
-		shufK4[j] = GLOBL(fmt.Sprintf("shufK4_%d", j), RODATA|NOPTR)
-		for i := range 32 {
-			DATA(i, U8(2*j+i%2))
-		}
-	}
+	var shufK6 [4]Mem
 	for j := range 4 {
 		shufK6[j] = GLOBL(fmt.Sprintf("shufK6_%d", j), RODATA|NOPTR)
 		for i := range 32 {
@@ -94,7 +88,7 @@ func genKQuant() {
 	}
 	for _, t := range []string{"q3k", "q2k"} {
 		for nb := 1; nb <= kMaxNB; nb++ {
-			genK(nb, t, append(shufK6[:4:4], mask03, mask01))
+			genK(nb, t, append(shufK6[:], mask03, mask01))
 		}
 	}
 	// Q5_0/Q5_1: spread qh's 32 bits to 32 bytes (byte i ← byte i/8 of qh, bit i%8).
@@ -243,34 +237,25 @@ func (k kRegs) row(base, stride, base3 reg.Register, b, disp int) Mem {
 	return m
 }
 
+// genK emits the Q3_K or Q2_K row kernel (the block body is genK23).
 func genK(nb int, t string, consts []Mem) {
 	name := fmt.Sprintf("%sAVX2x%d", t, nb)
 	TEXT(name, NOSPLIT, "func(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)")
 	Pragma("noescape")
 	var doc []string
 	switch t {
-	case "q4k":
-		doc = []string{fmt.Sprintf("%s sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout", name),
-			fmt.Sprintf("blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < %d:", nb),
-			"its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums",
-			"(8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds",
-			"d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end."}
-	case "q5k":
-		doc = []string{fmt.Sprintf("%s is q4kAVX2x%d for a Q5_K weight row (180-byte kernel-layout blocks:", name, nb),
-			"the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles)."}
 	case "q3k":
-		doc = []string{fmt.Sprintf("%s is q6kAVX2x%d for a Q3_K weight row (114-byte kernel-layout", name, nb),
-			"blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with",
-			"the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j."}
+		doc = []string{fmt.Sprintf("%s sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout", name),
+			"blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;",
+			fmt.Sprintf("see kquant_amd64.go) with Q8_K activation row b, for b < %d: its quants at", nb),
+			"x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the",
+			"scales' order at xb + b·bstride; strides in bytes. Per block it adds",
+			"d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,",
+			"in 8 float lanes summed at the end."}
 	case "q2k":
-		doc = []string{fmt.Sprintf("%s is q4kAVX2x%d for a Q2_K weight row (100-byte kernel-layout", name, nb),
-			"blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's",
-			"scales, d, dmin f16) with per-16 quant sums in that order."}
-	case "q6k":
-		doc = []string{fmt.Sprintf("%s is q4kAVX2x%d for a Q6_K weight row (210-byte kernel-layout", name, nb),
-			"blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16",
-			"sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)",
-			"with q the unsigned 6-bit quants."}
+		doc = []string{fmt.Sprintf("%s is q3kAVX2x%d for a Q2_K weight row (100-byte kernel-layout", name, nb),
+			"blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):",
+			"per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j)."}
 	}
 	Doc(append(doc, "It does so for nrow consecutive weight rows (w's rows follow each other), row",
 		"r's outputs 4·r bytes after y's: the same sums as one call per row.")...)
@@ -311,122 +296,7 @@ func genK(nb int, t string, consts []Mem) {
 	xq := func(b, disp int) Mem { return k.row(k.X, k.XS, k.X3, b, disp) }
 	xd := func(b int) Mem { return k.row(k.XD, k.DS, k.XD3, b, 0) }
 	xb := func(b int) Mem { return k.row(k.XB, k.BS, k.XB3, b, 0) }
-	if t == "q4k" || t == "q5k" {
-		qs := 20
-		if t == "q5k" {
-			qs = 52
-		}
-		Comment("block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles")
-		VPMOVZXBW(M(k.W, 4), reg.X14)
-		VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14) // Y14: scales as words, both lanes
-		for c := range 4 {
-			Commentf("weights %d…%d: sub-block %d in the low nibbles, %d in the high", 64*c, 64*c+63, 2*c, 2*c+1)
-			VMOVDQU(M(k.W, qs+32*c), reg.Y12)
-			VPSRLW(U8(4), reg.Y12, reg.Y13)
-			VPAND(reg.Y15, reg.Y12, reg.Y12)
-			VPAND(reg.Y15, reg.Y13, reg.Y13)
-			if t == "q5k" {
-				// 5th bit of weight l of sub-block j: bit j of qh[l], moved to bit 4.
-				VMOVDQU(M(k.W, 20), reg.Y9)
-				for h, dst := range []reg.Register{reg.Y12, reg.Y13} {
-					if sh := 2*c + h; sh > 0 {
-						VPSRLW(U8(sh), reg.Y9, reg.Y8)
-						VPAND(consts[8], reg.Y8, reg.Y8)
-					} else {
-						VPAND(consts[8], reg.Y9, reg.Y8)
-					}
-					VPSLLW(U8(4), reg.Y8, reg.Y8)
-					VPOR(reg.Y8, dst, dst)
-				}
-			}
-			VPSHUFB(consts[2*c], reg.Y14, reg.Y10)
-			VPSHUFB(consts[2*c+1], reg.Y14, reg.Y11)
-			for b := range nb {
-				VPMADDUBSW(xq(b, 64*c), reg.Y12, reg.Y9)
-				VPMADDWD(reg.Y10, reg.Y9, reg.Y9)
-				VPADDD(reg.Y9, acc(b), acc(b))
-				VPMADDUBSW(xq(b, 64*c+32), reg.Y13, reg.Y8)
-				VPMADDWD(reg.Y11, reg.Y8, reg.Y8)
-				VPADDD(reg.Y8, acc(b), acc(b))
-			}
-		}
-		VPMOVZXBW(M(k.W, 12), reg.X14) // mins as words
-		VMOVD(M(k.W, 0), reg.X10)
-		VCVTPH2PS(reg.X10, reg.X10) // [d, dmin, 0, 0]
-		VBROADCASTSS(reg.X10, reg.Y12)
-		VMOVSHDUP(reg.X10, reg.X13)
-		VBROADCASTSS(reg.X13, reg.Y13)
-		for b := range nb {
-			Commentf("row %d: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)", b)
-			VCVTDQ2PS(acc(b), acc(b))
-			VMULPS(reg.Y12, acc(b), acc(b))
-			VPMADDWD(xb(b), reg.X14, reg.X9) // 4 lanes, upper lanes zero
-			VCVTDQ2PS(reg.Y9, reg.Y9)
-			VFNMADD231PS(reg.Y13, reg.Y9, acc(b))
-			VBROADCASTSS(xd(b), reg.Y11)
-			VFMADD231PS(reg.Y11, acc(b), facc(b))
-		}
-		ADDQ(U32(qs+128), k.W)
-		ADDQ(U32(16), k.XB)
-		ADDQ(U32(16), k.XB3)
-	} else if t == "q3k" || t == "q2k" {
-		genK23(t, nb, k, consts, xq, xd, xb)
-	} else {
-		Comment("block: ql[128], qh[64], scales[16] (per half: even then odd), d f16")
-		for h := range 2 {
-			VMOVDQU(M(k.W, 64*h), reg.Y12)
-			VMOVDQU(M(k.W, 64*h+32), reg.Y13)
-			VMOVDQU(M(k.W, 128+32*h), reg.Y11)
-			VPMOVSXBW(M(k.W, 192+8*h), reg.X14)
-			VINSERTI128(U8(1), reg.X14, reg.Y14, reg.Y14)
-			for j := range 4 {
-				Commentf("weights %d…%d", 128*h+32*j, 128*h+32*j+31)
-				lo, sh := reg.Y12, 4-2*j // low nibbles of ql0/ql1, then high nibbles
-				if j%2 == 1 {
-					lo = reg.Y13
-				}
-				if j < 2 {
-					VPAND(reg.Y15, lo, reg.Y10)
-				} else {
-					VPSRLW(U8(4), lo, reg.Y10)
-					VPAND(reg.Y15, reg.Y10, reg.Y10)
-				}
-				switch {
-				case sh > 0:
-					VPSLLW(U8(sh), reg.Y11, reg.Y9)
-					VPAND(consts[4], reg.Y9, reg.Y9)
-				case sh == 0:
-					VPAND(consts[4], reg.Y11, reg.Y9)
-				default:
-					VPSRLW(U8(-sh), reg.Y11, reg.Y9)
-					VPAND(consts[4], reg.Y9, reg.Y9)
-				}
-				VPOR(reg.Y9, reg.Y10, reg.Y10)
-				VPSHUFB(consts[j], reg.Y14, reg.Y9)
-				for b := range nb {
-					VPMADDUBSW(xq(b, 128*h+32*j), reg.Y10, reg.Y8)
-					VPMADDWD(reg.Y9, reg.Y8, reg.Y8)
-					VPADDD(reg.Y8, acc(b), acc(b))
-				}
-			}
-		}
-		VPMOVSXBW(M(k.W, 192), reg.Y14) // all 16 scales as words
-		MOVWLZX(M(k.W, 208), reg.EAX)
-		VMOVD(reg.EAX, reg.X10)
-		VCVTPH2PS(reg.X10, reg.X10)
-		for b := range nb {
-			VPMADDWD(xb(b), reg.Y14, reg.Y9)
-			VPSLLD(U8(5), reg.Y9, reg.Y9)
-			VPSUBD(reg.Y9, acc(b), acc(b))
-			VMULSS(xd(b), reg.X10, reg.X11)
-			VBROADCASTSS(reg.X11, reg.Y11)
-			VCVTDQ2PS(acc(b), acc(b))
-			VFMADD231PS(reg.Y11, acc(b), facc(b))
-		}
-		ADDQ(U32(210), k.W)
-		ADDQ(U32(32), k.XB)
-		ADDQ(U32(32), k.XB3)
-	}
+	genK23(t, nb, k, consts, xq, xd, xb)
 	ADDQ(U32(256), k.X)
 	ADDQ(U32(256), k.X3)
 	ADDQ(U8(4), k.XD)
