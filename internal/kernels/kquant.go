@@ -16,7 +16,9 @@
 //
 // with j over the 16-weight groups of a block (Q4_K/Q5_K: each 32-weight
 // scale and min serves two groups). All implementations compute the same
-// integers; they differ only in the order of the f32 sums over blocks.
+// integers. The plain-Go kernel and the AVX2 tile kernels (Q4_K, Q5_K, Q6_K)
+// add the block terms in this order, the latter with fused multiply-adds;
+// the other AVX2 kernels sum blocks in 8 float lanes added at the end.
 package kernels
 
 import (

@@ -1,43 +1,53 @@
 //go:build !purego
 
-// K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at load into
-// the AVX2 kernels' block layout and multiplied by kquant_amd64.s, as are
-// Q4_1/Q5_0/Q5_1 weights in ggml's own layout, and Q2_K/Q3_K repacked. The same AVX2
-// kernels serve AVX-512 machines (there are no AVX-512 K-quant kernels: the
-// development machine has no AVX-512 to test them on).
+// K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at
+// load into 16-row tiles and Q2_K/Q3_K into a per-row kernel layout, then
+// multiplied by kquant_amd64.s, as are Q4_1/Q5_0/Q5_1 weights in ggml's own
+// layout. The same AVX2 kernels serve AVX-512 machines (there are no AVX-512
+// K-quant kernels: the development machine has no AVX-512 to test them on).
 //
-// Kernel block layouts (one row's blocks are contiguous, rows follow each other):
+// Tiles (as Q4_0's in matmul_amd64.go): rows in groups of 16 (the last one
+// zero-padded: scale 0), a group's super-blocks follow each other, groups
+// follow each other; "lane r of half h" is row 16g+8h+r, one 32-bit lane of
+// a ymm register, 4 bytes per row per register. Offsets within one
+// super-block of a group:
 //
-//	Q5_K (180 B): d f16, dmin f16, the 8 sub-block scales as bytes, the 8
-//	      mins as bytes, ggml's 32 bytes of 5th bits, then its 128 bytes of
-//	      nibbles unchanged.
+//	Q4_K (2368 B = 16 × 148):
+//	   0: the 16 rows' d (f16), then at 32 their dmin (f16);
+//	  64: for h = 0,1 and sub-block j: the 8 lanes' 6-bit scales, a byte each;
+//	 192: for h = 0,1 and k = 0…3: the 8 lanes' mins (m[2k], m[2k+1]), a byte each;
+//	 320: for sub-block j, m = 0…3 and h = 0,1: 8 lanes × 4 bytes, weights
+//	      32j+4m+t in the low nibbles and 32j+16+4m+t in the high ones (t < 4).
+//	Q5_K (2880 B = 16 × 180): the Q4_K tile, then at 2368 for sub-block j and
+//	      h = 0,1: 8 lanes × 4 bytes of 5th bits, bit m of byte t for weight
+//	      32j+4m+t, bit 4+m for weight 32j+16+4m+t.
+//	Q6_K (3360 B = 16 × 210):
+//	   0: the 16 rows' d (f16);
+//	  32: for h = 0,1 and 16-weight sub-block j: the 8 lanes' int8 scales;
+//	 288: for sub-block j, step s = 0,1 and h = 0,1: 8 lanes × 4 bytes, the
+//	      low 4 bits of q+32 for weights 16j+4s+t (low nibbles) and 16j+8+4s+t
+//	      (high nibbles);
+//	2336: for sub-block j and h = 0,1: 8 lanes × 4 bytes, the high 2 bits of
+//	      those weights, at bit 4s (low side) and 4s+2 (high side) of byte t.
+//
+// The tile kernels take the activations tiled by groups of g rows (kActs.xt;
+// g = kMaxNB, k6tMaxNB for Q6_K): group t (rows g·t… of the batch, nb ≤ g of
+// them) starts at byte g·t·nblk·xb and holds per super-block the nb rows' 256
+// quants, then xb − 256 bytes per row: d_x f32 at 0 and at 16 the 8 per-32
+// quant sums (Q4_K, Q5_K; xb = 288) or the 16 per-16 ones (Q6_K; xb = 304),
+// int16.
+//
+// Row layouts (one row's blocks are contiguous, rows follow each other):
+//
 //	Q3_K (114 B): qs[64], hmask[32], the 16 6-bit scales decoded to int8 (−32…31)
-//	      and reordered as Q6_K's, d f16.
+//	      and reordered per half as s0 s2 s4 s6 s1 s3 s5 s7, d f16.
 //	Q2_K (100 B): qs[64], the 16 scales and the 16 mins as bytes, each reordered
-//	      as Q6_K's scales, d, dmin f16.
-//	Q6_K (210 B): ggml's block with its 16 int8 scales reordered per half of
-//	      128 weights as s0 s2 s4 s6 s1 s3 s5 s7 (so that one shuffle gives the
-//	      two scales of 32 consecutive weights); ql, qh and d unchanged.
+//	      as Q3_K's scales, d, dmin f16.
 //
-// Q4_K is repacked into tiles instead (as Q4_0 in matmul_amd64.go): rows in
-// groups of 16 (the last one zero-padded), a group's super-blocks follow
-// each other, 2368 bytes (16 × 148) each; "lane r of half h" is row 16g+8h+r:
-//
-//	  0: the 16 rows' d (f16), then at 32 their dmin (f16);
-//	 64: for h = 0,1 and sub-block j: the 8 lanes' 6-bit scales, a byte each;
-//	192: for h = 0,1 and k = 0…3: the 8 lanes' mins (m[2k], m[2k+1]), a byte each;
-//	320: for sub-block j, m = 0…3 and h = 0,1: 8 lanes × 4 bytes, weights
-//	     32j+4m+t in the low nibbles and 32j+16+4m+t in the high ones (t < 4).
-//
-// Its kernel takes the activations tiled by groups of kMaxNB rows (kActs.xt):
-// group t (rows 4t… of the batch, nb ≤ 4 of them) starts at byte 4t·nblk·288
-// and holds per super-block the nb rows' 256 quants, then 32 bytes per row:
-// d_x f32 at 0, the 8 per-32 quant sums int16 at 16.
-//
-// The activation sums the other kernels take (kActs.kb) follow their orders:
-// per-32 sums for Q5_K, per-16 sums reordered like the scales for Q6_K.
-// The Q4_1/Q5_0/Q5_1 kernels read ggml's blocks as stored, with unsigned
-// quants: Q5_0's offset of 16 becomes the block term −16·d_x·Σq_x (kActs.c).
+// Their kernels take per-16 activation sums reordered like the scales
+// (kActs.kb). The Q4_1/Q5_0/Q5_1 kernels read ggml's blocks as stored, with
+// unsigned quants: Q5_0's offset of 16 becomes the block term −16·d_x·Σq_x
+// (kActs.c).
 package kernels
 
 import (
@@ -139,7 +149,7 @@ func kpackQ4KTiles(m *Matrix) *kpacked {
 	return pk
 }
 
-// q6kOrder is the kernel position of each of a half's 8 scales.
+// q6kOrder is the kernel position of each of a half's 8 scales (Q3_K, Q2_K).
 var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 // kpackQ6KTiles repacks a Q6_K matrix into 16-row tiles (see the file comment).
