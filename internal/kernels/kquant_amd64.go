@@ -53,6 +53,7 @@ package kernels
 import (
 	"encoding/binary"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/draftd/draftd/internal/dtype"
@@ -81,7 +82,14 @@ var (
 	q4ktK = [...]k4tKernel{nil, q4ktAVX2x1, q4ktAVX2x2, q4ktAVX2x3, q4ktAVX2x4}
 	q5ktK = [...]k4tKernel{nil, q5ktAVX2x1, q5ktAVX2x2, q5ktAVX2x3, q5ktAVX2x4}
 	q6ktK = [...]k4tKernel{nil, q6ktAVX2x1, q6ktAVX2x2, q6ktAVX2x3}
+	q6kuK = [...]k6uKernel{nil, q6kuAVX2x1, q6kuAVX2x2, q6kuAVX2x3}
 )
+
+// k6uKernel is a Q6_K tile kernel on quants unpacked by q6kUnpackAVX2.
+type k6uKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+
+// k6uBufs recycles the unpacked quants of Q6_K tile groups (k6uBlock bytes per super-block).
+var k6uBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // Tile geometry (mirrored in _asm/kquant.go).
 const (
@@ -91,6 +99,7 @@ const (
 	k6tBlock = 3360 // Q6_K bytes per 16-row group and super-block
 	k6tX     = 304  // Q6_K tiled activation bytes per row and super-block
 	k6tMaxNB = 3    // Q6_K activation rows per kernel call
+	k6uBlock = 4096 // Q6_K unpacked quants per 16-row group and super-block
 )
 
 // kpacked is a K-quant matrix in the kernel layout.
@@ -297,31 +306,61 @@ func tileKActs(a *kActs, batch, g, xb int, per32 bool) {
 }
 
 // kTileRows computes output rows [lo, hi) (lo a multiple of 16) of a
-// Q4_K/Q6_K matrix on its tile kernels ks (activation rows in groups of g)
-// into y[b·ystride + r − base].
-func kTileRows(pk *kpacked, ks []k4tKernel, g int, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
+// Q4_K/Q5_K/Q6_K matrix on its tile kernels ks (activation rows in groups
+// of g) into y[b·ystride + r − base]. For Q6_K (pre != nil), when a group
+// takes more than three calls, its quants are unpacked once and the pre
+// kernels read them.
+func kTileRows(pk *kpacked, ks []k4tKernel, pre []k6uKernel, g int, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
 	nblk, gb, xb := a.nblk, pk.groupBytes, len(a.xt)/(batch*a.nblk)
 	nt := (batch + g - 1) / g // activation groups
 	var scratch [kMaxNB * 16]float32
+	var u []byte // unpacked Q6_K quants of the groups of a block, or nil
+	ub := nblk * k6uBlock
+	bg := max(1, (128<<10)/gb) // groups per cache block (prefill)
+	if pre != nil && nt > 3 { // measured: at 2–3 calls per group the fused kernel is faster
+		buf := k6uBufs.Get().(*[]byte)
+		defer k6uBufs.Put(buf)
+		n := ub
+		if batch > kBatchChunk {
+			n *= bg
+		}
+		*buf = grow(*buf, n)
+		u = *buf
+	}
 	call := func(grp, t int, pf *byte, pfn int) {
 		b0 := g * t
 		nb := min(g, batch-b0)
 		r0 := 16 * grp
 		x := &a.xt[b0*nblk*xb]
+		yp, ys := &scratch[0], 64
 		if r0+16 <= hi {
-			ks[nb](&pk.data[grp*gb], nblk, x, &y[b0*ystride+r0-base], 4*ystride, pf, pfn)
-			return
+			yp, ys = &y[b0*ystride+r0-base], 4*ystride
 		}
-		ks[nb](&pk.data[grp*gb], nblk, x, &scratch[0], 64, pf, pfn)
-		for b := range nb {
-			copy(y[(b0+b)*ystride+r0-base:][:hi-r0], scratch[16*b:])
+		if u != nil {
+			pre[nb](&pk.data[grp*gb], nblk, x, yp, ys, &u[grp%bg*ub])
+		} else {
+			ks[nb](&pk.data[grp*gb], nblk, x, yp, ys, pf, pfn)
+		}
+		if r0+16 > hi {
+			for b := range nb {
+				copy(y[(b0+b)*ystride+r0-base:][:hi-r0], scratch[16*b:])
+			}
+		}
+	}
+	unpack := func(grp int) {
+		if u != nil {
+			q6kUnpackAVX2(&pk.data[grp*gb], nblk, &u[grp%bg*ub])
 		}
 	}
 	g0, g1 := lo/16, (hi+15)/16
 	if batch <= kBatchChunk {
+		if u != nil {
+			bg = 1
+		}
 		// Weights stream from memory once: call t of a group prefetches
 		// its share of the next group.
 		for grp := g0; grp < g1; grp++ {
+			unpack(grp)
 			for t := range nt {
 				pf, pfn := &pk.data[grp*gb], 0
 				if grp+1 < g1 {
@@ -335,9 +374,12 @@ func kTileRows(pk *kpacked, ks []k4tKernel, g int, a *kActs, y []float32, ystrid
 	}
 	// Prefill: a block of groups (≤ 128 KiB) against ~kBatchChunk rows at
 	// a time, both held in L2.
-	bg, bt := max(1, (128<<10)/gb), max(1, kBatchChunk/g)
+	bt := max(1, kBatchChunk/g)
 	for gs := g0; gs < g1; gs += bg {
 		ge := min(g1, gs+bg)
+		for grp := gs; grp < ge; grp++ {
+			unpack(grp)
+		}
 		for t0 := 0; t0 < nt; t0 += bt {
 			t1 := min(nt, t0+bt)
 			for grp := gs; grp < ge; grp++ {
@@ -370,11 +412,11 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		}
 		switch w.Type {
 		case dtype.Q6_K:
-			kTileRows(pk, q6ktK[:], k6tMaxNB, a, y, ystride, batch, lo, hi, base)
+			kTileRows(pk, q6ktK[:], q6kuK[:], k6tMaxNB, a, y, ystride, batch, lo, hi, base)
 		case dtype.Q5_K:
-			kTileRows(pk, q5ktK[:], kMaxNB, a, y, ystride, batch, lo, hi, base)
+			kTileRows(pk, q5ktK[:], nil, kMaxNB, a, y, ystride, batch, lo, hi, base)
 		default:
-			kTileRows(pk, q4ktK[:], kMaxNB, a, y, ystride, batch, lo, hi, base)
+			kTileRows(pk, q4ktK[:], nil, kMaxNB, a, y, ystride, batch, lo, hi, base)
 		}
 		return true
 	}

@@ -158,6 +158,29 @@ func q6ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, p
 //go:noescape
 func q6ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
+// q6kuAVX2x1 is q6ktAVX2x1 with the quants read from u as q6kUnpackAVX2 wrote them.
+//
+//go:noescape
+func q6kuAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+
+// q6kuAVX2x2 is q6ktAVX2x2 with the quants read from u as q6kUnpackAVX2 wrote them.
+//
+//go:noescape
+func q6kuAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+
+// q6kuAVX2x3 is q6ktAVX2x3 with the quants read from u as q6kUnpackAVX2 wrote them.
+//
+//go:noescape
+func q6kuAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+
+// q6kUnpackAVX2 writes the unsigned 6-bit quants (q+32) of the nblk super-blocks
+// of one 16-row group of a Q6_K tile at w to u, 4096 bytes per super-block:
+// for sub-block j, step s and half h, at 256j + 128s + 64h, 8 rows × 4 bytes of
+// weights 16j+4s+t, then 8 rows × 4 bytes of weights 16j+8+4s+t (t < 4).
+//
+//go:noescape
+func q6kUnpackAVX2(w *byte, nblk int, u *byte)
+
 // q3kAVX2x1 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
 // blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
 // see kquant_amd64.go) with Q8_K activation row b, for b < 1: its quants at

@@ -79,9 +79,12 @@ func genKQuant() {
 	for i := range 8 {
 		DATA(4*i, U32(0x0f0f0f0f))
 	}
-	for nb := 1; nb <= k6tMaxNB; nb++ {
-		genQ6KTile(nb, scK6T, pairK6T, mask0f, mask30)
+	for _, pre := range []bool{false, true} {
+		for nb := 1; nb <= k6tMaxNB; nb++ {
+			genQ6KTile(nb, scK6T, pairK6T, mask0f, mask30, pre)
+		}
 	}
+	genQ6KUnpack(mask0f, mask30)
 	mask03 := GLOBL("mask03", RODATA|NOPTR)
 	for i := range 8 {
 		DATA(4*i, U32(0x03030303))
@@ -658,27 +661,101 @@ const (
 	k6tQ     = 288  // sub-block j, step s, half h: 8 rows × 4 nibble bytes at 128j + 64s + 32h
 	k6tH     = 2336 // sub-block j, half h: 8 rows × 4 bytes of 2-bit fields at 64j + 32h
 	k6tX     = 304  // per activation row and super-block: 256 quants, then 48 bytes of meta
+	k6uBlock = 4096 // unpacked quants of a group's super-block (q6kUnpackAVX2)
 )
 
-func genQ6KTile(nb int, scShuf, pairShuf, m0f, m30 Mem) {
-	name := fmt.Sprintf("q6ktAVX2x%d", nb)
-	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
+// q6kBits emits the unpacking of step s of sub-block j, half h, of a Q6_K
+// tile at W into the unsigned 6-bit quants lo (weights 16j+4s+t) and hi
+// (16j+8+4s+t), with t1 as scratch.
+func q6kBits(W reg.Register, j, s, h int, lo, hi, t1 reg.VecPhysical, m0f, m30 Mem) {
+	VMOVDQU(M(W, k6tQ+128*j+64*s+32*h), hi)
+	VPAND(m0f, hi, lo)
+	VPSRLW(U8(4), hi, hi)
+	VPAND(m0f, hi, hi)
+	// The 2-bit field at bit p of each byte of the sub-block's high-bit
+	// register, moved to bits 4-5 (AVX2 shifts take no memory operand).
+	for i, dst := range []reg.VecPhysical{lo, hi} {
+		p := 4*s + 2*i
+		VMOVDQU(M(W, k6tH+64*j+32*h), t1)
+		switch {
+		case p < 4:
+			VPSLLW(U8(4-p), t1, t1)
+		case p > 4:
+			VPSRLW(U8(p-4), t1, t1)
+		}
+		VPAND(m30, t1, t1)
+		VPOR(t1, dst, dst)
+	}
+}
+
+// genQ6KUnpack emits q6kUnpackAVX2, which writes a Q6_K tile group's quants
+// as bytes for the q6ku kernels (batches of more than one call per group).
+func genQ6KUnpack(m0f, m30 Mem) {
+	TEXT("q6kUnpackAVX2", NOSPLIT, "func(w *byte, nblk int, u *byte)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes 16 rows × %d activation rows of y = x·Wᵀ for one 16-row", name, nb),
-		fmt.Sprintf("group of a Q6_K tile (nblk super-blocks of %d bytes at w, see kquant_amd64.go)", k6tBlock),
-		fmt.Sprintf("and Q8_K activations tiled for %d rows (%d bytes per super-block at x: the rows'", nb, k6tX*nb),
-		"256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16",
-		"of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,",
-		"",
-		"\ty[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])",
-		"",
-		"with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add",
-		"per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).")
+	Doc("q6kUnpackAVX2 writes the unsigned 6-bit quants (q+32) of the nblk super-blocks",
+		fmt.Sprintf("of one 16-row group of a Q6_K tile at w to u, %d bytes per super-block:", k6uBlock),
+		"for sub-block j, step s and half h, at 256j + 128s + 64h, 8 rows × 4 bytes of",
+		"weights 16j+4s+t, then 8 rows × 4 bytes of weights 16j+8+4s+t (t < 4).")
+	W := Load(Param("w"), reg.RSI)
+	N := Load(Param("nblk"), reg.RCX)
+	U := Load(Param("u"), reg.RDI)
+	Label("block")
+	for j := range 16 {
+		for s := range 2 {
+			for h := range 2 {
+				q6kBits(W, j, s, h, reg.Y0, reg.Y1, reg.Y2, m0f, m30)
+				VMOVDQU(reg.Y0, M(U, 256*j+128*s+64*h))
+				VMOVDQU(reg.Y1, M(U, 256*j+128*s+64*h+32))
+			}
+		}
+	}
+	ADDQ(U32(k6tBlock), W)
+	ADDQ(U32(k6uBlock), U)
+	DECQ(N)
+	JNZ(LabelRef("block"))
+	VZEROUPPER()
+	RET()
+}
+
+// genQ6KTile emits the Q6_K tile kernel; with pre, the variant that reads
+// the quants unpacked by q6kUnpackAVX2 (scales and d still from the tile).
+func genQ6KTile(nb int, scShuf, pairShuf, m0f, m30 Mem, pre bool) {
+	name := fmt.Sprintf("q6ktAVX2x%d", nb)
+	sig := "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)"
+	if pre {
+		name = fmt.Sprintf("q6kuAVX2x%d", nb)
+		sig = "func(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)"
+	}
+	TEXT(name, NOSPLIT, sig)
+	Pragma("noescape")
+	if pre {
+		Doc(fmt.Sprintf("%s is q6ktAVX2x%d with the quants read from u as q6kUnpackAVX2 wrote them.", name, nb))
+	} else {
+		Doc(fmt.Sprintf("%s computes 16 rows × %d activation rows of y = x·Wᵀ for one 16-row", name, nb),
+			fmt.Sprintf("group of a Q6_K tile (nblk super-blocks of %d bytes at w, see kquant_amd64.go)", k6tBlock),
+			fmt.Sprintf("and Q8_K activations tiled for %d rows (%d bytes per super-block at x: the rows'", nb, k6tX*nb),
+			"256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16",
+			"of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,",
+			"",
+			"\ty[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])",
+			"",
+			"with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add",
+			"per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).")
+	}
 	W := Load(Param("w"), reg.RSI)
 	N := Load(Param("nblk"), reg.RCX)
 	Xp := Load(Param("x"), reg.RDI)
-	PF := Load(Param("pf"), reg.R11)
-	PFN := Load(Param("pfn"), reg.R12)
+	var pfs spreadPrefetch
+	var U reg.Register
+	if pre {
+		U = Load(Param("u"), reg.R11)
+	} else {
+		PF := Load(Param("pf"), reg.R11)
+		PFN := Load(Param("pfn"), reg.R12)
+		pfs = spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (k6tBlock + 63) / 64, n: 32}
+		pfs.init()
+	}
 	isum := func(h, b int) reg.VecPhysical { return Y(h*nb + b) }
 	fstack := AllocLocal(2 * nb * 32)
 	fmem := func(h, b int) Mem { return fstack.Offset(32 * (h*nb + b)) }
@@ -695,36 +772,20 @@ func genQ6KTile(nb int, scShuf, pairShuf, m0f, m30 Mem) {
 			VMOVUPS(t1, fmem(h, b))
 		}
 	}
-	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (k6tBlock + 63) / 64, n: 32}
-	pfs.init()
-	// bits moves the 2-bit field at bit p of each byte of the sub-block's
-	// high-bit register to bits 4-5 of dst.
-	// (AVX2 shifts take no memory operand.)
-	bits := func(mem Mem, p int, dst reg.VecPhysical) {
-		VMOVDQU(mem, dst)
-		switch {
-		case p < 4:
-			VPSLLW(U8(4-p), dst, dst)
-		case p > 4:
-			VPSRLW(U8(p-4), dst, dst)
-		}
-		VPAND(m30, dst, dst)
-	}
 	Label("block")
 	for j := range 16 {
 		for s := range 2 {
 			Commentf("sub-block %d, step %d: weights 16·%d+4·%d … +3 (low nibbles) and 16·%d+8+4·%d … +3 (high)", j, s, j, s, j, s)
-			pfs.at(2*j + s)
+			if !pre {
+				pfs.at(2*j + s)
+			}
 			for h := range 2 {
-				VMOVDQU(M(W, k6tQ+128*j+64*s+32*h), hi[h])
-				VPAND(m0f, hi[h], lo[h])
-				VPSRLW(U8(4), hi[h], hi[h])
-				VPAND(m0f, hi[h], hi[h])
-				qh := M(W, k6tH+64*j+32*h)
-				bits(qh, 4*s, t1)
-				VPOR(t1, lo[h], lo[h])
-				bits(qh, 4*s+2, t1)
-				VPOR(t1, hi[h], hi[h])
+				if pre {
+					VMOVDQU(M(U, 256*j+128*s+64*h), lo[h])
+					VMOVDQU(M(U, 256*j+128*s+64*h+32), hi[h])
+				} else {
+					q6kBits(W, j, s, h, lo[h], hi[h], t1, m0f, m30)
+				}
 				if s == 0 {
 					VPBROADCASTQ(M(W, k6tSc+128*h+8*j), sc[h])
 					VPSHUFB(scShuf, sc[h], sc[h])
@@ -785,7 +846,11 @@ func genQ6KTile(nb int, scShuf, pairShuf, m0f, m30 Mem) {
 	}
 	ADDQ(U32(k6tBlock), W)
 	ADDQ(U32(k6tX*nb), Xp)
-	pfs.advance()
+	if pre {
+		ADDQ(U32(k6uBlock), U)
+	} else {
+		pfs.advance()
+	}
 	DECQ(N)
 	JNZ(LabelRef("block"))
 
