@@ -317,7 +317,7 @@ func kTileRows(pk *kpacked, ks []k4tKernel, pre []k6uKernel, g int, a *kActs, y 
 	var u []byte // unpacked Q6_K quants of the groups of a block, or nil
 	ub := nblk * k6uBlock
 	bg := max(1, (128<<10)/gb) // groups per cache block (prefill)
-	if pre != nil && nt > 3 { // measured: at 2–3 calls per group the fused kernel is faster
+	if pre != nil && nt > 3 {  // measured: at 2–3 calls per group the fused kernel is faster
 		buf := k6uBufs.Get().(*[]byte)
 		defer k6uBufs.Put(buf)
 		n := ub
