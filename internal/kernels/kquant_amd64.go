@@ -85,10 +85,29 @@ var (
 	q6kuK = [...]k6uKernel{nil, q6kuAVX2x1, q6kuAVX2x2, q6kuAVX2x3}
 )
 
+// kTileKernels are the kernels of one tile type.
+type kTileKernels struct {
+	fused  []k4tKernel                      // unpack as they go, prefetch the next group
+	pre    []k6uKernel                      // read quants unpacked by unpack, or nil
+	unpack func(w *byte, nblk int, u *byte) // one group's quants to bytes (k6uBlock per super-block)
+	g      int                              // activation rows per call
+	minPre int                              // calls per group from which pre pays
+}
+
+// Unpacking once pays for Q6_K from 4 calls per group (batch ≥ 10; measured
+// on Zen 3, BenchmarkMatmul: B=32 +25–40 %, B=8 −10 % if used there). For
+// Q4_K and Q5_K it was tried and does not pay (Q4_K B=32 −30 %, Q5_K ±10 %):
+// their quants unpack in 3 (Q5_K 9) operations per register.
+var (
+	q4kTiles = kTileKernels{fused: q4ktK[:], g: kMaxNB}
+	q5kTiles = kTileKernels{fused: q5ktK[:], g: kMaxNB}
+	q6kTiles = kTileKernels{q6ktK[:], q6kuK[:], q6kUnpackAVX2, k6tMaxNB, 4}
+)
+
 // k6uKernel is a Q6_K tile kernel on quants unpacked by q6kUnpackAVX2.
 type k6uKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
 
-// k6uBufs recycles the unpacked quants of Q6_K tile groups (k6uBlock bytes per super-block).
+// k6uBufs recycles the unpacked quants of tile groups (k6uBlock bytes per super-block).
 var k6uBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // Tile geometry (mirrored in _asm/kquant.go).
@@ -99,7 +118,7 @@ const (
 	k6tBlock = 3360 // Q6_K bytes per 16-row group and super-block
 	k6tX     = 304  // Q6_K tiled activation bytes per row and super-block
 	k6tMaxNB = 3    // Q6_K activation rows per kernel call
-	k6uBlock = 4096 // Q6_K unpacked quants per 16-row group and super-block
+	k6uBlock = 4096 // unpacked quants per 16-row group and super-block
 )
 
 // kpacked is a K-quant matrix in the kernel layout.
@@ -306,18 +325,18 @@ func tileKActs(a *kActs, batch, g, xb int, per32 bool) {
 }
 
 // kTileRows computes output rows [lo, hi) (lo a multiple of 16) of a
-// Q4_K/Q5_K/Q6_K matrix on its tile kernels ks (activation rows in groups
-// of g) into y[b·ystride + r − base]. For Q6_K (pre != nil), when a group
-// takes more than three calls, its quants are unpacked once and the pre
-// kernels read them.
-func kTileRows(pk *kpacked, ks []k4tKernel, pre []k6uKernel, g int, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
+// Q4_K/Q5_K/Q6_K matrix on its tile kernels k (activation rows in groups of
+// k.g) into y[b·ystride + r − base]. When a group takes k.minPre calls or
+// more, its quants are unpacked once and the pre kernels read them.
+func kTileRows(pk *kpacked, k *kTileKernels, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
+	ks, pre, g := k.fused, k.pre, k.g
 	nblk, gb, xb := a.nblk, pk.groupBytes, len(a.xt)/(batch*a.nblk)
 	nt := (batch + g - 1) / g // activation groups
 	var scratch [kMaxNB * 16]float32
 	var u []byte // unpacked Q6_K quants of the groups of a block, or nil
 	ub := nblk * k6uBlock
 	bg := max(1, (128<<10)/gb) // groups per cache block (prefill)
-	if pre != nil && nt > 3 {  // measured: at 2–3 calls per group the fused kernel is faster
+	if k.pre != nil && nt >= k.minPre {
 		buf := k6uBufs.Get().(*[]byte)
 		defer k6uBufs.Put(buf)
 		n := ub
@@ -349,7 +368,7 @@ func kTileRows(pk *kpacked, ks []k4tKernel, pre []k6uKernel, g int, a *kActs, y 
 	}
 	unpack := func(grp int) {
 		if u != nil {
-			q6kUnpackAVX2(&pk.data[grp*gb], nblk, &u[grp%bg*ub])
+			k.unpack(&pk.data[grp*gb], nblk, &u[grp%bg*ub])
 		}
 	}
 	g0, g1 := lo/16, (hi+15)/16
@@ -412,11 +431,11 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		}
 		switch w.Type {
 		case dtype.Q6_K:
-			kTileRows(pk, q6ktK[:], q6kuK[:], k6tMaxNB, a, y, ystride, batch, lo, hi, base)
+			kTileRows(pk, &q6kTiles, a, y, ystride, batch, lo, hi, base)
 		case dtype.Q5_K:
-			kTileRows(pk, q5ktK[:], nil, kMaxNB, a, y, ystride, batch, lo, hi, base)
+			kTileRows(pk, &q5kTiles, a, y, ystride, batch, lo, hi, base)
 		default:
-			kTileRows(pk, q4ktK[:], nil, kMaxNB, a, y, ystride, batch, lo, hi, base)
+			kTileRows(pk, &q4kTiles, a, y, ystride, batch, lo, hi, base)
 		}
 		return true
 	}
