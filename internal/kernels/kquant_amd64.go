@@ -53,6 +53,7 @@ package kernels
 import (
 	"encoding/binary"
 	"math"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -128,53 +129,77 @@ type kpacked struct {
 	groupBytes int // Q4_K: bytes of one 16-row group (nblk·k4tBlock)
 }
 
-// kpackQ4KTiles repacks a Q4_K matrix into 16-row tiles (see the file comment).
-// With Q5_K's 5th bits appended per super-block (k5tBlock bytes).
-func kpackQ4KTiles(m *Matrix) *kpacked {
+// kpackTiles allocates the tiles of m (bb bytes per group and super-block)
+// and fills them with pack(dst, row, src) for every row, dst being the
+// row's group, the rows split over the CPUs (packing a model is a large
+// copy; each group is written by one goroutine).
+func kpackTiles(m *Matrix, bb int, pack func(grp []byte, row int, src []byte)) *kpacked {
 	nblk := m.Cols / dtype.QKK
 	groups := (m.Rows + 15) / 16
+	pk := &kpacked{groupBytes: nblk * bb}
+	pk.data = weightBytes(pk, groups*pk.groupBytes)
+	nw := min(runtime.GOMAXPROCS(0), max(1, groups/64))
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := groups * w / nw; g < groups*(w+1)/nw; g++ {
+				grp := pk.data[g*pk.groupBytes : (g+1)*pk.groupBytes]
+				for row := 16 * g; row < min(m.Rows, 16*g+16); row++ {
+					pack(grp, row, m.Row(row))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return pk
+}
+
+// kpackQ4KTiles repacks a Q4_K matrix into 16-row tiles (see the file
+// comment), with Q5_K's 5th bits appended per super-block (k5tBlock bytes).
+func kpackQ4KTiles(m *Matrix) *kpacked {
 	q5, bb, sb := m.Type == dtype.Q5_K, k4tBlock, 144
 	if q5 {
 		bb, sb = k5tBlock, 176
 	}
-	pk := &kpacked{groupBytes: nblk * bb}
-	pk.data = weightBytes(pk, groups*pk.groupBytes)
-	for row := range m.Rows {
-		g, h, r := row/16, row%16/8, row%8
-		src := m.Row(row)
-		for i := range nblk {
+	le := binary.LittleEndian
+	return kpackTiles(m, bb, func(grp []byte, row int, src []byte) {
+		h, r := row%16/8, row%8
+		for i := range len(src) / sb {
 			s := src[i*sb : (i+1)*sb]
-			dst := pk.data[g*pk.groupBytes+i*bb:][:bb]
+			dst := grp[i*bb : (i+1)*bb]
 			copy(dst[2*(8*h+r):], s[0:2])
 			copy(dst[32+2*(8*h+r):], s[2:4])
-			qs := s[16:]
+			qs := s[16:144]
 			if q5 {
-				qs = s[48:]
+				qs = s[48:176]
 			}
-			v := func(e int) byte { // nibble of weight e of the super-block
-				b := qs[32*(e/64)+e%32]
-				if e/32%2 == 1 {
-					return b >> 4
-				}
-				return b & 0xf
-			}
-			hb := func(e int) byte { return s[16+e%32] >> (e / 32) & 1 } // Q5_K: 5th bit of weight e
 			for j := range 8 {
 				sc, mn := dtype.ScaleMinK4(j, s[4:16])
 				dst[64+64*h+8*j+r] = sc
 				dst[192+64*h+16*(j/2)+2*r+j%2] = mn
+				var q5w uint32
 				for mm := range 4 {
-					for t := range 4 {
-						dst[320+256*j+64*mm+32*h+4*r+t] = v(32*j+4*mm+t) | v(32*j+16+4*mm+t)<<4
-						if q5 {
-							dst[k4tBlock+64*j+32*h+4*r+t] |= hb(32*j+4*mm+t)<<mm | hb(32*j+16+4*mm+t)<<(4+mm)
-						}
+					// Weights 32j+4mm+t and 32j+16+4mm+t (t < 4) are the low
+					// (j even) or high nibbles of these 4-byte words of qs.
+					lo := le.Uint32(qs[32*(j/2)+4*mm:])
+					hi := le.Uint32(qs[32*(j/2)+16+4*mm:])
+					if j%2 == 1 {
+						lo, hi = lo>>4, hi>>4
 					}
+					le.PutUint32(dst[320+256*j+64*mm+32*h+4*r:], lo&0x0f0f0f0f|(hi&0x0f0f0f0f)<<4)
+					if q5 {
+						qlo, qhi := le.Uint32(s[16+4*mm:]), le.Uint32(s[32+4*mm:])
+						q5w |= (qlo>>j&0x01010101)<<mm | (qhi>>j&0x01010101)<<(4+mm)
+					}
+				}
+				if q5 {
+					le.PutUint32(dst[k4tBlock+64*j+32*h+4*r:], q5w)
 				}
 			}
 		}
-	}
-	return pk
+	})
 }
 
 // q6kOrder is the kernel position of each of a half's 8 scales (Q3_K, Q2_K).
@@ -182,40 +207,34 @@ var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 // kpackQ6KTiles repacks a Q6_K matrix into 16-row tiles (see the file comment).
 func kpackQ6KTiles(m *Matrix) *kpacked {
-	nblk := m.Cols / dtype.QKK
-	groups := (m.Rows + 15) / 16
-	pk := &kpacked{groupBytes: nblk * k6tBlock}
-	pk.data = weightBytes(pk, groups*pk.groupBytes)
-	for row := range m.Rows {
-		g, h, r := row/16, row%16/8, row%8
-		src := m.Row(row)
-		for i := range nblk {
+	le := binary.LittleEndian
+	return kpackTiles(m, k6tBlock, func(grp []byte, row int, src []byte) {
+		h, r := row%16/8, row%8
+		for i := range len(src) / 210 {
 			s := src[i*210 : (i+1)*210]
-			dst := pk.data[g*pk.groupBytes+i*k6tBlock:][:k6tBlock]
+			dst := grp[i*k6tBlock : (i+1)*k6tBlock]
 			copy(dst[2*(8*h+r):], s[208:210])
-			u := func(e int) byte { // unsigned quant (q+32) of weight e of the super-block
-				half, j, l := e/128, e%128/32, e%32
-				lo := s[64*half+32*(j%2)+l]
-				if j >= 2 {
+			// u4 is the unsigned quants (q+32) of weights e…e+3 as bytes.
+			u4 := func(e int) uint32 {
+				half, jj, l := e/128, e%128/32, e%32
+				lo := le.Uint32(s[64*half+32*(jj%2)+l:])
+				if jj >= 2 {
 					lo >>= 4
 				}
-				return lo&0xf | (s[128+32*half+l]>>(2*j)&3)<<4
+				return lo&0x0f0f0f0f | (le.Uint32(s[128+32*half+l:])>>(2*jj)&0x03030303)<<4
 			}
 			for j := range 16 {
 				dst[32+128*h+8*j+r] = s[192+j]
-				for t := range 4 {
-					var qh byte
-					for st := range 2 {
-						a, b := u(16*j+4*st+t), u(16*j+8+4*st+t)
-						dst[288+128*j+64*st+32*h+4*r+t] = a&0xf | b<<4
-						qh |= a>>4<<(4*st) | b>>4<<(4*st+2)
-					}
-					dst[2336+64*j+32*h+4*r+t] = qh
+				var qh uint32
+				for st := range 2 {
+					a, b := u4(16*j+4*st), u4(16*j+8+4*st)
+					le.PutUint32(dst[288+128*j+64*st+32*h+4*r:], a&0x0f0f0f0f|(b&0x0f0f0f0f)<<4)
+					qh |= (a>>4&0x03030303)<<(4*st) | (b>>4&0x03030303)<<(4*st+2)
 				}
+				le.PutUint32(dst[2336+64*j+32*h+4*r:], qh)
 			}
 		}
-	}
-	return pk
+	})
 }
 
 func kpack(m *Matrix) any {
