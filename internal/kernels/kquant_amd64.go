@@ -124,7 +124,7 @@ const (
 
 // kpacked is a K-quant matrix in the kernel layout.
 type kpacked struct {
-	data       []byte // (Rows, rowBytes), or Q4_K: (groups, groupBytes)
+	data       []byte // (Rows, rowBytes), or Q4_K/Q5_K/Q6_K: (groups, groupBytes)
 	rowBytes   int
 	groupBytes int // Q4_K: bytes of one 16-row group (nblk·k4tBlock)
 }
