@@ -126,7 +126,7 @@ const (
 type kpacked struct {
 	data       []byte // (Rows, rowBytes), or Q4_K/Q5_K/Q6_K: (groups, groupBytes)
 	rowBytes   int
-	groupBytes int // Q4_K: bytes of one 16-row group (nblk·k4tBlock)
+	groupBytes int // tiles: bytes of one 16-row group (nblk × k4tBlock, k5tBlock or k6tBlock)
 }
 
 // kpackTiles allocates the tiles of m (bb bytes per group and super-block)
