@@ -10,12 +10,13 @@ import (
 // hugeMin is the smallest packed matrix put on transparent huge pages.
 const hugeMin = 4 << 20
 
-// weightBytes returns n zeroed bytes for the packed weights owned by pk.
+// weightBytes returns n zeroed bytes for the packed weights owned by pk
+// (a *packed, or a *kpacked of kquant_amd64.go).
 // Large ones are mapped outside the Go heap on 2 MiB-aligned transparent
 // huge pages (MADV_HUGEPAGE): streaming a 600 MB model every decode step
 // through 4 KiB pages costs a TLB miss and a restarted hardware prefetch
 // every 4 KiB. The mapping is released when pk becomes unreachable.
-func weightBytes(pk *packed, n int) []byte {
+func weightBytes[T any](pk *T, n int) []byte {
 	if n < hugeMin {
 		return alignedBytes(n)
 	}

@@ -16,7 +16,9 @@
 //
 // with j over the 16-weight groups of a block (Q4_K/Q5_K: each 32-weight
 // scale and min serves two groups). All implementations compute the same
-// integers; they differ only in the order of the f32 sums over blocks.
+// integers. The plain-Go kernel and the AVX2 tile kernels (Q4_K, Q5_K, Q6_K)
+// add the block terms in this order, the latter with fused multiply-adds;
+// the other AVX2 kernels sum blocks in 8 float lanes added at the end.
 package kernels
 
 import (
@@ -44,6 +46,7 @@ type kActs struct {
 	s               []float32 // (batch, nblk) Q8_1: f16(d·Σq), widened
 	kb              []int16   // block sums in the order a fast kernel wants (kquant_amd64.go), or nil
 	c               []float32 // (batch, nblk) Q5_0 fast kernel: −16·d·Σq per block
+	xt              []byte    // Q4_K tile kernel: the rows tiled by groups of 4 (kquant_amd64.go), or nil
 }
 
 // kActsPool recycles activation buffers across MatMul calls.
@@ -79,7 +82,7 @@ func quantizeKActs(p *Pool, t dtype.Type, x []float32, batch, cols int) *kActs {
 	a.nblk = cols / a.bsz
 	a.q = grow(a.q, batch*cols)
 	a.d = grow(a.d, batch*a.nblk)
-	a.bsums, a.s, a.kb, a.c = a.bsums[:0], a.s[:0], a.kb[:0], a.c[:0]
+	a.bsums, a.s, a.kb, a.c, a.xt = a.bsums[:0], a.s[:0], a.kb[:0], a.c[:0], a.xt[:0]
 	if t.IsK() {
 		a.bsums = grow(a.bsums, batch*a.nblk*16)
 	}

@@ -1,31 +1,62 @@
 //go:build !purego
 
-// K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at load into
-// the AVX2 kernels' block layout and multiplied by kquant_amd64.s, as are
-// Q4_1/Q5_0/Q5_1 weights in ggml's own layout, and Q2_K/Q3_K repacked. The same AVX2
-// kernels serve AVX-512 machines (there are no AVX-512 K-quant kernels: the
-// development machine has no AVX-512 to test them on).
+// K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at
+// load into 16-row tiles and Q2_K/Q3_K into a per-row kernel layout, then
+// multiplied by kquant_amd64.s, as are Q4_1/Q5_0/Q5_1 weights in ggml's own
+// layout. The same AVX2 kernels serve AVX-512 machines (there are no AVX-512
+// K-quant kernels: the development machine has no AVX-512 to test them on).
 //
-// Kernel block layouts (one row's blocks are contiguous, rows follow each other):
+// Tiles (as Q4_0's in matmul_amd64.go): rows in groups of 16 (the last one
+// zero-padded: scale 0), a group's super-blocks follow each other, groups
+// follow each other; "lane r of half h" is row 16g+8h+r, one 32-bit lane of
+// a ymm register, 4 bytes per row per register. Offsets within one
+// super-block of a group:
 //
-//	Q4_K (148 B): d f16, dmin f16, the 8 sub-block scales as bytes, the 8
-//	      mins as bytes, then ggml's 128 bytes of nibbles unchanged.
-//	Q5_K (180 B): the same with ggml's 32 bytes of 5th bits before the nibbles.
+//	Q4_K (2368 B = 16 × 148):
+//	   0: the 16 rows' d (f16), then at 32 their dmin (f16);
+//	  64: for h = 0,1 and sub-block j: the 8 lanes' 6-bit scales, a byte each;
+//	 192: for h = 0,1 and k = 0…3: the 8 lanes' mins (m[2k], m[2k+1]), a byte each;
+//	 320: for sub-block j, m = 0…3 and h = 0,1: 8 lanes × 4 bytes, weights
+//	      32j+4m+t in the low nibbles and 32j+16+4m+t in the high ones (t < 4).
+//	Q5_K (2880 B = 16 × 180): the Q4_K tile, then at 2368 for sub-block j and
+//	      h = 0,1: 8 lanes × 4 bytes of 5th bits, bit m of byte t for weight
+//	      32j+4m+t, bit 4+m for weight 32j+16+4m+t.
+//	Q6_K (3360 B = 16 × 210):
+//	   0: the 16 rows' d (f16);
+//	  32: for h = 0,1 and 16-weight sub-block j: the 8 lanes' int8 scales;
+//	 288: for sub-block j, step s = 0,1 and h = 0,1: 8 lanes × 4 bytes, the
+//	      low 4 bits of q+32 for weights 16j+4s+t (low nibbles) and 16j+8+4s+t
+//	      (high nibbles);
+//	2336: for sub-block j and h = 0,1: 8 lanes × 4 bytes, the high 2 bits of
+//	      those weights, at bit 4s (low side) and 4s+2 (high side) of byte t.
+//
+// The tile kernels take the activations tiled by groups of g rows (kActs.xt;
+// g = kMaxNB, k6tMaxNB for Q6_K): group t (rows g·t… of the batch, nb ≤ g of
+// them) starts at byte g·t·nblk·xb and holds per super-block the nb rows' 256
+// quants, then xb − 256 bytes per row: d_x f32 at 0 and at 16 the 8 per-32
+// quant sums (Q4_K, Q5_K; xb = 288) or the 16 per-16 ones (Q6_K; xb = 304),
+// int16.
+//
+// Row layouts (one row's blocks are contiguous, rows follow each other):
+//
 //	Q3_K (114 B): qs[64], hmask[32], the 16 6-bit scales decoded to int8 (−32…31)
-//	      and reordered as Q6_K's, d f16.
+//	      and reordered per half as s0 s2 s4 s6 s1 s3 s5 s7, d f16.
 //	Q2_K (100 B): qs[64], the 16 scales and the 16 mins as bytes, each reordered
-//	      as Q6_K's scales, d, dmin f16.
-//	Q6_K (210 B): ggml's block with its 16 int8 scales reordered per half of
-//	      128 weights as s0 s2 s4 s6 s1 s3 s5 s7 (so that one shuffle gives the
-//	      two scales of 32 consecutive weights); ql, qh and d unchanged.
+//	      as Q3_K's scales, d, dmin f16.
 //
-// The activation sums the kernels take (kActs.kb) follow the same orders:
-// per-32 sums for Q4_K/Q5_K, per-16 sums reordered like the scales for Q6_K.
-// The Q4_1/Q5_0/Q5_1 kernels read ggml's blocks as stored, with unsigned
-// quants: Q5_0's offset of 16 becomes the block term −16·d_x·Σq_x (kActs.c).
+// Their kernels take per-16 activation sums reordered like the scales
+// (kActs.kb). The Q4_1/Q5_0/Q5_1 kernels read ggml's blocks as stored, with
+// unsigned quants: Q5_0's offset of 16 becomes the block term −16·d_x·Σq_x
+// (kActs.c).
 package kernels
 
 import (
+	"encoding/binary"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
 	"github.com/draftd/draftd/internal/dtype"
 )
 
@@ -42,24 +73,178 @@ var lKernels = map[dtype.Type]*[kMaxNB + 1]lKernel{
 type kKernel func(w *byte, nrow, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
 var (
-	q4kK = [...]kKernel{nil, q4kAVX2x1, q4kAVX2x2, q4kAVX2x3, q4kAVX2x4}
-	q5kK = [...]kKernel{nil, q5kAVX2x1, q5kAVX2x2, q5kAVX2x3, q5kAVX2x4}
-	q6kK = [...]kKernel{nil, q6kAVX2x1, q6kAVX2x2, q6kAVX2x3, q6kAVX2x4}
 	q3kK = [...]kKernel{nil, q3kAVX2x1, q3kAVX2x2, q3kAVX2x3, q3kAVX2x4}
 	q2kK = [...]kKernel{nil, q2kAVX2x1, q2kAVX2x2, q2kAVX2x3, q2kAVX2x4}
 )
 
-// kpacked is a Q4_K/Q6_K matrix in the kernel layout.
-type kpacked struct {
-	data     []byte // (Rows, rowBytes)
-	rowBytes int
+type k4tKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+var (
+	q4ktK = [...]k4tKernel{nil, q4ktAVX2x1, q4ktAVX2x2, q4ktAVX2x3, q4ktAVX2x4}
+	q5ktK = [...]k4tKernel{nil, q5ktAVX2x1, q5ktAVX2x2, q5ktAVX2x3, q5ktAVX2x4}
+	q6ktK = [...]k4tKernel{nil, q6ktAVX2x1, q6ktAVX2x2, q6ktAVX2x3}
+	q6kuK = [...]k6uKernel{nil, q6kuAVX2x1, q6kuAVX2x2, q6kuAVX2x3}
+)
+
+// kTileKernels are the kernels of one tile type.
+type kTileKernels struct {
+	fused  []k4tKernel                      // unpack as they go, prefetch the next group
+	pre    []k6uKernel                      // read quants unpacked by unpack, or nil
+	unpack func(w *byte, nblk int, u *byte) // one group's quants to bytes (k6uBlock per super-block)
+	g      int                              // activation rows per call
+	minPre int                              // calls per group from which pre pays
 }
 
-// q6kOrder is the kernel position of each of a half's 8 scales.
+// Unpacking once pays for Q6_K from 4 calls per group (batch ≥ 10; measured
+// on Zen 3, BenchmarkMatmul: B=32 +25–40 %, B=8 −10 % if used there). For
+// Q4_K and Q5_K it was tried and does not pay (Q4_K B=32 −30 %, Q5_K ±10 %):
+// their quants unpack in 3 (Q5_K 9) operations per register.
+var (
+	q4kTiles = kTileKernels{fused: q4ktK[:], g: kMaxNB}
+	q5kTiles = kTileKernels{fused: q5ktK[:], g: kMaxNB}
+	q6kTiles = kTileKernels{q6ktK[:], q6kuK[:], q6kUnpackAVX2, k6tMaxNB, 4}
+)
+
+// k6uKernel is a Q6_K tile kernel on quants unpacked by q6kUnpackAVX2.
+type k6uKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+
+// k6uBufs recycles the unpacked quants of tile groups (k6uBlock bytes per super-block).
+var k6uBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// Tile geometry (mirrored in _asm/kquant.go).
+const (
+	k4tBlock = 2368 // Q4_K bytes per 16-row group and super-block
+	k4tX     = 288  // Q4_K tiled activation bytes per row and super-block
+	k5tBlock = 2880 // Q5_K bytes per 16-row group and super-block
+	k6tBlock = 3360 // Q6_K bytes per 16-row group and super-block
+	k6tX     = 304  // Q6_K tiled activation bytes per row and super-block
+	k6tMaxNB = 3    // Q6_K activation rows per kernel call
+	k6uBlock = 4096 // unpacked quants per 16-row group and super-block
+)
+
+// kpacked is a K-quant matrix in the kernel layout.
+type kpacked struct {
+	data       []byte // (Rows, rowBytes), or Q4_K/Q5_K/Q6_K: (groups, groupBytes)
+	rowBytes   int
+	groupBytes int // tiles: bytes of one 16-row group (nblk × k4tBlock, k5tBlock or k6tBlock)
+}
+
+// kpackTiles allocates the tiles of m (bb bytes per group and super-block)
+// and fills them with pack(dst, row, src) for every row, dst being the
+// row's group, the rows split over the CPUs (packing a model is a large
+// copy; each group is written by one goroutine).
+func kpackTiles(m *Matrix, bb int, pack func(grp []byte, row int, src []byte)) *kpacked {
+	nblk := m.Cols / dtype.QKK
+	groups := (m.Rows + 15) / 16
+	pk := &kpacked{groupBytes: nblk * bb}
+	pk.data = weightBytes(pk, groups*pk.groupBytes)
+	nw := min(runtime.GOMAXPROCS(0), max(1, groups/64))
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := groups * w / nw; g < groups*(w+1)/nw; g++ {
+				grp := pk.data[g*pk.groupBytes : (g+1)*pk.groupBytes]
+				for row := 16 * g; row < min(m.Rows, 16*g+16); row++ {
+					pack(grp, row, m.Row(row))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return pk
+}
+
+// kpackQ4KTiles repacks a Q4_K matrix into 16-row tiles (see the file
+// comment), with Q5_K's 5th bits appended per super-block (k5tBlock bytes).
+func kpackQ4KTiles(m *Matrix) *kpacked {
+	q5, bb, sb := m.Type == dtype.Q5_K, k4tBlock, 144
+	if q5 {
+		bb, sb = k5tBlock, 176
+	}
+	le := binary.LittleEndian
+	return kpackTiles(m, bb, func(grp []byte, row int, src []byte) {
+		h, r := row%16/8, row%8
+		for i := range len(src) / sb {
+			s := src[i*sb : (i+1)*sb]
+			dst := grp[i*bb : (i+1)*bb]
+			copy(dst[2*(8*h+r):], s[0:2])
+			copy(dst[32+2*(8*h+r):], s[2:4])
+			qs := s[16:144]
+			if q5 {
+				qs = s[48:176]
+			}
+			for j := range 8 {
+				sc, mn := dtype.ScaleMinK4(j, s[4:16])
+				dst[64+64*h+8*j+r] = sc
+				dst[192+64*h+16*(j/2)+2*r+j%2] = mn
+				var q5w uint32
+				for mm := range 4 {
+					// Weights 32j+4mm+t and 32j+16+4mm+t (t < 4) are the low
+					// (j even) or high nibbles of these 4-byte words of qs.
+					lo := le.Uint32(qs[32*(j/2)+4*mm:])
+					hi := le.Uint32(qs[32*(j/2)+16+4*mm:])
+					if j%2 == 1 {
+						lo, hi = lo>>4, hi>>4
+					}
+					le.PutUint32(dst[320+256*j+64*mm+32*h+4*r:], lo&0x0f0f0f0f|(hi&0x0f0f0f0f)<<4)
+					if q5 {
+						qlo, qhi := le.Uint32(s[16+4*mm:]), le.Uint32(s[32+4*mm:])
+						q5w |= (qlo>>j&0x01010101)<<mm | (qhi>>j&0x01010101)<<(4+mm)
+					}
+				}
+				if q5 {
+					le.PutUint32(dst[k4tBlock+64*j+32*h+4*r:], q5w)
+				}
+			}
+		}
+	})
+}
+
+// q6kOrder is the kernel position of each of a half's 8 scales (Q3_K, Q2_K).
 var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
+// kpackQ6KTiles repacks a Q6_K matrix into 16-row tiles (see the file comment).
+func kpackQ6KTiles(m *Matrix) *kpacked {
+	le := binary.LittleEndian
+	return kpackTiles(m, k6tBlock, func(grp []byte, row int, src []byte) {
+		h, r := row%16/8, row%8
+		for i := range len(src) / 210 {
+			s := src[i*210 : (i+1)*210]
+			dst := grp[i*k6tBlock : (i+1)*k6tBlock]
+			copy(dst[2*(8*h+r):], s[208:210])
+			// u4 is the unsigned quants (q+32) of weights e…e+3 as bytes.
+			u4 := func(e int) uint32 {
+				half, jj, l := e/128, e%128/32, e%32
+				lo := le.Uint32(s[64*half+32*(jj%2)+l:])
+				if jj >= 2 {
+					lo >>= 4
+				}
+				return lo&0x0f0f0f0f | (le.Uint32(s[128+32*half+l:])>>(2*jj)&0x03030303)<<4
+			}
+			for j := range 16 {
+				dst[32+128*h+8*j+r] = s[192+j]
+				var qh uint32
+				for st := range 2 {
+					a, b := u4(16*j+4*st), u4(16*j+8+4*st)
+					le.PutUint32(dst[288+128*j+64*st+32*h+4*r:], a&0x0f0f0f0f|(b&0x0f0f0f0f)<<4)
+					qh |= (a>>4&0x03030303)<<(4*st) | (b>>4&0x03030303)<<(4*st+2)
+				}
+				le.PutUint32(dst[2336+64*j+32*h+4*r:], qh)
+			}
+		}
+	})
+}
+
 func kpack(m *Matrix) any {
-	bb := map[dtype.Type]int{dtype.Q4_K: 148, dtype.Q5_K: 180, dtype.Q6_K: 210, dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
+	if (m.Type == dtype.Q4_K || m.Type == dtype.Q5_K) && hasAVX2 {
+		return kpackQ4KTiles(m)
+	}
+	if m.Type == dtype.Q6_K && hasAVX2 {
+		return kpackQ6KTiles(m)
+	}
+	bb := map[dtype.Type]int{dtype.Q3_K: 114, dtype.Q2_K: 100}[m.Type]
 	if !hasAVX2 || bb == 0 {
 		return nil
 	}
@@ -81,7 +266,6 @@ func kpack(m *Matrix) any {
 					}
 				}
 				copy(dst[112:], s[108:110])
-				continue
 			case dtype.Q2_K:
 				s := src[i*84 : (i+1)*84]
 				copy(dst[:64], s[16:80]) // qs
@@ -92,24 +276,6 @@ func kpack(m *Matrix) any {
 					}
 				}
 				copy(dst[96:], s[80:84])
-				continue
-			}
-			if m.Type != dtype.Q6_K {
-				ob := m.Type.BlockBytes()
-				s := src[i*ob : (i+1)*ob]
-				copy(dst[:4], s[:4])
-				for j := range 8 {
-					dst[4+j], dst[12+j] = dtype.ScaleMinK4(j, s[4:16])
-				}
-				copy(dst[20:], s[16:]) // Q5_K: qh, then qs
-			} else {
-				s := src[i*210 : (i+1)*210]
-				copy(dst, s)
-				for h := range 2 {
-					for k := range 8 {
-						dst[192+8*h+q6kOrder[k]] = s[192+8*h+k]
-					}
-				}
 			}
 		}
 	}
@@ -120,11 +286,14 @@ func kpack(m *Matrix) any {
 func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
 	case dtype.Q4_K, dtype.Q5_K:
-		a.kb = grow(a.kb, batch*a.nblk*8)
-		for i := range a.kb {
-			a.kb[i] = a.bsums[2*i] + a.bsums[2*i+1]
+		if hasAVX2 {
+			tileKActs(a, batch, kMaxNB, k4tX, true)
 		}
-	case dtype.Q6_K, dtype.Q3_K, dtype.Q2_K:
+	case dtype.Q6_K:
+		if hasAVX2 {
+			tileKActs(a, batch, k6tMaxNB, k6tX, false)
+		}
+	case dtype.Q3_K, dtype.Q2_K:
 		a.kb = grow(a.kb, batch*a.nblk*16)
 		for i := 0; i < len(a.kb); i += 8 {
 			for k := range 8 {
@@ -144,6 +313,122 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 	}
 }
 
+// tileKActs fills a.xt for the tile kernels (see the file comment): rows in
+// groups of g, xb bytes per row and super-block (256 quants, then d_x f32
+// and Q4_K's 8 per-32 or Q6_K's 16 per-16 quant sums at meta byte 16).
+func tileKActs(a *kActs, batch, g, xb int, per32 bool) {
+	nblk := a.nblk
+	a.xt = grow(a.xt, batch*nblk*xb)
+	q := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a.q))), len(a.q))
+	le := binary.LittleEndian
+	for b := range batch {
+		b0, t := b/g*g, b%g
+		nb := min(g, batch-b0)
+		for i := range nblk {
+			blk := a.xt[b0*nblk*xb+i*xb*nb:]
+			copy(blk[256*t:256*t+256], q[b*a.cols+256*i:])
+			meta := blk[256*nb+(xb-256)*t:][:xb-256]
+			le.PutUint32(meta, math.Float32bits(a.d[b*nblk+i]))
+			bs := a.bsums[(b*nblk+i)*16:][:16]
+			if per32 {
+				for k := range 8 {
+					le.PutUint16(meta[16+2*k:], uint16(bs[2*k]+bs[2*k+1]))
+				}
+			} else {
+				for k, v := range bs {
+					le.PutUint16(meta[16+2*k:], uint16(v))
+				}
+			}
+		}
+	}
+}
+
+// kTileRows computes output rows [lo, hi) (lo a multiple of 16) of a
+// Q4_K/Q5_K/Q6_K matrix on its tile kernels k (activation rows in groups of
+// k.g) into y[b·ystride + r − base]. When a group takes k.minPre calls or
+// more, its quants are unpacked once and the pre kernels read them.
+func kTileRows(pk *kpacked, k *kTileKernels, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
+	ks, pre, g := k.fused, k.pre, k.g
+	nblk, gb, xb := a.nblk, pk.groupBytes, len(a.xt)/(batch*a.nblk)
+	nt := (batch + g - 1) / g // activation groups
+	var scratch [kMaxNB * 16]float32
+	var u []byte // unpacked Q6_K quants of the groups of a block, or nil
+	ub := nblk * k6uBlock
+	bg := max(1, (128<<10)/gb) // groups per cache block (prefill)
+	if k.pre != nil && nt >= k.minPre {
+		buf := k6uBufs.Get().(*[]byte)
+		defer k6uBufs.Put(buf)
+		n := ub
+		if batch > kBatchChunk {
+			n *= bg
+		}
+		*buf = grow(*buf, n)
+		u = *buf
+	}
+	call := func(grp, t int, pf *byte, pfn int) {
+		b0 := g * t
+		nb := min(g, batch-b0)
+		r0 := 16 * grp
+		x := &a.xt[b0*nblk*xb]
+		yp, ys := &scratch[0], 64
+		if r0+16 <= hi {
+			yp, ys = &y[b0*ystride+r0-base], 4*ystride
+		}
+		if u != nil {
+			pre[nb](&pk.data[grp*gb], nblk, x, yp, ys, &u[grp%bg*ub])
+		} else {
+			ks[nb](&pk.data[grp*gb], nblk, x, yp, ys, pf, pfn)
+		}
+		if r0+16 > hi {
+			for b := range nb {
+				copy(y[(b0+b)*ystride+r0-base:][:hi-r0], scratch[16*b:])
+			}
+		}
+	}
+	unpack := func(grp int) {
+		if u != nil {
+			k.unpack(&pk.data[grp*gb], nblk, &u[grp%bg*ub])
+		}
+	}
+	g0, g1 := lo/16, (hi+15)/16
+	if batch <= kBatchChunk {
+		if u != nil {
+			bg = 1
+		}
+		// Weights stream from memory once: call t of a group prefetches
+		// its share of the next group.
+		for grp := g0; grp < g1; grp++ {
+			unpack(grp)
+			for t := range nt {
+				pf, pfn := &pk.data[grp*gb], 0
+				if grp+1 < g1 {
+					plo, phi := (gb*t/nt)&^63, (gb*(t+1)/nt)&^63
+					pf, pfn = &pk.data[(grp+1)*gb+plo], phi-plo
+				}
+				call(grp, t, pf, pfn)
+			}
+		}
+		return
+	}
+	// Prefill: a block of groups (≤ 128 KiB) against ~kBatchChunk rows at
+	// a time, both held in L2.
+	bt := max(1, kBatchChunk/g)
+	for gs := g0; gs < g1; gs += bg {
+		ge := min(g1, gs+bg)
+		for grp := gs; grp < ge; grp++ {
+			unpack(grp)
+		}
+		for t0 := 0; t0 < nt; t0 += bt {
+			t1 := min(nt, t0+bt)
+			for grp := gs; grp < ge; grp++ {
+				for t := t0; t < t1; t++ {
+					call(grp, t, &pk.data[grp*gb], 0)
+				}
+			}
+		}
+	}
+}
+
 func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool {
 	if lk := lKernels[w.Type]; lk != nil && impl >= implAVX2 {
 		c := a.s // Q4_1/Q5_1: the s of each Q8_1 block
@@ -156,19 +441,29 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		return true
 	}
 	pk, _ := w.packed.(*kpacked)
-	if pk == nil || impl < implAVX2 || len(a.kb) == 0 {
+	if pk == nil || impl < implAVX2 {
 		return false
 	}
-	ks, kbn := &q4kK, 8*a.nblk
-	switch w.Type {
-	case dtype.Q5_K:
-		ks = &q5kK
-	case dtype.Q6_K:
-		ks, kbn = &q6kK, 16*a.nblk
-	case dtype.Q3_K:
-		ks, kbn = &q3kK, 16*a.nblk
-	case dtype.Q2_K:
-		ks, kbn = &q2kK, 16*a.nblk
+	if pk.groupBytes > 0 {
+		if lo%16 != 0 || len(a.xt) == 0 {
+			return false
+		}
+		switch w.Type {
+		case dtype.Q6_K:
+			kTileRows(pk, &q6kTiles, a, y, ystride, batch, lo, hi, base)
+		case dtype.Q5_K:
+			kTileRows(pk, &q5kTiles, a, y, ystride, batch, lo, hi, base)
+		default:
+			kTileRows(pk, &q4kTiles, a, y, ystride, batch, lo, hi, base)
+		}
+		return true
+	}
+	if len(a.kb) == 0 {
+		return false
+	}
+	ks, kbn := &q3kK, 16*a.nblk
+	if w.Type == dtype.Q2_K {
+		ks = &q2kK
 	}
 	kRowTiles(lo, hi, batch, func(r, nr, b0, nb int) {
 		ks[nb](&pk.data[r*pk.rowBytes], nr, a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk,

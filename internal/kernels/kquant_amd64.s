@@ -4,278 +4,6 @@
 
 #include "textflag.h"
 
-DATA shufK4_0<>+0(SB)/1, $0x00
-DATA shufK4_0<>+1(SB)/1, $0x01
-DATA shufK4_0<>+2(SB)/1, $0x00
-DATA shufK4_0<>+3(SB)/1, $0x01
-DATA shufK4_0<>+4(SB)/1, $0x00
-DATA shufK4_0<>+5(SB)/1, $0x01
-DATA shufK4_0<>+6(SB)/1, $0x00
-DATA shufK4_0<>+7(SB)/1, $0x01
-DATA shufK4_0<>+8(SB)/1, $0x00
-DATA shufK4_0<>+9(SB)/1, $0x01
-DATA shufK4_0<>+10(SB)/1, $0x00
-DATA shufK4_0<>+11(SB)/1, $0x01
-DATA shufK4_0<>+12(SB)/1, $0x00
-DATA shufK4_0<>+13(SB)/1, $0x01
-DATA shufK4_0<>+14(SB)/1, $0x00
-DATA shufK4_0<>+15(SB)/1, $0x01
-DATA shufK4_0<>+16(SB)/1, $0x00
-DATA shufK4_0<>+17(SB)/1, $0x01
-DATA shufK4_0<>+18(SB)/1, $0x00
-DATA shufK4_0<>+19(SB)/1, $0x01
-DATA shufK4_0<>+20(SB)/1, $0x00
-DATA shufK4_0<>+21(SB)/1, $0x01
-DATA shufK4_0<>+22(SB)/1, $0x00
-DATA shufK4_0<>+23(SB)/1, $0x01
-DATA shufK4_0<>+24(SB)/1, $0x00
-DATA shufK4_0<>+25(SB)/1, $0x01
-DATA shufK4_0<>+26(SB)/1, $0x00
-DATA shufK4_0<>+27(SB)/1, $0x01
-DATA shufK4_0<>+28(SB)/1, $0x00
-DATA shufK4_0<>+29(SB)/1, $0x01
-DATA shufK4_0<>+30(SB)/1, $0x00
-DATA shufK4_0<>+31(SB)/1, $0x01
-GLOBL shufK4_0<>(SB), RODATA|NOPTR, $32
-
-DATA shufK4_1<>+0(SB)/1, $0x02
-DATA shufK4_1<>+1(SB)/1, $0x03
-DATA shufK4_1<>+2(SB)/1, $0x02
-DATA shufK4_1<>+3(SB)/1, $0x03
-DATA shufK4_1<>+4(SB)/1, $0x02
-DATA shufK4_1<>+5(SB)/1, $0x03
-DATA shufK4_1<>+6(SB)/1, $0x02
-DATA shufK4_1<>+7(SB)/1, $0x03
-DATA shufK4_1<>+8(SB)/1, $0x02
-DATA shufK4_1<>+9(SB)/1, $0x03
-DATA shufK4_1<>+10(SB)/1, $0x02
-DATA shufK4_1<>+11(SB)/1, $0x03
-DATA shufK4_1<>+12(SB)/1, $0x02
-DATA shufK4_1<>+13(SB)/1, $0x03
-DATA shufK4_1<>+14(SB)/1, $0x02
-DATA shufK4_1<>+15(SB)/1, $0x03
-DATA shufK4_1<>+16(SB)/1, $0x02
-DATA shufK4_1<>+17(SB)/1, $0x03
-DATA shufK4_1<>+18(SB)/1, $0x02
-DATA shufK4_1<>+19(SB)/1, $0x03
-DATA shufK4_1<>+20(SB)/1, $0x02
-DATA shufK4_1<>+21(SB)/1, $0x03
-DATA shufK4_1<>+22(SB)/1, $0x02
-DATA shufK4_1<>+23(SB)/1, $0x03
-DATA shufK4_1<>+24(SB)/1, $0x02
-DATA shufK4_1<>+25(SB)/1, $0x03
-DATA shufK4_1<>+26(SB)/1, $0x02
-DATA shufK4_1<>+27(SB)/1, $0x03
-DATA shufK4_1<>+28(SB)/1, $0x02
-DATA shufK4_1<>+29(SB)/1, $0x03
-DATA shufK4_1<>+30(SB)/1, $0x02
-DATA shufK4_1<>+31(SB)/1, $0x03
-GLOBL shufK4_1<>(SB), RODATA|NOPTR, $32
-
-DATA shufK4_2<>+0(SB)/1, $0x04
-DATA shufK4_2<>+1(SB)/1, $0x05
-DATA shufK4_2<>+2(SB)/1, $0x04
-DATA shufK4_2<>+3(SB)/1, $0x05
-DATA shufK4_2<>+4(SB)/1, $0x04
-DATA shufK4_2<>+5(SB)/1, $0x05
-DATA shufK4_2<>+6(SB)/1, $0x04
-DATA shufK4_2<>+7(SB)/1, $0x05
-DATA shufK4_2<>+8(SB)/1, $0x04
-DATA shufK4_2<>+9(SB)/1, $0x05
-DATA shufK4_2<>+10(SB)/1, $0x04
-DATA shufK4_2<>+11(SB)/1, $0x05
-DATA shufK4_2<>+12(SB)/1, $0x04
-DATA shufK4_2<>+13(SB)/1, $0x05
-DATA shufK4_2<>+14(SB)/1, $0x04
-DATA shufK4_2<>+15(SB)/1, $0x05
-DATA shufK4_2<>+16(SB)/1, $0x04
-DATA shufK4_2<>+17(SB)/1, $0x05
-DATA shufK4_2<>+18(SB)/1, $0x04
-DATA shufK4_2<>+19(SB)/1, $0x05
-DATA shufK4_2<>+20(SB)/1, $0x04
-DATA shufK4_2<>+21(SB)/1, $0x05
-DATA shufK4_2<>+22(SB)/1, $0x04
-DATA shufK4_2<>+23(SB)/1, $0x05
-DATA shufK4_2<>+24(SB)/1, $0x04
-DATA shufK4_2<>+25(SB)/1, $0x05
-DATA shufK4_2<>+26(SB)/1, $0x04
-DATA shufK4_2<>+27(SB)/1, $0x05
-DATA shufK4_2<>+28(SB)/1, $0x04
-DATA shufK4_2<>+29(SB)/1, $0x05
-DATA shufK4_2<>+30(SB)/1, $0x04
-DATA shufK4_2<>+31(SB)/1, $0x05
-GLOBL shufK4_2<>(SB), RODATA|NOPTR, $32
-
-DATA shufK4_3<>+0(SB)/1, $0x06
-DATA shufK4_3<>+1(SB)/1, $0x07
-DATA shufK4_3<>+2(SB)/1, $0x06
-DATA shufK4_3<>+3(SB)/1, $0x07
-DATA shufK4_3<>+4(SB)/1, $0x06
-DATA shufK4_3<>+5(SB)/1, $0x07
-DATA shufK4_3<>+6(SB)/1, $0x06
-DATA shufK4_3<>+7(SB)/1, $0x07
-DATA shufK4_3<>+8(SB)/1, $0x06
-DATA shufK4_3<>+9(SB)/1, $0x07
-DATA shufK4_3<>+10(SB)/1, $0x06
-DATA shufK4_3<>+11(SB)/1, $0x07
-DATA shufK4_3<>+12(SB)/1, $0x06
-DATA shufK4_3<>+13(SB)/1, $0x07
-DATA shufK4_3<>+14(SB)/1, $0x06
-DATA shufK4_3<>+15(SB)/1, $0x07
-DATA shufK4_3<>+16(SB)/1, $0x06
-DATA shufK4_3<>+17(SB)/1, $0x07
-DATA shufK4_3<>+18(SB)/1, $0x06
-DATA shufK4_3<>+19(SB)/1, $0x07
-DATA shufK4_3<>+20(SB)/1, $0x06
-DATA shufK4_3<>+21(SB)/1, $0x07
-DATA shufK4_3<>+22(SB)/1, $0x06
-DATA shufK4_3<>+23(SB)/1, $0x07
-DATA shufK4_3<>+24(SB)/1, $0x06
-DATA shufK4_3<>+25(SB)/1, $0x07
-DATA shufK4_3<>+26(SB)/1, $0x06
-DATA shufK4_3<>+27(SB)/1, $0x07
-DATA shufK4_3<>+28(SB)/1, $0x06
-DATA shufK4_3<>+29(SB)/1, $0x07
-DATA shufK4_3<>+30(SB)/1, $0x06
-DATA shufK4_3<>+31(SB)/1, $0x07
-GLOBL shufK4_3<>(SB), RODATA|NOPTR, $32
-
-DATA shufK4_4<>+0(SB)/1, $0x08
-DATA shufK4_4<>+1(SB)/1, $0x09
-DATA shufK4_4<>+2(SB)/1, $0x08
-DATA shufK4_4<>+3(SB)/1, $0x09
-DATA shufK4_4<>+4(SB)/1, $0x08
-DATA shufK4_4<>+5(SB)/1, $0x09
-DATA shufK4_4<>+6(SB)/1, $0x08
-DATA shufK4_4<>+7(SB)/1, $0x09
-DATA shufK4_4<>+8(SB)/1, $0x08
-DATA shufK4_4<>+9(SB)/1, $0x09
-DATA shufK4_4<>+10(SB)/1, $0x08
-DATA shufK4_4<>+11(SB)/1, $0x09
-DATA shufK4_4<>+12(SB)/1, $0x08
-DATA shufK4_4<>+13(SB)/1, $0x09
-DATA shufK4_4<>+14(SB)/1, $0x08
-DATA shufK4_4<>+15(SB)/1, $0x09
-DATA shufK4_4<>+16(SB)/1, $0x08
-DATA shufK4_4<>+17(SB)/1, $0x09
-DATA shufK4_4<>+18(SB)/1, $0x08
-DATA shufK4_4<>+19(SB)/1, $0x09
-DATA shufK4_4<>+20(SB)/1, $0x08
-DATA shufK4_4<>+21(SB)/1, $0x09
-DATA shufK4_4<>+22(SB)/1, $0x08
-DATA shufK4_4<>+23(SB)/1, $0x09
-DATA shufK4_4<>+24(SB)/1, $0x08
-DATA shufK4_4<>+25(SB)/1, $0x09
-DATA shufK4_4<>+26(SB)/1, $0x08
-DATA shufK4_4<>+27(SB)/1, $0x09
-DATA shufK4_4<>+28(SB)/1, $0x08
-DATA shufK4_4<>+29(SB)/1, $0x09
-DATA shufK4_4<>+30(SB)/1, $0x08
-DATA shufK4_4<>+31(SB)/1, $0x09
-GLOBL shufK4_4<>(SB), RODATA|NOPTR, $32
-
-DATA shufK4_5<>+0(SB)/1, $0x0a
-DATA shufK4_5<>+1(SB)/1, $0x0b
-DATA shufK4_5<>+2(SB)/1, $0x0a
-DATA shufK4_5<>+3(SB)/1, $0x0b
-DATA shufK4_5<>+4(SB)/1, $0x0a
-DATA shufK4_5<>+5(SB)/1, $0x0b
-DATA shufK4_5<>+6(SB)/1, $0x0a
-DATA shufK4_5<>+7(SB)/1, $0x0b
-DATA shufK4_5<>+8(SB)/1, $0x0a
-DATA shufK4_5<>+9(SB)/1, $0x0b
-DATA shufK4_5<>+10(SB)/1, $0x0a
-DATA shufK4_5<>+11(SB)/1, $0x0b
-DATA shufK4_5<>+12(SB)/1, $0x0a
-DATA shufK4_5<>+13(SB)/1, $0x0b
-DATA shufK4_5<>+14(SB)/1, $0x0a
-DATA shufK4_5<>+15(SB)/1, $0x0b
-DATA shufK4_5<>+16(SB)/1, $0x0a
-DATA shufK4_5<>+17(SB)/1, $0x0b
-DATA shufK4_5<>+18(SB)/1, $0x0a
-DATA shufK4_5<>+19(SB)/1, $0x0b
-DATA shufK4_5<>+20(SB)/1, $0x0a
-DATA shufK4_5<>+21(SB)/1, $0x0b
-DATA shufK4_5<>+22(SB)/1, $0x0a
-DATA shufK4_5<>+23(SB)/1, $0x0b
-DATA shufK4_5<>+24(SB)/1, $0x0a
-DATA shufK4_5<>+25(SB)/1, $0x0b
-DATA shufK4_5<>+26(SB)/1, $0x0a
-DATA shufK4_5<>+27(SB)/1, $0x0b
-DATA shufK4_5<>+28(SB)/1, $0x0a
-DATA shufK4_5<>+29(SB)/1, $0x0b
-DATA shufK4_5<>+30(SB)/1, $0x0a
-DATA shufK4_5<>+31(SB)/1, $0x0b
-GLOBL shufK4_5<>(SB), RODATA|NOPTR, $32
-
-DATA shufK4_6<>+0(SB)/1, $0x0c
-DATA shufK4_6<>+1(SB)/1, $0x0d
-DATA shufK4_6<>+2(SB)/1, $0x0c
-DATA shufK4_6<>+3(SB)/1, $0x0d
-DATA shufK4_6<>+4(SB)/1, $0x0c
-DATA shufK4_6<>+5(SB)/1, $0x0d
-DATA shufK4_6<>+6(SB)/1, $0x0c
-DATA shufK4_6<>+7(SB)/1, $0x0d
-DATA shufK4_6<>+8(SB)/1, $0x0c
-DATA shufK4_6<>+9(SB)/1, $0x0d
-DATA shufK4_6<>+10(SB)/1, $0x0c
-DATA shufK4_6<>+11(SB)/1, $0x0d
-DATA shufK4_6<>+12(SB)/1, $0x0c
-DATA shufK4_6<>+13(SB)/1, $0x0d
-DATA shufK4_6<>+14(SB)/1, $0x0c
-DATA shufK4_6<>+15(SB)/1, $0x0d
-DATA shufK4_6<>+16(SB)/1, $0x0c
-DATA shufK4_6<>+17(SB)/1, $0x0d
-DATA shufK4_6<>+18(SB)/1, $0x0c
-DATA shufK4_6<>+19(SB)/1, $0x0d
-DATA shufK4_6<>+20(SB)/1, $0x0c
-DATA shufK4_6<>+21(SB)/1, $0x0d
-DATA shufK4_6<>+22(SB)/1, $0x0c
-DATA shufK4_6<>+23(SB)/1, $0x0d
-DATA shufK4_6<>+24(SB)/1, $0x0c
-DATA shufK4_6<>+25(SB)/1, $0x0d
-DATA shufK4_6<>+26(SB)/1, $0x0c
-DATA shufK4_6<>+27(SB)/1, $0x0d
-DATA shufK4_6<>+28(SB)/1, $0x0c
-DATA shufK4_6<>+29(SB)/1, $0x0d
-DATA shufK4_6<>+30(SB)/1, $0x0c
-DATA shufK4_6<>+31(SB)/1, $0x0d
-GLOBL shufK4_6<>(SB), RODATA|NOPTR, $32
-
-DATA shufK4_7<>+0(SB)/1, $0x0e
-DATA shufK4_7<>+1(SB)/1, $0x0f
-DATA shufK4_7<>+2(SB)/1, $0x0e
-DATA shufK4_7<>+3(SB)/1, $0x0f
-DATA shufK4_7<>+4(SB)/1, $0x0e
-DATA shufK4_7<>+5(SB)/1, $0x0f
-DATA shufK4_7<>+6(SB)/1, $0x0e
-DATA shufK4_7<>+7(SB)/1, $0x0f
-DATA shufK4_7<>+8(SB)/1, $0x0e
-DATA shufK4_7<>+9(SB)/1, $0x0f
-DATA shufK4_7<>+10(SB)/1, $0x0e
-DATA shufK4_7<>+11(SB)/1, $0x0f
-DATA shufK4_7<>+12(SB)/1, $0x0e
-DATA shufK4_7<>+13(SB)/1, $0x0f
-DATA shufK4_7<>+14(SB)/1, $0x0e
-DATA shufK4_7<>+15(SB)/1, $0x0f
-DATA shufK4_7<>+16(SB)/1, $0x0e
-DATA shufK4_7<>+17(SB)/1, $0x0f
-DATA shufK4_7<>+18(SB)/1, $0x0e
-DATA shufK4_7<>+19(SB)/1, $0x0f
-DATA shufK4_7<>+20(SB)/1, $0x0e
-DATA shufK4_7<>+21(SB)/1, $0x0f
-DATA shufK4_7<>+22(SB)/1, $0x0e
-DATA shufK4_7<>+23(SB)/1, $0x0f
-DATA shufK4_7<>+24(SB)/1, $0x0e
-DATA shufK4_7<>+25(SB)/1, $0x0f
-DATA shufK4_7<>+26(SB)/1, $0x0e
-DATA shufK4_7<>+27(SB)/1, $0x0f
-DATA shufK4_7<>+28(SB)/1, $0x0e
-DATA shufK4_7<>+29(SB)/1, $0x0f
-DATA shufK4_7<>+30(SB)/1, $0x0e
-DATA shufK4_7<>+31(SB)/1, $0x0f
-GLOBL shufK4_7<>(SB), RODATA|NOPTR, $32
-
 DATA shufK6_0<>+0(SB)/1, $0x00
 DATA shufK6_0<>+1(SB)/1, $0x01
 DATA shufK6_0<>+2(SB)/1, $0x00
@@ -432,2573 +160,24511 @@ DATA mask01<>+24(SB)/4, $0x01010101
 DATA mask01<>+28(SB)/4, $0x01010101
 GLOBL mask01<>(SB), RODATA|NOPTR, $32
 
-// func q4kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x1(SB), NOSPLIT, $16-88
+DATA scK4T<>+0(SB)/1, $0x00
+DATA scK4T<>+1(SB)/1, $0x80
+DATA scK4T<>+2(SB)/1, $0x00
+DATA scK4T<>+3(SB)/1, $0x80
+DATA scK4T<>+4(SB)/1, $0x01
+DATA scK4T<>+5(SB)/1, $0x80
+DATA scK4T<>+6(SB)/1, $0x01
+DATA scK4T<>+7(SB)/1, $0x80
+DATA scK4T<>+8(SB)/1, $0x02
+DATA scK4T<>+9(SB)/1, $0x80
+DATA scK4T<>+10(SB)/1, $0x02
+DATA scK4T<>+11(SB)/1, $0x80
+DATA scK4T<>+12(SB)/1, $0x03
+DATA scK4T<>+13(SB)/1, $0x80
+DATA scK4T<>+14(SB)/1, $0x03
+DATA scK4T<>+15(SB)/1, $0x80
+DATA scK4T<>+16(SB)/1, $0x04
+DATA scK4T<>+17(SB)/1, $0x80
+DATA scK4T<>+18(SB)/1, $0x04
+DATA scK4T<>+19(SB)/1, $0x80
+DATA scK4T<>+20(SB)/1, $0x05
+DATA scK4T<>+21(SB)/1, $0x80
+DATA scK4T<>+22(SB)/1, $0x05
+DATA scK4T<>+23(SB)/1, $0x80
+DATA scK4T<>+24(SB)/1, $0x06
+DATA scK4T<>+25(SB)/1, $0x80
+DATA scK4T<>+26(SB)/1, $0x06
+DATA scK4T<>+27(SB)/1, $0x80
+DATA scK4T<>+28(SB)/1, $0x07
+DATA scK4T<>+29(SB)/1, $0x80
+DATA scK4T<>+30(SB)/1, $0x07
+DATA scK4T<>+31(SB)/1, $0x80
+GLOBL scK4T<>(SB), RODATA|NOPTR, $32
+
+DATA mask10t<>+0(SB)/4, $0x10101010
+DATA mask10t<>+4(SB)/4, $0x10101010
+DATA mask10t<>+8(SB)/4, $0x10101010
+DATA mask10t<>+12(SB)/4, $0x10101010
+DATA mask10t<>+16(SB)/4, $0x10101010
+DATA mask10t<>+20(SB)/4, $0x10101010
+DATA mask10t<>+24(SB)/4, $0x10101010
+DATA mask10t<>+28(SB)/4, $0x10101010
+GLOBL mask10t<>(SB), RODATA|NOPTR, $32
+
+// func q4ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4ktAVX2x1(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    20(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      116(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
-
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-	ADDQ         $0x00000094, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q4kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x2(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
 	VPXOR        Y4, Y4, Y4
 	VPXOR        Y5, Y5, Y5
 	MOVL         $0x0f0f0f0f, AX
 	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
+	MOVL         $0x00000940, R13
 
 block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    20(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y2
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y3
 
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      116(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   320(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
-	ADDQ         $0x00000094, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-// func q4kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x3(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
 
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   576(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   640(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    20(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   768(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
 
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      116(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y2, Y2
-	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   832(R11)
+	PREFETCHT0   896(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1024(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1216(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1792(R11)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2240(R11)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 272(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 276(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 280(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 284(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 256(DI), Y0
+	VMULPS       Y0, Y12, Y1
 	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y12, Y2, Y2
-	VPMADDWD     (R11)(R12*2), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y2
-	VBROADCASTSS (R8)(R10*2), Y11
-	VFMADD231PS  Y11, Y2, Y6
-	ADDQ         $0x00000094, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q4kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q4kAVX2x4(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	VPXOR        Y7, Y7, Y7
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-	VPXOR Y3, Y3, Y3
-
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    20(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW (R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 32(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 64(R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 96(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 128(R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 160(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      116(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y2, Y2
-	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMADDUBSW   192(R13), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   224(R13), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
-
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
-
-	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y12, Y2, Y2
-	VPMADDWD     (R11)(R12*2), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y2
-	VBROADCASTSS (R8)(R10*2), Y11
-	VFMADD231PS  Y11, Y2, Y6
-
-	// row 3: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VFMADD231PS  Y1, Y2, Y4
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y4
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 272(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 276(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 280(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 284(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 256(DI), Y0
+	VMULPS       Y0, Y12, Y1
 	VCVTDQ2PS    Y3, Y3
-	VMULPS       Y12, Y3, Y3
-	VPMADDWD     (BX), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y3
-	VBROADCASTSS (DX), Y11
-	VFMADD231PS  Y11, Y3, Y7
-	ADDQ         $0x00000094, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
+	VFMADD231PS  Y1, Y3, Y5
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y5
+	ADDQ         $0x00000940, SI
+	ADDQ         $0x00000120, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	DECQ         CX
 	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y7, X8
-	VADDPS       X8, X7, X7
-	VMOVHLPS     X7, X8, X8
-	VADDPS       X8, X7, X7
-	VMOVSHDUP    X7, X8
-	VADDSS       X8, X7, X7
-	VMOVSS       X7, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y5, 32(AX)
 	VZEROUPPER
 	RET
 
-// func q5kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x1(SB), NOSPLIT, $16-88
+// func q4ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4ktAVX2x2(SB), NOSPLIT, $128-56
 	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, (SP)
+	VMOVUPS      Y14, 32(SP)
+	VMOVUPS      Y14, 64(SP)
+	VMOVUPS      Y14, 96(SP)
 	MOVL         $0x0f0f0f0f, AX
 	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
+	MOVL         $0x00000940, R13
 
 block:
-	VPXOR Y0, Y0, Y0
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y4
+	VPMADDWD     Y11, Y1, Y5
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y6
+	VPMADDWD     Y10, Y3, Y7
 
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   320(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   576(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   640(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   768(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   832(R11)
+	PREFETCHT0   896(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1024(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1216(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1792(R11)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2240(R11)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 528(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 532(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 536(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 540(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 512(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      (SP), Y2
+	VFMADD231PS  Y1, Y4, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, (SP)
+	VPBROADCASTD 560(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 564(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 568(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 572(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 544(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      32(SP), Y2
+	VFMADD231PS  Y1, Y5, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 32(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 528(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 532(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 536(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 540(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 512(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y6, Y6
+	VMOVUPS      64(SP), Y2
+	VFMADD231PS  Y1, Y6, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 64(SP)
+	VPBROADCASTD 560(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 564(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 568(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 572(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 544(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y7, Y7
+	VMOVUPS      96(SP), Y2
+	VFMADD231PS  Y1, Y7, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 96(SP)
+	ADDQ         $0x00000940, SI
+	ADDQ         $0x00000240, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	DECQ         CX
 	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      64(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      96(SP), Y14
+	VMOVUPS      Y14, 32(AX)
 	VZEROUPPER
 	RET
 
-// func q5kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x2(SB), NOSPLIT, $16-88
+// func q4ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4ktAVX2x3(SB), NOSPLIT, $384-56
 	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, 192(SP)
+	VMOVUPS      Y14, 224(SP)
+	VMOVUPS      Y14, 256(SP)
+	VMOVUPS      Y14, 288(SP)
+	VMOVUPS      Y14, 320(SP)
+	VMOVUPS      Y14, 352(SP)
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000940, R13
+
+block:
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 512(DI), Y13
+	VPBROADCASTD 528(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 516(DI), Y13
+	VPBROADCASTD 532(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 520(DI), Y13
+	VPBROADCASTD 536(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 524(DI), Y13
+	VPBROADCASTD 540(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 544(DI), Y13
+	VPBROADCASTD 560(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   320(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 548(DI), Y13
+	VPBROADCASTD 564(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 552(DI), Y13
+	VPBROADCASTD 568(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 556(DI), Y13
+	VPBROADCASTD 572(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   576(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 576(DI), Y13
+	VPBROADCASTD 592(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   640(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 580(DI), Y13
+	VPBROADCASTD 596(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 584(DI), Y13
+	VPBROADCASTD 600(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   768(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 588(DI), Y13
+	VPBROADCASTD 604(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   832(R11)
+	PREFETCHT0   896(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 608(DI), Y13
+	VPBROADCASTD 624(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 612(DI), Y13
+	VPBROADCASTD 628(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1024(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 616(DI), Y13
+	VPBROADCASTD 632(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 620(DI), Y13
+	VPBROADCASTD 636(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 640(DI), Y13
+	VPBROADCASTD 656(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1216(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 644(DI), Y13
+	VPBROADCASTD 660(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 648(DI), Y13
+	VPBROADCASTD 664(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 652(DI), Y13
+	VPBROADCASTD 668(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 672(DI), Y13
+	VPBROADCASTD 688(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 676(DI), Y13
+	VPBROADCASTD 692(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 680(DI), Y13
+	VPBROADCASTD 696(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 684(DI), Y13
+	VPBROADCASTD 700(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 704(DI), Y13
+	VPBROADCASTD 720(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1792(R11)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 708(DI), Y13
+	VPBROADCASTD 724(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 712(DI), Y13
+	VPBROADCASTD 728(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 716(DI), Y13
+	VPBROADCASTD 732(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 736(DI), Y13
+	VPBROADCASTD 752(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 740(DI), Y13
+	VPBROADCASTD 756(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 744(DI), Y13
+	VPBROADCASTD 760(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2240(R11)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 748(DI), Y13
+	VPBROADCASTD 764(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 784(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 788(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 792(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 796(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 768(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    (SP), Y3
+	VMOVUPS      192(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 192(SP)
+	VPBROADCASTD 816(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 820(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 824(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 828(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 800(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    32(SP), Y3
+	VMOVUPS      224(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 224(SP)
+	VPBROADCASTD 848(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 852(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 856(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 860(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 832(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    64(SP), Y3
+	VMOVUPS      256(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 256(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 784(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 788(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 792(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 796(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 768(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    96(SP), Y3
+	VMOVUPS      288(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 288(SP)
+	VPBROADCASTD 816(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 820(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 824(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 828(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 800(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    128(SP), Y3
+	VMOVUPS      320(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 320(SP)
+	VPBROADCASTD 848(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 852(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 856(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 860(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 832(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    160(SP), Y3
+	VMOVUPS      352(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 352(SP)
+	ADDQ         $0x00000940, SI
+	ADDQ         $0x00000360, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      192(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      288(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      224(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      320(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      256(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      352(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q4ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4ktAVX2x4(SB), NOSPLIT, $512-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, 256(SP)
+	VMOVUPS      Y14, 288(SP)
+	VMOVUPS      Y14, 320(SP)
+	VMOVUPS      Y14, 352(SP)
+	VMOVUPS      Y14, 384(SP)
+	VMOVUPS      Y14, 416(SP)
+	VMOVUPS      Y14, 448(SP)
+	VMOVUPS      Y14, 480(SP)
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000940, R13
+
+block:
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 512(DI), Y13
+	VPBROADCASTD 528(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 768(DI), Y13
+	VPBROADCASTD 784(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 516(DI), Y13
+	VPBROADCASTD 532(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 772(DI), Y13
+	VPBROADCASTD 788(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 520(DI), Y13
+	VPBROADCASTD 536(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 776(DI), Y13
+	VPBROADCASTD 792(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 524(DI), Y13
+	VPBROADCASTD 540(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 780(DI), Y13
+	VPBROADCASTD 796(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 544(DI), Y13
+	VPBROADCASTD 560(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 800(DI), Y13
+	VPBROADCASTD 816(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   320(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 548(DI), Y13
+	VPBROADCASTD 564(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 804(DI), Y13
+	VPBROADCASTD 820(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 552(DI), Y13
+	VPBROADCASTD 568(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 808(DI), Y13
+	VPBROADCASTD 824(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 556(DI), Y13
+	VPBROADCASTD 572(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 812(DI), Y13
+	VPBROADCASTD 828(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   576(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 576(DI), Y13
+	VPBROADCASTD 592(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 832(DI), Y13
+	VPBROADCASTD 848(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   640(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 580(DI), Y13
+	VPBROADCASTD 596(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 836(DI), Y13
+	VPBROADCASTD 852(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 584(DI), Y13
+	VPBROADCASTD 600(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 840(DI), Y13
+	VPBROADCASTD 856(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   768(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 588(DI), Y13
+	VPBROADCASTD 604(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 844(DI), Y13
+	VPBROADCASTD 860(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   832(R11)
+	PREFETCHT0   896(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 608(DI), Y13
+	VPBROADCASTD 624(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 864(DI), Y13
+	VPBROADCASTD 880(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 612(DI), Y13
+	VPBROADCASTD 628(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 868(DI), Y13
+	VPBROADCASTD 884(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1024(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 616(DI), Y13
+	VPBROADCASTD 632(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 872(DI), Y13
+	VPBROADCASTD 888(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 620(DI), Y13
+	VPBROADCASTD 636(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 876(DI), Y13
+	VPBROADCASTD 892(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 640(DI), Y13
+	VPBROADCASTD 656(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 896(DI), Y13
+	VPBROADCASTD 912(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1216(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 644(DI), Y13
+	VPBROADCASTD 660(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 900(DI), Y13
+	VPBROADCASTD 916(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 648(DI), Y13
+	VPBROADCASTD 664(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 904(DI), Y13
+	VPBROADCASTD 920(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 652(DI), Y13
+	VPBROADCASTD 668(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 908(DI), Y13
+	VPBROADCASTD 924(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 672(DI), Y13
+	VPBROADCASTD 688(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 928(DI), Y13
+	VPBROADCASTD 944(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 676(DI), Y13
+	VPBROADCASTD 692(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 932(DI), Y13
+	VPBROADCASTD 948(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 680(DI), Y13
+	VPBROADCASTD 696(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 936(DI), Y13
+	VPBROADCASTD 952(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 684(DI), Y13
+	VPBROADCASTD 700(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 940(DI), Y13
+	VPBROADCASTD 956(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 704(DI), Y13
+	VPBROADCASTD 720(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 960(DI), Y13
+	VPBROADCASTD 976(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1792(R11)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 708(DI), Y13
+	VPBROADCASTD 724(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 964(DI), Y13
+	VPBROADCASTD 980(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 712(DI), Y13
+	VPBROADCASTD 728(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 968(DI), Y13
+	VPBROADCASTD 984(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 716(DI), Y13
+	VPBROADCASTD 732(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 972(DI), Y13
+	VPBROADCASTD 988(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 736(DI), Y13
+	VPBROADCASTD 752(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 992(DI), Y13
+	VPBROADCASTD 1008(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 740(DI), Y13
+	VPBROADCASTD 756(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 996(DI), Y13
+	VPBROADCASTD 1012(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 744(DI), Y13
+	VPBROADCASTD 760(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 1000(DI), Y13
+	VPBROADCASTD 1016(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2240(R11)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 748(DI), Y13
+	VPBROADCASTD 764(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 1004(DI), Y13
+	VPBROADCASTD 1020(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 1040(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1044(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1048(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1052(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1024(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    (SP), Y3
+	VMOVUPS      256(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 256(SP)
+	VPBROADCASTD 1072(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1076(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1080(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1084(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1056(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    32(SP), Y3
+	VMOVUPS      288(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 288(SP)
+	VPBROADCASTD 1104(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1108(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1112(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1116(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1088(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    64(SP), Y3
+	VMOVUPS      320(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 320(SP)
+	VPBROADCASTD 1136(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1140(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1144(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1148(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1120(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    96(SP), Y3
+	VMOVUPS      352(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 352(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 1040(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1044(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1048(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1052(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1024(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    128(SP), Y3
+	VMOVUPS      384(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 384(SP)
+	VPBROADCASTD 1072(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1076(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1080(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1084(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1056(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    160(SP), Y3
+	VMOVUPS      416(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 416(SP)
+	VPBROADCASTD 1104(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1108(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1112(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1116(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1088(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    192(SP), Y3
+	VMOVUPS      448(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 448(SP)
+	VPBROADCASTD 1136(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1140(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1144(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1148(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1120(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    224(SP), Y3
+	VMOVUPS      480(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 480(SP)
+	ADDQ         $0x00000940, SI
+	ADDQ         $0x00000480, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      256(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      384(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      288(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      416(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      320(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      448(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      352(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      480(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q5ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x1(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
 	VPXOR        Y4, Y4, Y4
 	VPXOR        Y5, Y5, Y5
 	MOVL         $0x0f0f0f0f, AX
 	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
 
 block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y2
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y3
 
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
 
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-// func q5kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x3(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
 
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
 
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y2, Y2
-	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
 
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
 
-	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y1, Y1
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y2, Y2
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 272(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 276(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 280(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 284(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 256(DI), Y0
+	VMULPS       Y0, Y12, Y1
 	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y12, Y2, Y2
-	VPMADDWD     (R11)(R12*2), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y2
-	VBROADCASTSS (R8)(R10*2), Y11
-	VFMADD231PS  Y11, Y2, Y6
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q5kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q5kAVX2x4(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	VPXOR        Y7, Y7, Y7
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-	VPXOR Y3, Y3, Y3
-
-	// block: d, dmin f16; 8 scales, 8 mins u8; [Q5_K: 32 bytes of 5th bits;] 128 bytes of nibbles
-	VPMOVZXBW   4(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…63: sub-block 0 in the low nibbles, 1 in the high
-	VMOVDQU    52(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPAND      mask01<>+0(SB), Y9, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x01, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_0<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_1<>+0(SB), Y14, Y11
-	VPMADDUBSW (DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 32(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 32(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW (R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 32(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 64…127: sub-block 2 in the low nibbles, 3 in the high
-	VMOVDQU    84(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x02, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x03, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_2<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_3<>+0(SB), Y14, Y11
-	VPMADDUBSW 64(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 96(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 96(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 96(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 64(R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 96(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 128…191: sub-block 4 in the low nibbles, 5 in the high
-	VMOVDQU    116(SI), Y12
-	VPSRLW     $0x04, Y12, Y13
-	VPAND      Y15, Y12, Y12
-	VPAND      Y15, Y13, Y13
-	VMOVDQU    20(SI), Y9
-	VPSRLW     $0x04, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y12, Y12
-	VPSRLW     $0x05, Y9, Y8
-	VPAND      mask01<>+0(SB), Y8, Y8
-	VPSLLW     $0x04, Y8, Y8
-	VPOR       Y8, Y13, Y13
-	VPSHUFB    shufK4_4<>+0(SB), Y14, Y10
-	VPSHUFB    shufK4_5<>+0(SB), Y14, Y11
-	VPMADDUBSW 128(DI), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y0, Y0
-	VPMADDUBSW 160(DI), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*1), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y2, Y2
-	VPMADDUBSW 160(DI)(R9*2), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 128(R13), Y12, Y9
-	VPMADDWD   Y10, Y9, Y9
-	VPADDD     Y9, Y3, Y3
-	VPMADDUBSW 160(R13), Y13, Y8
-	VPMADDWD   Y11, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 192…255: sub-block 6 in the low nibbles, 7 in the high
-	VMOVDQU      148(SI), Y12
-	VPSRLW       $0x04, Y12, Y13
-	VPAND        Y15, Y12, Y12
-	VPAND        Y15, Y13, Y13
-	VMOVDQU      20(SI), Y9
-	VPSRLW       $0x06, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y12, Y12
-	VPSRLW       $0x07, Y9, Y8
-	VPAND        mask01<>+0(SB), Y8, Y8
-	VPSLLW       $0x04, Y8, Y8
-	VPOR         Y8, Y13, Y13
-	VPSHUFB      shufK4_6<>+0(SB), Y14, Y10
-	VPSHUFB      shufK4_7<>+0(SB), Y14, Y11
-	VPMADDUBSW   192(DI), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y0, Y0
-	VPMADDUBSW   224(DI), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   192(DI)(R9*1), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*1), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   192(DI)(R9*2), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y2, Y2
-	VPMADDUBSW   224(DI)(R9*2), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMADDUBSW   192(R13), Y12, Y9
-	VPMADDWD     Y10, Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   224(R13), Y13, Y8
-	VPMADDWD     Y11, Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMOVZXBW    12(SI), X14
-	VMOVD        (SI), X10
-	VCVTPH2PS    X10, X10
-	VBROADCASTSS X10, Y12
-	VMOVSHDUP    X10, X13
-	VBROADCASTSS X13, Y13
-
-	// row 0: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       Y12, Y0, Y0
-	VPMADDWD     (R11), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y0
-	VBROADCASTSS (R8), Y11
-	VFMADD231PS  Y11, Y0, Y4
-
-	// row 1: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y12, Y1, Y1
-	VPMADDWD     (R11)(R12*1), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y1
-	VBROADCASTSS (R8)(R10*1), Y11
-	VFMADD231PS  Y11, Y1, Y5
-
-	// row 2: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y12, Y2, Y2
-	VPMADDWD     (R11)(R12*2), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y2
-	VBROADCASTSS (R8)(R10*2), Y11
-	VFMADD231PS  Y11, Y2, Y6
-
-	// row 3: facc += d_x·(d·isum − dmin·Σ m_j·bsum_j)
+	VFMADD231PS  Y1, Y2, Y4
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y4
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 272(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 276(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 280(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 284(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 256(DI), Y0
+	VMULPS       Y0, Y12, Y1
 	VCVTDQ2PS    Y3, Y3
-	VMULPS       Y12, Y3, Y3
-	VPMADDWD     (BX), X14, X9
-	VCVTDQ2PS    Y9, Y9
-	VFNMADD231PS Y13, Y9, Y3
-	VBROADCASTSS (DX), Y11
-	VFMADD231PS  Y11, Y3, Y7
-	ADDQ         $0x000000b4, SI
-	ADDQ         $0x00000010, R11
-	ADDQ         $0x00000010, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
+	VFMADD231PS  Y1, Y3, Y5
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y5
+	ADDQ         $0x00000b40, SI
+	ADDQ         $0x00000120, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	DECQ         CX
 	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y7, X8
-	VADDPS       X8, X7, X7
-	VMOVHLPS     X7, X8, X8
-	VADDPS       X8, X7, X7
-	VMOVSHDUP    X7, X8
-	VADDSS       X8, X7, X7
-	VMOVSS       X7, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y5, 32(AX)
 	VZEROUPPER
 	RET
 
-// func q6kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x1(SB), NOSPLIT, $16-88
+// func q5ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x2(SB), NOSPLIT, $128-56
 	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, (SP)
+	VMOVUPS      Y14, 32(SP)
+	VMOVUPS      Y14, 64(SP)
+	VMOVUPS      Y14, 96(SP)
 	MOVL         $0x0f0f0f0f, AX
 	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
 
 block:
-	VPXOR Y0, Y0, Y0
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y4
+	VPMADDWD     Y11, Y1, Y5
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y6
+	VPMADDWD     Y10, Y3, Y7
 
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
 
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
 
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
 
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y2, Y2
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       Y1, Y5, Y5
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       Y3, Y7, Y7
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 528(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 532(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 536(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 540(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 512(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      (SP), Y2
+	VFMADD231PS  Y1, Y4, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, (SP)
+	VPBROADCASTD 560(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 564(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 568(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 572(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 544(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      32(SP), Y2
+	VFMADD231PS  Y1, Y5, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 32(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 528(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 532(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 536(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 540(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 512(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y6, Y6
+	VMOVUPS      64(SP), Y2
+	VFMADD231PS  Y1, Y6, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 64(SP)
+	VPBROADCASTD 560(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 564(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 568(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 572(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 544(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    Y7, Y7
+	VMOVUPS      96(SP), Y2
+	VFMADD231PS  Y1, Y7, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 96(SP)
+	ADDQ         $0x00000b40, SI
+	ADDQ         $0x00000240, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	DECQ         CX
 	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      64(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      96(SP), Y14
+	VMOVUPS      Y14, 32(AX)
 	VZEROUPPER
 	RET
 
-// func q6kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x2(SB), NOSPLIT, $16-88
+// func q5ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x3(SB), NOSPLIT, $384-56
 	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, 192(SP)
+	VMOVUPS      Y14, 224(SP)
+	VMOVUPS      Y14, 256(SP)
+	VMOVUPS      Y14, 288(SP)
+	VMOVUPS      Y14, 320(SP)
+	VMOVUPS      Y14, 352(SP)
 	MOVL         $0x0f0f0f0f, AX
 	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
 
 block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 512(DI), Y13
+	VPBROADCASTD 528(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
 
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 516(DI), Y13
+	VPBROADCASTD 532(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
 
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VMOVDQU      Y5, 160(SP)
 
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 520(DI), Y13
+	VPBROADCASTD 536(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
 
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 524(DI), Y13
+	VPBROADCASTD 540(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
 
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y1, Y1
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
 
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 544(DI), Y13
+	VPBROADCASTD 560(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
 
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 548(DI), Y13
+	VPBROADCASTD 564(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
 
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
 
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 552(DI), Y13
+	VPBROADCASTD 568(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 556(DI), Y13
+	VPBROADCASTD 572(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 576(DI), Y13
+	VPBROADCASTD 592(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 580(DI), Y13
+	VPBROADCASTD 596(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 584(DI), Y13
+	VPBROADCASTD 600(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 588(DI), Y13
+	VPBROADCASTD 604(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 608(DI), Y13
+	VPBROADCASTD 624(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 612(DI), Y13
+	VPBROADCASTD 628(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 616(DI), Y13
+	VPBROADCASTD 632(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 620(DI), Y13
+	VPBROADCASTD 636(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 640(DI), Y13
+	VPBROADCASTD 656(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 644(DI), Y13
+	VPBROADCASTD 660(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 648(DI), Y13
+	VPBROADCASTD 664(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 652(DI), Y13
+	VPBROADCASTD 668(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 672(DI), Y13
+	VPBROADCASTD 688(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 676(DI), Y13
+	VPBROADCASTD 692(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 680(DI), Y13
+	VPBROADCASTD 696(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 684(DI), Y13
+	VPBROADCASTD 700(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 704(DI), Y13
+	VPBROADCASTD 720(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 708(DI), Y13
+	VPBROADCASTD 724(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 712(DI), Y13
+	VPBROADCASTD 728(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 716(DI), Y13
+	VPBROADCASTD 732(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 736(DI), Y13
+	VPBROADCASTD 752(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 740(DI), Y13
+	VPBROADCASTD 756(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 744(DI), Y13
+	VPBROADCASTD 760(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y3, Y3
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 748(DI), Y13
+	VPBROADCASTD 764(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 784(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 788(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 792(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 796(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 768(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    (SP), Y3
+	VMOVUPS      192(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 192(SP)
+	VPBROADCASTD 816(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 820(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 824(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 828(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 800(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    32(SP), Y3
+	VMOVUPS      224(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 224(SP)
+	VPBROADCASTD 848(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 852(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 856(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 860(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 832(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    64(SP), Y3
+	VMOVUPS      256(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 256(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 784(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 788(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 792(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 796(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 768(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    96(SP), Y3
+	VMOVUPS      288(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 288(SP)
+	VPBROADCASTD 816(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 820(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 824(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 828(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 800(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    128(SP), Y3
+	VMOVUPS      320(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 320(SP)
+	VPBROADCASTD 848(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 852(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 856(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 860(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 832(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    160(SP), Y3
+	VMOVUPS      352(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 352(SP)
+	ADDQ         $0x00000b40, SI
+	ADDQ         $0x00000360, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      192(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      288(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      224(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      320(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      256(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      352(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q5ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q5ktAVX2x4(SB), NOSPLIT, $512-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+
+	// int16 sub-block sums (half h, row b) Y[h*nb+b]; int32 super-block sums Y[2nb+h*nb+b]
+	// (or on the stack); f32 accumulators Y[4nb+h*nb+b] (or on the stack); Y8-Y11 nibbles
+	// of the two halves, Y12/Y13 activation broadcasts, Y14 product, Y15 0x0f bytes.
+	VPXOR        Y14, Y14, Y14
+	VMOVUPS      Y14, 256(SP)
+	VMOVUPS      Y14, 288(SP)
+	VMOVUPS      Y14, 320(SP)
+	VMOVUPS      Y14, 352(SP)
+	VMOVUPS      Y14, 384(SP)
+	VMOVUPS      Y14, 416(SP)
+	VMOVUPS      Y14, 448(SP)
+	VMOVUPS      Y14, 480(SP)
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000b40, R13
+
+block:
+	// sub-block 0: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      352(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD (DI), Y13
+	VPBROADCASTD 16(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 256(DI), Y13
+	VPBROADCASTD 272(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 512(DI), Y13
+	VPBROADCASTD 528(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 768(DI), Y13
+	VPBROADCASTD 784(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   64(R11)
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      416(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 4(DI), Y13
+	VPBROADCASTD 20(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 260(DI), Y13
+	VPBROADCASTD 276(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 516(DI), Y13
+	VPBROADCASTD 532(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 772(DI), Y13
+	VPBROADCASTD 788(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 0: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      480(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 8(DI), Y13
+	VPBROADCASTD 24(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 264(DI), Y13
+	VPBROADCASTD 280(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 520(DI), Y13
+	VPBROADCASTD 536(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 776(DI), Y13
+	VPBROADCASTD 792(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   256(R11)
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2368(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2368(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      544(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2400(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2400(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 12(DI), Y13
+	VPBROADCASTD 28(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 268(DI), Y13
+	VPBROADCASTD 284(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 524(DI), Y13
+	VPBROADCASTD 540(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 780(DI), Y13
+	VPBROADCASTD 796(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 0: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 64(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 128(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 1: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   320(R11)
+	PREFETCHT0   384(R11)
+	VMOVDQU      576(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      608(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 32(DI), Y13
+	VPBROADCASTD 48(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 288(DI), Y13
+	VPBROADCASTD 304(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 544(DI), Y13
+	VPBROADCASTD 560(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 800(DI), Y13
+	VPBROADCASTD 816(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   448(R11)
+	VMOVDQU      640(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      672(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 36(DI), Y13
+	VPBROADCASTD 52(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 292(DI), Y13
+	VPBROADCASTD 308(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 548(DI), Y13
+	VPBROADCASTD 564(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 804(DI), Y13
+	VPBROADCASTD 820(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 1: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      704(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      736(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 40(DI), Y13
+	VPBROADCASTD 56(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 296(DI), Y13
+	VPBROADCASTD 312(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 552(DI), Y13
+	VPBROADCASTD 568(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 808(DI), Y13
+	VPBROADCASTD 824(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      768(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2432(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2432(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      800(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2464(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2464(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 44(DI), Y13
+	VPBROADCASTD 60(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 300(DI), Y13
+	VPBROADCASTD 316(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 556(DI), Y13
+	VPBROADCASTD 572(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 812(DI), Y13
+	VPBROADCASTD 828(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 72(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 136(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 2: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   704(R11)
+	VMOVDQU      832(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      864(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 64(DI), Y13
+	VPBROADCASTD 80(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 320(DI), Y13
+	VPBROADCASTD 336(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 576(DI), Y13
+	VPBROADCASTD 592(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 832(DI), Y13
+	VPBROADCASTD 848(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VMOVDQU      896(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      928(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 68(DI), Y13
+	VPBROADCASTD 84(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 324(DI), Y13
+	VPBROADCASTD 340(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 580(DI), Y13
+	VPBROADCASTD 596(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 836(DI), Y13
+	VPBROADCASTD 852(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 2: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   896(R11)
+	VMOVDQU      960(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      992(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 72(DI), Y13
+	VPBROADCASTD 88(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 328(DI), Y13
+	VPBROADCASTD 344(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 584(DI), Y13
+	VPBROADCASTD 600(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 840(DI), Y13
+	VPBROADCASTD 856(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   960(R11)
+	VMOVDQU      1024(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2496(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2496(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1056(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2528(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2528(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 76(DI), Y13
+	VPBROADCASTD 92(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 332(DI), Y13
+	VPBROADCASTD 348(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 588(DI), Y13
+	VPBROADCASTD 604(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 844(DI), Y13
+	VPBROADCASTD 860(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 2: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 80(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 144(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 3: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      1088(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1120(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 96(DI), Y13
+	VPBROADCASTD 112(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 352(DI), Y13
+	VPBROADCASTD 368(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 608(DI), Y13
+	VPBROADCASTD 624(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 864(DI), Y13
+	VPBROADCASTD 880(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      1152(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1184(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 100(DI), Y13
+	VPBROADCASTD 116(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 356(DI), Y13
+	VPBROADCASTD 372(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 612(DI), Y13
+	VPBROADCASTD 628(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 868(DI), Y13
+	VPBROADCASTD 884(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 3: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1216(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1248(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 104(DI), Y13
+	VPBROADCASTD 120(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 360(DI), Y13
+	VPBROADCASTD 376(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 616(DI), Y13
+	VPBROADCASTD 632(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 872(DI), Y13
+	VPBROADCASTD 888(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1344(R11)
+	VMOVDQU      1280(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2560(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2560(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1312(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2592(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2592(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 108(DI), Y13
+	VPBROADCASTD 124(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 364(DI), Y13
+	VPBROADCASTD 380(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 620(DI), Y13
+	VPBROADCASTD 636(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 876(DI), Y13
+	VPBROADCASTD 892(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 3: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 88(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 152(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 4: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1344(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1376(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 128(DI), Y13
+	VPBROADCASTD 144(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 384(DI), Y13
+	VPBROADCASTD 400(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 640(DI), Y13
+	VPBROADCASTD 656(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 896(DI), Y13
+	VPBROADCASTD 912(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1472(R11)
+	PREFETCHT0   1536(R11)
+	VMOVDQU      1408(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1440(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 132(DI), Y13
+	VPBROADCASTD 148(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 388(DI), Y13
+	VPBROADCASTD 404(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 644(DI), Y13
+	VPBROADCASTD 660(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 900(DI), Y13
+	VPBROADCASTD 916(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 4: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1472(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1504(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 136(DI), Y13
+	VPBROADCASTD 152(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 392(DI), Y13
+	VPBROADCASTD 408(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 648(DI), Y13
+	VPBROADCASTD 664(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 904(DI), Y13
+	VPBROADCASTD 920(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1536(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2624(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2624(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1568(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2656(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2656(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 140(DI), Y13
+	VPBROADCASTD 156(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 396(DI), Y13
+	VPBROADCASTD 412(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 652(DI), Y13
+	VPBROADCASTD 668(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 908(DI), Y13
+	VPBROADCASTD 924(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 4: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 96(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 160(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 5: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1600(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1632(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 160(DI), Y13
+	VPBROADCASTD 176(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 416(DI), Y13
+	VPBROADCASTD 432(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 672(DI), Y13
+	VPBROADCASTD 688(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 928(DI), Y13
+	VPBROADCASTD 944(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   1856(R11)
+	VMOVDQU      1664(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1696(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 164(DI), Y13
+	VPBROADCASTD 180(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 420(DI), Y13
+	VPBROADCASTD 436(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 676(DI), Y13
+	VPBROADCASTD 692(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 932(DI), Y13
+	VPBROADCASTD 948(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 5: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   1920(R11)
+	PREFETCHT0   1984(R11)
+	VMOVDQU      1728(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1760(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 168(DI), Y13
+	VPBROADCASTD 184(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 424(DI), Y13
+	VPBROADCASTD 440(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 680(DI), Y13
+	VPBROADCASTD 696(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 936(DI), Y13
+	VPBROADCASTD 952(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1792(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2688(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2688(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1824(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2720(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2720(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 172(DI), Y13
+	VPBROADCASTD 188(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 428(DI), Y13
+	VPBROADCASTD 444(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 684(DI), Y13
+	VPBROADCASTD 700(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 940(DI), Y13
+	VPBROADCASTD 956(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 5: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 104(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 168(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 6: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2112(R11)
+	PREFETCHT0   2176(R11)
+	VMOVDQU      1856(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1888(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 192(DI), Y13
+	VPBROADCASTD 208(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 448(DI), Y13
+	VPBROADCASTD 464(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 704(DI), Y13
+	VPBROADCASTD 720(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 960(DI), Y13
+	VPBROADCASTD 976(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1920(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      1952(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 196(DI), Y13
+	VPBROADCASTD 212(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 452(DI), Y13
+	VPBROADCASTD 468(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 708(DI), Y13
+	VPBROADCASTD 724(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 964(DI), Y13
+	VPBROADCASTD 980(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 6: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2304(R11)
+	VMOVDQU      1984(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2016(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 200(DI), Y13
+	VPBROADCASTD 216(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 456(DI), Y13
+	VPBROADCASTD 472(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 712(DI), Y13
+	VPBROADCASTD 728(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 968(DI), Y13
+	VPBROADCASTD 984(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2368(R11)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      2048(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2752(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2752(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2080(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2784(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2784(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 204(DI), Y13
+	VPBROADCASTD 220(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 460(DI), Y13
+	VPBROADCASTD 476(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 716(DI), Y13
+	VPBROADCASTD 732(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 972(DI), Y13
+	VPBROADCASTD 988(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 6: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 112(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 176(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 7: weights 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high)
+	PREFETCHT0   2496(R11)
+	VMOVDQU      2112(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2144(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x04, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 224(DI), Y13
+	VPBROADCASTD 240(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 480(DI), Y13
+	VPBROADCASTD 496(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 736(DI), Y13
+	VPBROADCASTD 752(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 992(DI), Y13
+	VPBROADCASTD 1008(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: weights 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high)
+	PREFETCHT0   2560(R11)
+	PREFETCHT0   2624(R11)
+	VMOVDQU      2176(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2208(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 228(DI), Y13
+	VPBROADCASTD 244(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 484(DI), Y13
+	VPBROADCASTD 500(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 740(DI), Y13
+	VPBROADCASTD 756(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 996(DI), Y13
+	VPBROADCASTD 1012(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7, steps 0-1: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// sub-block 7: weights 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      2240(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2272(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x02, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 232(DI), Y13
+	VPBROADCASTD 248(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 488(DI), Y13
+	VPBROADCASTD 504(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 744(DI), Y13
+	VPBROADCASTD 760(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 1000(DI), Y13
+	VPBROADCASTD 1016(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: weights 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high)
+	PREFETCHT0   2752(R11)
+	PREFETCHT0   2816(R11)
+	VMOVDQU      2304(SI), Y9
+	VPAND        Y15, Y9, Y11
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VMOVDQU      2816(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y11, Y11
+	VMOVDQU      2816(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y9, Y9
+	VMOVDQU      2336(SI), Y8
+	VPAND        Y15, Y8, Y10
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        Y15, Y8, Y8
+	VMOVDQU      2848(SI), Y14
+	VPSLLW       $0x01, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y10, Y10
+	VMOVDQU      2848(SI), Y14
+	VPSRLW       $0x03, Y14, Y14
+	VPAND        mask10t<>+0(SB), Y14, Y14
+	VPOR         Y14, Y8, Y8
+	VPBROADCASTD 236(DI), Y13
+	VPBROADCASTD 252(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y0, Y0
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y4, Y4
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y4, Y4
+	VPBROADCASTD 492(DI), Y13
+	VPBROADCASTD 508(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y1, Y1
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y5, Y5
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y5, Y5
+	VPBROADCASTD 748(DI), Y13
+	VPBROADCASTD 764(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y2, Y2
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y6, Y6
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y6, Y6
+	VPBROADCASTD 1004(DI), Y13
+	VPBROADCASTD 1020(DI), Y12
+	VPMADDUBSW   Y13, Y11, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y12, Y9, Y14
+	VPADDW       Y14, Y3, Y3
+	VPMADDUBSW   Y13, Y10, Y14
+	VPADDW       Y14, Y7, Y7
+	VPMADDUBSW   Y12, Y8, Y14
+	VPADDW       Y14, Y7, Y7
+
+	// sub-block 7: widen by the scales, (sc, sc) in each row lane
+	VPBROADCASTQ 120(SI), Y11
+	VPSHUFB      scK4T<>+0(SB), Y11, Y11
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     Y11, Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     Y11, Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     Y11, Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	VPBROADCASTQ 184(SI), Y10
+	VPSHUFB      scK4T<>+0(SB), Y10, Y10
+	VPMADDWD     Y10, Y4, Y4
+	VPADDD       128(SP), Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPMADDWD     Y10, Y5, Y5
+	VPADDD       160(SP), Y5, Y5
+	VMOVDQU      Y5, 160(SP)
+	VPMADDWD     Y10, Y6, Y6
+	VPADDD       192(SP), Y6, Y6
+	VMOVDQU      Y6, 192(SP)
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       224(SP), Y7, Y7
+	VMOVDQU      Y7, 224(SP)
+
+	// facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j)
+	VPMOVZXBW    192(SI), Y8
+	VPMOVZXBW    208(SI), Y9
+	VPMOVZXBW    224(SI), Y10
+	VPMOVZXBW    240(SI), Y11
+	VCVTPH2PS    (SI), Y12
+	VCVTPH2PS    32(SI), Y13
+	VPBROADCASTD 1040(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1044(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1048(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1052(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1024(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    (SP), Y3
+	VMOVUPS      256(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 256(SP)
+	VPBROADCASTD 1072(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1076(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1080(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1084(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1056(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    32(SP), Y3
+	VMOVUPS      288(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 288(SP)
+	VPBROADCASTD 1104(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1108(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1112(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1116(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1088(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    64(SP), Y3
+	VMOVUPS      320(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 320(SP)
+	VPBROADCASTD 1136(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1140(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1144(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1148(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1120(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    96(SP), Y3
+	VMOVUPS      352(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 352(SP)
+	VPMOVZXBW    256(SI), Y8
+	VPMOVZXBW    272(SI), Y9
+	VPMOVZXBW    288(SI), Y10
+	VPMOVZXBW    304(SI), Y11
+	VCVTPH2PS    16(SI), Y12
+	VCVTPH2PS    48(SI), Y13
+	VPBROADCASTD 1040(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1044(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1048(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1052(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1024(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    128(SP), Y3
+	VMOVUPS      384(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 384(SP)
+	VPBROADCASTD 1072(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1076(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1080(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1084(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1056(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    160(SP), Y3
+	VMOVUPS      416(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 416(SP)
+	VPBROADCASTD 1104(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1108(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1112(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1116(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1088(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    192(SP), Y3
+	VMOVUPS      448(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 448(SP)
+	VPBROADCASTD 1136(DI), Y14
+	VPMADDWD     Y8, Y14, Y14
+	VPBROADCASTD 1140(DI), Y0
+	VPMADDWD     Y9, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1144(DI), Y0
+	VPMADDWD     Y10, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VPBROADCASTD 1148(DI), Y0
+	VPMADDWD     Y11, Y0, Y0
+	VPADDD       Y0, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VBROADCASTSS 1120(DI), Y0
+	VMULPS       Y0, Y12, Y1
+	VCVTDQ2PS    224(SP), Y3
+	VMOVUPS      480(SP), Y2
+	VFMADD231PS  Y1, Y3, Y2
+	VMULPS       Y0, Y13, Y1
+	VFNMADD231PS Y1, Y14, Y2
+	VMOVUPS      Y2, 480(SP)
+	ADDQ         $0x00000b40, SI
+	ADDQ         $0x00000480, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      256(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      384(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      288(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      416(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      320(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      448(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      352(SP), Y14
+	VMOVUPS      Y14, (AX)
+	VMOVUPS      480(SP), Y14
+	VMOVUPS      Y14, 32(AX)
+	VZEROUPPER
+	RET
+
+DATA scK6T<>+0(SB)/1, $0x80
+DATA scK6T<>+1(SB)/1, $0x00
+DATA scK6T<>+2(SB)/1, $0x80
+DATA scK6T<>+3(SB)/1, $0x00
+DATA scK6T<>+4(SB)/1, $0x80
+DATA scK6T<>+5(SB)/1, $0x01
+DATA scK6T<>+6(SB)/1, $0x80
+DATA scK6T<>+7(SB)/1, $0x01
+DATA scK6T<>+8(SB)/1, $0x80
+DATA scK6T<>+9(SB)/1, $0x02
+DATA scK6T<>+10(SB)/1, $0x80
+DATA scK6T<>+11(SB)/1, $0x02
+DATA scK6T<>+12(SB)/1, $0x80
+DATA scK6T<>+13(SB)/1, $0x03
+DATA scK6T<>+14(SB)/1, $0x80
+DATA scK6T<>+15(SB)/1, $0x03
+DATA scK6T<>+16(SB)/1, $0x80
+DATA scK6T<>+17(SB)/1, $0x04
+DATA scK6T<>+18(SB)/1, $0x80
+DATA scK6T<>+19(SB)/1, $0x04
+DATA scK6T<>+20(SB)/1, $0x80
+DATA scK6T<>+21(SB)/1, $0x05
+DATA scK6T<>+22(SB)/1, $0x80
+DATA scK6T<>+23(SB)/1, $0x05
+DATA scK6T<>+24(SB)/1, $0x80
+DATA scK6T<>+25(SB)/1, $0x06
+DATA scK6T<>+26(SB)/1, $0x80
+DATA scK6T<>+27(SB)/1, $0x06
+DATA scK6T<>+28(SB)/1, $0x80
+DATA scK6T<>+29(SB)/1, $0x07
+DATA scK6T<>+30(SB)/1, $0x80
+DATA scK6T<>+31(SB)/1, $0x07
+GLOBL scK6T<>(SB), RODATA|NOPTR, $32
+
+DATA pairK6T<>+0(SB)/1, $0x80
+DATA pairK6T<>+1(SB)/1, $0x00
+DATA pairK6T<>+2(SB)/1, $0x80
+DATA pairK6T<>+3(SB)/1, $0x08
+DATA pairK6T<>+4(SB)/1, $0x80
+DATA pairK6T<>+5(SB)/1, $0x01
+DATA pairK6T<>+6(SB)/1, $0x80
+DATA pairK6T<>+7(SB)/1, $0x09
+DATA pairK6T<>+8(SB)/1, $0x80
+DATA pairK6T<>+9(SB)/1, $0x02
+DATA pairK6T<>+10(SB)/1, $0x80
+DATA pairK6T<>+11(SB)/1, $0x0a
+DATA pairK6T<>+12(SB)/1, $0x80
+DATA pairK6T<>+13(SB)/1, $0x03
+DATA pairK6T<>+14(SB)/1, $0x80
+DATA pairK6T<>+15(SB)/1, $0x0b
+DATA pairK6T<>+16(SB)/1, $0x80
+DATA pairK6T<>+17(SB)/1, $0x04
+DATA pairK6T<>+18(SB)/1, $0x80
+DATA pairK6T<>+19(SB)/1, $0x0c
+DATA pairK6T<>+20(SB)/1, $0x80
+DATA pairK6T<>+21(SB)/1, $0x05
+DATA pairK6T<>+22(SB)/1, $0x80
+DATA pairK6T<>+23(SB)/1, $0x0d
+DATA pairK6T<>+24(SB)/1, $0x80
+DATA pairK6T<>+25(SB)/1, $0x06
+DATA pairK6T<>+26(SB)/1, $0x80
+DATA pairK6T<>+27(SB)/1, $0x0e
+DATA pairK6T<>+28(SB)/1, $0x80
+DATA pairK6T<>+29(SB)/1, $0x07
+DATA pairK6T<>+30(SB)/1, $0x80
+DATA pairK6T<>+31(SB)/1, $0x0f
+GLOBL pairK6T<>(SB), RODATA|NOPTR, $32
+
+DATA mask0f<>+0(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+4(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+8(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+12(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+16(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+20(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+24(SB)/4, $0x0f0f0f0f
+DATA mask0f<>+28(SB)/4, $0x0f0f0f0f
+GLOBL mask0f<>(SB), RODATA|NOPTR, $32
+
+// func q6ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q6ktAVX2x1(SB), NOSPLIT, $64-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000d40, R13
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      288(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y1
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
+	VMOVDQU      352(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      384(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      416(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      448(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      480(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      512(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      544(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      608(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      640(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      672(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      704(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	PREFETCHT0   704(R11)
+	PREFETCHT0   768(R11)
+	VMOVDQU      736(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      768(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	PREFETCHT0   832(R11)
+	VMOVDQU      800(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	VMOVDQU      864(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      896(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      928(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      960(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      992(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1024(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1056(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1120(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1152(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1184(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1216(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	PREFETCHT0   1536(R11)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1248(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1280(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1312(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1376(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1408(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	PREFETCHT0   1856(R11)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1440(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1472(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	PREFETCHT0   1984(R11)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1504(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1536(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      1568(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	PREFETCHT0   2176(R11)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1632(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1664(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	PREFETCHT0   2304(R11)
+	PREFETCHT0   2368(R11)
+	VMOVDQU      1696(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1728(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      1760(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1792(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	PREFETCHT0   2496(R11)
+	PREFETCHT0   2560(R11)
+	VMOVDQU      1824(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	PREFETCHT0   2624(R11)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      1888(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1920(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	PREFETCHT0   2752(R11)
+	VMOVDQU      1952(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1984(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	PREFETCHT0   2816(R11)
+	PREFETCHT0   2880(R11)
+	VMOVDQU      2016(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2048(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	PREFETCHT0   2944(R11)
+	PREFETCHT0   3008(R11)
+	VMOVDQU      2080(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	PREFETCHT0   3072(R11)
+	VMOVDQU      2144(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2176(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	PREFETCHT0   3136(R11)
+	PREFETCHT0   3200(R11)
+	VMOVDQU      2208(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2240(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	PREFETCHT0   3264(R11)
+	PREFETCHT0   3328(R11)
+	VMOVDQU      2272(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2304(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   272(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   276(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   280(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   284(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   288(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   292(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   296(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   300(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   272(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   276(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   280(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   284(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   288(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   292(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   296(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   300(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 256(DI), Y7
+	VMULPS       Y7, Y6, Y7
 	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	VPMADDWD     (R11)(R12*1), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y1, Y1
-	VMULSS       (R8)(R10*1), X10, X11
-	VBROADCASTSS X11, Y11
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 256(DI), Y7
+	VMULPS       Y7, Y6, Y7
 	VCVTDQ2PS    Y1, Y1
-	VFMADD231PS  Y11, Y1, Y5
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000130, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	DECQ         CX
 	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, 32(AX)
 	VZEROUPPER
 	RET
 
-// func q6kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x3(SB), NOSPLIT, $16-88
+// func q6ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q6ktAVX2x2(SB), NOSPLIT, $128-56
 	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000d40, R13
 
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+	VMOVUPS Y12, 64(SP)
+	VMOVUPS Y12, 96(SP)
 
 block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      288(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y2
+	VPBROADCASTD 256(DI), Y10
+	VPBROADCASTD 264(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y3
 
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
+	VMOVDQU      352(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      384(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 260(DI), Y10
+	VPBROADCASTD 268(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      416(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      448(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 272(DI), Y10
+	VPBROADCASTD 280(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      480(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      512(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 276(DI), Y10
+	VPBROADCASTD 284(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      544(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 288(DI), Y10
+	VPBROADCASTD 296(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y1, Y1
-	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y2, Y2
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      608(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      640(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 292(DI), Y10
+	VPBROADCASTD 300(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      672(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      704(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 304(DI), Y10
+	VPBROADCASTD 312(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	PREFETCHT0   704(R11)
+	PREFETCHT0   768(R11)
+	VMOVDQU      736(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      768(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 308(DI), Y10
+	VPBROADCASTD 316(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	PREFETCHT0   832(R11)
+	VMOVDQU      800(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 320(DI), Y10
+	VPBROADCASTD 328(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
 
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	VMOVDQU      864(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      896(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 324(DI), Y10
+	VPBROADCASTD 332(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      928(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      960(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 336(DI), Y10
+	VPBROADCASTD 344(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      992(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1024(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 340(DI), Y10
+	VPBROADCASTD 348(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1056(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 352(DI), Y10
+	VPBROADCASTD 360(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1120(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1152(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 356(DI), Y10
+	VPBROADCASTD 364(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1184(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1216(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 368(DI), Y10
+	VPBROADCASTD 376(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	PREFETCHT0   1536(R11)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1248(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1280(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 372(DI), Y10
+	VPBROADCASTD 380(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1312(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 384(DI), Y10
+	VPBROADCASTD 392(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1376(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1408(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 388(DI), Y10
+	VPBROADCASTD 396(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	PREFETCHT0   1856(R11)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1440(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1472(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 400(DI), Y10
+	VPBROADCASTD 408(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	PREFETCHT0   1984(R11)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1504(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1536(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 404(DI), Y10
+	VPBROADCASTD 412(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      1568(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 416(DI), Y10
+	VPBROADCASTD 424(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	PREFETCHT0   2176(R11)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1632(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1664(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 420(DI), Y10
+	VPBROADCASTD 428(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	PREFETCHT0   2304(R11)
+	PREFETCHT0   2368(R11)
+	VMOVDQU      1696(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1728(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 432(DI), Y10
+	VPBROADCASTD 440(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      1760(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1792(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 436(DI), Y10
+	VPBROADCASTD 444(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	PREFETCHT0   2496(R11)
+	PREFETCHT0   2560(R11)
+	VMOVDQU      1824(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 448(DI), Y10
+	VPBROADCASTD 456(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	PREFETCHT0   2624(R11)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      1888(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1920(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 452(DI), Y10
+	VPBROADCASTD 460(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	PREFETCHT0   2752(R11)
+	VMOVDQU      1952(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1984(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 464(DI), Y10
+	VPBROADCASTD 472(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	PREFETCHT0   2816(R11)
+	PREFETCHT0   2880(R11)
+	VMOVDQU      2016(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2048(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 468(DI), Y10
+	VPBROADCASTD 476(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	PREFETCHT0   2944(R11)
+	PREFETCHT0   3008(R11)
+	VMOVDQU      2080(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 480(DI), Y10
+	VPBROADCASTD 488(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	PREFETCHT0   3072(R11)
+	VMOVDQU      2144(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2176(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 484(DI), Y10
+	VPBROADCASTD 492(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	PREFETCHT0   3136(R11)
+	PREFETCHT0   3200(R11)
+	VMOVDQU      2208(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2240(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 496(DI), Y10
+	VPBROADCASTD 504(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	PREFETCHT0   3264(R11)
+	PREFETCHT0   3328(R11)
+	VMOVDQU      2272(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2304(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 500(DI), Y10
+	VPBROADCASTD 508(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   528(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   532(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   536(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   540(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   544(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   548(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   552(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   556(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VPBROADCASTD   576(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   580(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   584(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   588(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   592(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   596(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   600(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   604(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   528(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   532(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   536(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   540(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   544(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   548(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   552(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   556(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y2, Y2
+	VPBROADCASTD   576(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   580(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   584(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   588(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   592(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   596(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   600(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   604(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y3, Y3
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 512(DI), Y7
+	VMULPS       Y7, Y6, Y7
 	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	VPMADDWD     (R11)(R12*1), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y1, Y1
-	VMULSS       (R8)(R10*1), X10, X11
-	VBROADCASTSS X11, Y11
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VBROADCASTSS 560(DI), Y7
+	VMULPS       Y7, Y6, Y7
 	VCVTDQ2PS    Y1, Y1
-	VFMADD231PS  Y11, Y1, Y5
-	VPMADDWD     (R11)(R12*2), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y2, Y2
-	VMULSS       (R8)(R10*2), X10, X11
-	VBROADCASTSS X11, Y11
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 512(DI), Y7
+	VMULPS       Y7, Y6, Y7
 	VCVTDQ2PS    Y2, Y2
-	VFMADD231PS  Y11, Y2, Y6
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
-	DECQ         CX
-	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
-	VZEROUPPER
-	RET
-
-// func q6kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q6kAVX2x4(SB), NOSPLIT, $16-88
-	MOVQ w+0(FP), SI
-	MOVQ y+72(FP), AX
-	MOVQ AX, (SP)
-	MOVQ nrow+8(FP), AX
-	MOVQ AX, 8(SP)
-
-row:
-	MOVQ         nblk+16(FP), CX
-	MOVQ         x+24(FP), DI
-	MOVQ         xstride+32(FP), R9
-	MOVQ         xd+40(FP), R8
-	MOVQ         dstride+48(FP), R10
-	MOVQ         xb+56(FP), R11
-	MOVQ         bstride+64(FP), R12
-	LEAQ         (DI)(R9*2), R13
-	ADDQ         R9, R13
-	LEAQ         (R8)(R10*2), DX
-	ADDQ         R10, DX
-	LEAQ         (R11)(R12*2), BX
-	ADDQ         R12, BX
-	VPXOR        Y4, Y4, Y4
-	VPXOR        Y5, Y5, Y5
-	VPXOR        Y6, Y6, Y6
-	VPXOR        Y7, Y7, Y7
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-
-block:
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-	VPXOR Y3, Y3, Y3
-
-	// block: ql[128], qh[64], scales[16] (per half: even then odd), d f16
-	VMOVDQU     (SI), Y12
-	VMOVDQU     32(SI), Y13
-	VMOVDQU     128(SI), Y11
-	VPMOVSXBW   192(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 0…31
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW (DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW (DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW (DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW (R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 32…63
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 32(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 32(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 32(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 32(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 64…95
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 64(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 64(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 64(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 64(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 96…127
-	VPSRLW      $0x04, Y13, Y10
-	VPAND       Y15, Y10, Y10
-	VPSRLW      $0x02, Y11, Y9
-	VPAND       mask30<>+0(SB), Y9, Y9
-	VPOR        Y9, Y10, Y10
-	VPSHUFB     shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW  96(DI), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y0, Y0
-	VPMADDUBSW  96(DI)(R9*1), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y1, Y1
-	VPMADDUBSW  96(DI)(R9*2), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y2, Y2
-	VPMADDUBSW  96(R13), Y10, Y8
-	VPMADDWD    Y9, Y8, Y8
-	VPADDD      Y8, Y3, Y3
-	VMOVDQU     64(SI), Y12
-	VMOVDQU     96(SI), Y13
-	VMOVDQU     160(SI), Y11
-	VPMOVSXBW   200(SI), X14
-	VINSERTI128 $0x01, X14, Y14, Y14
-
-	// weights 128…159
-	VPAND      Y15, Y12, Y10
-	VPSLLW     $0x04, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_0<>+0(SB), Y14, Y9
-	VPMADDUBSW 128(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 128(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 128(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 128(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 160…191
-	VPAND      Y15, Y13, Y10
-	VPSLLW     $0x02, Y11, Y9
-	VPAND      mask30<>+0(SB), Y9, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_1<>+0(SB), Y14, Y9
-	VPMADDUBSW 160(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 160(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 160(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 160(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 192…223
-	VPSRLW     $0x04, Y12, Y10
-	VPAND      Y15, Y10, Y10
-	VPAND      mask30<>+0(SB), Y11, Y9
-	VPOR       Y9, Y10, Y10
-	VPSHUFB    shufK6_2<>+0(SB), Y14, Y9
-	VPMADDUBSW 192(DI), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y0, Y0
-	VPMADDUBSW 192(DI)(R9*1), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y1, Y1
-	VPMADDUBSW 192(DI)(R9*2), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y2, Y2
-	VPMADDUBSW 192(R13), Y10, Y8
-	VPMADDWD   Y9, Y8, Y8
-	VPADDD     Y8, Y3, Y3
-
-	// weights 224…255
-	VPSRLW       $0x04, Y13, Y10
-	VPAND        Y15, Y10, Y10
-	VPSRLW       $0x02, Y11, Y9
-	VPAND        mask30<>+0(SB), Y9, Y9
-	VPOR         Y9, Y10, Y10
-	VPSHUFB      shufK6_3<>+0(SB), Y14, Y9
-	VPMADDUBSW   224(DI), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VPMADDUBSW   224(DI)(R9*1), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VPMADDUBSW   224(DI)(R9*2), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VPMADDUBSW   224(R13), Y10, Y8
-	VPMADDWD     Y9, Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMOVSXBW    192(SI), Y14
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X10
-	VCVTPH2PS    X10, X10
-	VPMADDWD     (R11), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y0, Y0
-	VMULSS       (R8), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y0, Y0
-	VFMADD231PS  Y11, Y0, Y4
-	VPMADDWD     (R11)(R12*1), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y1, Y1
-	VMULSS       (R8)(R10*1), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y1, Y1
-	VFMADD231PS  Y11, Y1, Y5
-	VPMADDWD     (R11)(R12*2), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y2, Y2
-	VMULSS       (R8)(R10*2), X10, X11
-	VBROADCASTSS X11, Y11
-	VCVTDQ2PS    Y2, Y2
-	VFMADD231PS  Y11, Y2, Y6
-	VPMADDWD     (BX), Y14, Y9
-	VPSLLD       $0x05, Y9, Y9
-	VPSUBD       Y9, Y3, Y3
-	VMULSS       (DX), X10, X11
-	VBROADCASTSS X11, Y11
+	VMOVUPS      64(SP), Y8
+	VFMADD231PS  Y7, Y2, Y8
+	VMOVUPS      Y8, 64(SP)
+	VBROADCASTSS 560(DI), Y7
+	VMULPS       Y7, Y6, Y7
 	VCVTDQ2PS    Y3, Y3
-	VFMADD231PS  Y11, Y3, Y7
-	ADDQ         $0x000000d2, SI
-	ADDQ         $0x00000020, R11
-	ADDQ         $0x00000020, BX
-	ADDQ         $0x00000100, DI
-	ADDQ         $0x00000100, R13
-	ADDQ         $0x04, R8
-	ADDQ         $0x04, DX
+	VMOVUPS      96(SP), Y8
+	VFMADD231PS  Y7, Y3, Y8
+	VMOVUPS      Y8, 96(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000260, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
 	DECQ         CX
 	JNZ          block
-	MOVQ         (SP), AX
-	MOVQ         ystride+80(FP), R9
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X4
-	VMOVHLPS     X4, X8, X8
-	VADDPS       X8, X4, X4
-	VMOVSHDUP    X4, X8
-	VADDSS       X8, X4, X4
-	VMOVSS       X4, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y5, X8
-	VADDPS       X8, X5, X5
-	VMOVHLPS     X5, X8, X8
-	VADDPS       X8, X5, X5
-	VMOVSHDUP    X5, X8
-	VADDSS       X8, X5, X5
-	VMOVSS       X5, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y6, X8
-	VADDPS       X8, X6, X6
-	VMOVHLPS     X6, X8, X8
-	VADDPS       X8, X6, X6
-	VMOVSHDUP    X6, X8
-	VADDSS       X8, X6, X6
-	VMOVSS       X6, (AX)
-	ADDQ         R9, AX
-	VEXTRACTF128 $0x01, Y7, X8
-	VADDPS       X8, X7, X7
-	VMOVHLPS     X7, X8, X8
-	VADDPS       X8, X7, X7
-	VMOVSHDUP    X7, X8
-	VADDSS       X8, X7, X7
-	VMOVSS       X7, (AX)
-	ADDQ         $0x04, (SP)
-	DECQ         8(SP)
-	JNZ          row
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      64(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      96(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q6ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q6ktAVX2x3(SB), NOSPLIT, $192-56
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000d40, R13
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+	VMOVUPS Y12, 64(SP)
+	VMOVUPS Y12, 96(SP)
+	VMOVUPS Y12, 128(SP)
+	VMOVUPS Y12, 160(SP)
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	PREFETCHT0   (R11)
+	VMOVDQU      288(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y3
+	VPBROADCASTD 256(DI), Y10
+	VPBROADCASTD 264(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y4
+	VPBROADCASTD 512(DI), Y10
+	VPBROADCASTD 520(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y5
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
+	VMOVDQU      352(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2336(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2336(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      384(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2368(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2368(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 260(DI), Y10
+	VPBROADCASTD 268(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 516(DI), Y10
+	VPBROADCASTD 524(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	PREFETCHT0   192(R11)
+	VMOVDQU      416(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      448(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 272(DI), Y10
+	VPBROADCASTD 280(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 528(DI), Y10
+	VPBROADCASTD 536(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VMOVDQU      480(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2400(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2400(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      512(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2432(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2432(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 276(DI), Y10
+	VPBROADCASTD 284(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 532(DI), Y10
+	VPBROADCASTD 540(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VMOVDQU      544(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 288(DI), Y10
+	VPBROADCASTD 296(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 544(DI), Y10
+	VPBROADCASTD 552(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	PREFETCHT0   512(R11)
+	VMOVDQU      608(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2464(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2464(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      640(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2496(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2496(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 292(DI), Y10
+	VPBROADCASTD 300(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 548(DI), Y10
+	VPBROADCASTD 556(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	PREFETCHT0   576(R11)
+	PREFETCHT0   640(R11)
+	VMOVDQU      672(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      704(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 304(DI), Y10
+	VPBROADCASTD 312(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 560(DI), Y10
+	VPBROADCASTD 568(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	PREFETCHT0   704(R11)
+	PREFETCHT0   768(R11)
+	VMOVDQU      736(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2528(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2528(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      768(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2560(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2560(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 308(DI), Y10
+	VPBROADCASTD 316(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 564(DI), Y10
+	VPBROADCASTD 572(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	PREFETCHT0   832(R11)
+	VMOVDQU      800(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 320(DI), Y10
+	VPBROADCASTD 328(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 576(DI), Y10
+	VPBROADCASTD 584(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	VMOVDQU      864(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2592(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2592(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      896(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2624(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2624(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 324(DI), Y10
+	VPBROADCASTD 332(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 580(DI), Y10
+	VPBROADCASTD 588(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	PREFETCHT0   1024(R11)
+	PREFETCHT0   1088(R11)
+	VMOVDQU      928(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      960(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 336(DI), Y10
+	VPBROADCASTD 344(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 592(DI), Y10
+	VPBROADCASTD 600(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	PREFETCHT0   1152(R11)
+	VMOVDQU      992(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2656(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2656(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1024(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2688(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2688(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 340(DI), Y10
+	VPBROADCASTD 348(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 596(DI), Y10
+	VPBROADCASTD 604(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	PREFETCHT0   1216(R11)
+	PREFETCHT0   1280(R11)
+	VMOVDQU      1056(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 352(DI), Y10
+	VPBROADCASTD 360(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 608(DI), Y10
+	VPBROADCASTD 616(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	PREFETCHT0   1344(R11)
+	PREFETCHT0   1408(R11)
+	VMOVDQU      1120(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2720(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2720(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1152(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2752(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2752(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 356(DI), Y10
+	VPBROADCASTD 364(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 612(DI), Y10
+	VPBROADCASTD 620(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	PREFETCHT0   1472(R11)
+	VMOVDQU      1184(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1216(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 368(DI), Y10
+	VPBROADCASTD 376(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 624(DI), Y10
+	VPBROADCASTD 632(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	PREFETCHT0   1536(R11)
+	PREFETCHT0   1600(R11)
+	VMOVDQU      1248(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2784(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2784(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1280(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2816(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2816(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 372(DI), Y10
+	VPBROADCASTD 380(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 628(DI), Y10
+	VPBROADCASTD 636(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	PREFETCHT0   1664(R11)
+	PREFETCHT0   1728(R11)
+	VMOVDQU      1312(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 384(DI), Y10
+	VPBROADCASTD 392(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 640(DI), Y10
+	VPBROADCASTD 648(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	PREFETCHT0   1792(R11)
+	VMOVDQU      1376(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2848(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2848(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1408(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2880(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2880(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 388(DI), Y10
+	VPBROADCASTD 396(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 644(DI), Y10
+	VPBROADCASTD 652(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	PREFETCHT0   1856(R11)
+	PREFETCHT0   1920(R11)
+	VMOVDQU      1440(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1472(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 400(DI), Y10
+	VPBROADCASTD 408(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 656(DI), Y10
+	VPBROADCASTD 664(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	PREFETCHT0   1984(R11)
+	PREFETCHT0   2048(R11)
+	VMOVDQU      1504(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2912(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2912(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1536(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      2944(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      2944(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 404(DI), Y10
+	VPBROADCASTD 412(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 660(DI), Y10
+	VPBROADCASTD 668(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	PREFETCHT0   2112(R11)
+	VMOVDQU      1568(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 416(DI), Y10
+	VPBROADCASTD 424(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 672(DI), Y10
+	VPBROADCASTD 680(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	PREFETCHT0   2176(R11)
+	PREFETCHT0   2240(R11)
+	VMOVDQU      1632(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      2976(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      2976(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1664(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3008(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3008(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 420(DI), Y10
+	VPBROADCASTD 428(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 676(DI), Y10
+	VPBROADCASTD 684(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	PREFETCHT0   2304(R11)
+	PREFETCHT0   2368(R11)
+	VMOVDQU      1696(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1728(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 432(DI), Y10
+	VPBROADCASTD 440(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 688(DI), Y10
+	VPBROADCASTD 696(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	PREFETCHT0   2432(R11)
+	VMOVDQU      1760(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3040(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3040(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1792(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3072(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3072(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 436(DI), Y10
+	VPBROADCASTD 444(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 692(DI), Y10
+	VPBROADCASTD 700(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	PREFETCHT0   2496(R11)
+	PREFETCHT0   2560(R11)
+	VMOVDQU      1824(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 448(DI), Y10
+	VPBROADCASTD 456(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 704(DI), Y10
+	VPBROADCASTD 712(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	PREFETCHT0   2624(R11)
+	PREFETCHT0   2688(R11)
+	VMOVDQU      1888(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3104(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3104(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      1920(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3136(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3136(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 452(DI), Y10
+	VPBROADCASTD 460(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 708(DI), Y10
+	VPBROADCASTD 716(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	PREFETCHT0   2752(R11)
+	VMOVDQU      1952(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1984(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 464(DI), Y10
+	VPBROADCASTD 472(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 720(DI), Y10
+	VPBROADCASTD 728(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	PREFETCHT0   2816(R11)
+	PREFETCHT0   2880(R11)
+	VMOVDQU      2016(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3168(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3168(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2048(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3200(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3200(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 468(DI), Y10
+	VPBROADCASTD 476(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 724(DI), Y10
+	VPBROADCASTD 732(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	PREFETCHT0   2944(R11)
+	PREFETCHT0   3008(R11)
+	VMOVDQU      2080(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 480(DI), Y10
+	VPBROADCASTD 488(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 736(DI), Y10
+	VPBROADCASTD 744(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	PREFETCHT0   3072(R11)
+	VMOVDQU      2144(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3232(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3232(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2176(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3264(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3264(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 484(DI), Y10
+	VPBROADCASTD 492(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 740(DI), Y10
+	VPBROADCASTD 748(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	PREFETCHT0   3136(R11)
+	PREFETCHT0   3200(R11)
+	VMOVDQU      2208(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2240(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x04, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSLLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 496(DI), Y10
+	VPBROADCASTD 504(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 752(DI), Y10
+	VPBROADCASTD 760(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	PREFETCHT0   3264(R11)
+	PREFETCHT0   3328(R11)
+	VMOVDQU      2272(SI), Y8
+	VPAND        mask0f<>+0(SB), Y8, Y6
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        mask0f<>+0(SB), Y8, Y8
+	VMOVDQU      3296(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y6, Y6
+	VMOVDQU      3296(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y8, Y8
+	VMOVDQU      2304(SI), Y9
+	VPAND        mask0f<>+0(SB), Y9, Y7
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        mask0f<>+0(SB), Y9, Y9
+	VMOVDQU      3328(SI), Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y7, Y7
+	VMOVDQU      3328(SI), Y12
+	VPSRLW       $0x02, Y12, Y12
+	VPAND        mask30<>+0(SB), Y12, Y12
+	VPOR         Y12, Y9, Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 500(DI), Y10
+	VPBROADCASTD 508(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 756(DI), Y10
+	VPBROADCASTD 764(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   784(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   788(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   792(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   796(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   800(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   804(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   808(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   812(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VPBROADCASTD   832(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   836(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   840(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   844(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   848(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   852(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   856(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   860(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+	VPBROADCASTD   880(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   884(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   888(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   892(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   896(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   900(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   904(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   908(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y2, Y2
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   784(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   788(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   792(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   796(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   800(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   804(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   808(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   812(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y3, Y3
+	VPBROADCASTD   832(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   836(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   840(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   844(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   848(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   852(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   856(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   860(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y4, Y4
+	VPBROADCASTD   880(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   884(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   888(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   892(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   896(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   900(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   904(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   908(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y5, Y5
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 768(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VBROADCASTSS 816(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y1, Y1
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	VBROADCASTSS 864(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      64(SP), Y8
+	VFMADD231PS  Y7, Y2, Y8
+	VMOVUPS      Y8, 64(SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 768(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      96(SP), Y8
+	VFMADD231PS  Y7, Y3, Y8
+	VMOVUPS      Y8, 96(SP)
+	VBROADCASTSS 816(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      128(SP), Y8
+	VFMADD231PS  Y7, Y4, Y8
+	VMOVUPS      Y8, 128(SP)
+	VBROADCASTSS 864(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      160(SP), Y8
+	VFMADD231PS  Y7, Y5, Y8
+	VMOVUPS      Y8, 160(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000390, DI
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      96(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      128(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      64(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      160(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q6kuAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q6kuAVX2x1(SB), NOSPLIT, $64-48
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ u+40(FP), R11
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	VMOVDQU      (R11), Y6
+	VMOVDQU      32(R11), Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      64(R11), Y7
+	VMOVDQU      96(R11), Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y1
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	VMOVDQU      128(R11), Y6
+	VMOVDQU      160(R11), Y8
+	VMOVDQU      192(R11), Y7
+	VMOVDQU      224(R11), Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	VMOVDQU      256(R11), Y6
+	VMOVDQU      288(R11), Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(R11), Y7
+	VMOVDQU      352(R11), Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	VMOVDQU      384(R11), Y6
+	VMOVDQU      416(R11), Y8
+	VMOVDQU      448(R11), Y7
+	VMOVDQU      480(R11), Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	VMOVDQU      512(R11), Y6
+	VMOVDQU      544(R11), Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(R11), Y7
+	VMOVDQU      608(R11), Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	VMOVDQU      640(R11), Y6
+	VMOVDQU      672(R11), Y8
+	VMOVDQU      704(R11), Y7
+	VMOVDQU      736(R11), Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	VMOVDQU      768(R11), Y6
+	VMOVDQU      800(R11), Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(R11), Y7
+	VMOVDQU      864(R11), Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	VMOVDQU      896(R11), Y6
+	VMOVDQU      928(R11), Y8
+	VMOVDQU      960(R11), Y7
+	VMOVDQU      992(R11), Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	VMOVDQU      1024(R11), Y6
+	VMOVDQU      1056(R11), Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(R11), Y7
+	VMOVDQU      1120(R11), Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	VMOVDQU      1152(R11), Y6
+	VMOVDQU      1184(R11), Y8
+	VMOVDQU      1216(R11), Y7
+	VMOVDQU      1248(R11), Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	VMOVDQU      1280(R11), Y6
+	VMOVDQU      1312(R11), Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(R11), Y7
+	VMOVDQU      1376(R11), Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	VMOVDQU      1408(R11), Y6
+	VMOVDQU      1440(R11), Y8
+	VMOVDQU      1472(R11), Y7
+	VMOVDQU      1504(R11), Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	VMOVDQU      1536(R11), Y6
+	VMOVDQU      1568(R11), Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(R11), Y7
+	VMOVDQU      1632(R11), Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	VMOVDQU      1664(R11), Y6
+	VMOVDQU      1696(R11), Y8
+	VMOVDQU      1728(R11), Y7
+	VMOVDQU      1760(R11), Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	VMOVDQU      1792(R11), Y6
+	VMOVDQU      1824(R11), Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(R11), Y7
+	VMOVDQU      1888(R11), Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	VMOVDQU      1920(R11), Y6
+	VMOVDQU      1952(R11), Y8
+	VMOVDQU      1984(R11), Y7
+	VMOVDQU      2016(R11), Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	VMOVDQU      2048(R11), Y6
+	VMOVDQU      2080(R11), Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(R11), Y7
+	VMOVDQU      2144(R11), Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	VMOVDQU      2176(R11), Y6
+	VMOVDQU      2208(R11), Y8
+	VMOVDQU      2240(R11), Y7
+	VMOVDQU      2272(R11), Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	VMOVDQU      2304(R11), Y6
+	VMOVDQU      2336(R11), Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2368(R11), Y7
+	VMOVDQU      2400(R11), Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	VMOVDQU      2432(R11), Y6
+	VMOVDQU      2464(R11), Y8
+	VMOVDQU      2496(R11), Y7
+	VMOVDQU      2528(R11), Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	VMOVDQU      2560(R11), Y6
+	VMOVDQU      2592(R11), Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2624(R11), Y7
+	VMOVDQU      2656(R11), Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	VMOVDQU      2688(R11), Y6
+	VMOVDQU      2720(R11), Y8
+	VMOVDQU      2752(R11), Y7
+	VMOVDQU      2784(R11), Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	VMOVDQU      2816(R11), Y6
+	VMOVDQU      2848(R11), Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2880(R11), Y7
+	VMOVDQU      2912(R11), Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	VMOVDQU      2944(R11), Y6
+	VMOVDQU      2976(R11), Y8
+	VMOVDQU      3008(R11), Y7
+	VMOVDQU      3040(R11), Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	VMOVDQU      3072(R11), Y6
+	VMOVDQU      3104(R11), Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3136(R11), Y7
+	VMOVDQU      3168(R11), Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	VMOVDQU      3200(R11), Y6
+	VMOVDQU      3232(R11), Y8
+	VMOVDQU      3264(R11), Y7
+	VMOVDQU      3296(R11), Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	VMOVDQU      3328(R11), Y6
+	VMOVDQU      3360(R11), Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3392(R11), Y7
+	VMOVDQU      3424(R11), Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	VMOVDQU      3456(R11), Y6
+	VMOVDQU      3488(R11), Y8
+	VMOVDQU      3520(R11), Y7
+	VMOVDQU      3552(R11), Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	VMOVDQU      3584(R11), Y6
+	VMOVDQU      3616(R11), Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3648(R11), Y7
+	VMOVDQU      3680(R11), Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	VMOVDQU      3712(R11), Y6
+	VMOVDQU      3744(R11), Y8
+	VMOVDQU      3776(R11), Y7
+	VMOVDQU      3808(R11), Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	VMOVDQU      3840(R11), Y6
+	VMOVDQU      3872(R11), Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3904(R11), Y7
+	VMOVDQU      3936(R11), Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	VMOVDQU      3968(R11), Y6
+	VMOVDQU      4000(R11), Y8
+	VMOVDQU      4032(R11), Y7
+	VMOVDQU      4064(R11), Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   272(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   276(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   280(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   284(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   288(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   292(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   296(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   300(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   272(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   276(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   280(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   284(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   288(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   292(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   296(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   300(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 256(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 256(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y1, Y1
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000130, DI
+	ADDQ         $0x00001000, R11
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q6kuAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q6kuAVX2x2(SB), NOSPLIT, $128-48
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ u+40(FP), R11
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+	VMOVUPS Y12, 64(SP)
+	VMOVUPS Y12, 96(SP)
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	VMOVDQU      (R11), Y6
+	VMOVDQU      32(R11), Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      64(R11), Y7
+	VMOVDQU      96(R11), Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y2
+	VPBROADCASTD 256(DI), Y10
+	VPBROADCASTD 264(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y3
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	VMOVDQU      128(R11), Y6
+	VMOVDQU      160(R11), Y8
+	VMOVDQU      192(R11), Y7
+	VMOVDQU      224(R11), Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 260(DI), Y10
+	VPBROADCASTD 268(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	VMOVDQU      256(R11), Y6
+	VMOVDQU      288(R11), Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(R11), Y7
+	VMOVDQU      352(R11), Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 272(DI), Y10
+	VPBROADCASTD 280(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	VMOVDQU      384(R11), Y6
+	VMOVDQU      416(R11), Y8
+	VMOVDQU      448(R11), Y7
+	VMOVDQU      480(R11), Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 276(DI), Y10
+	VPBROADCASTD 284(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	VMOVDQU      512(R11), Y6
+	VMOVDQU      544(R11), Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(R11), Y7
+	VMOVDQU      608(R11), Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 288(DI), Y10
+	VPBROADCASTD 296(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	VMOVDQU      640(R11), Y6
+	VMOVDQU      672(R11), Y8
+	VMOVDQU      704(R11), Y7
+	VMOVDQU      736(R11), Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 292(DI), Y10
+	VPBROADCASTD 300(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	VMOVDQU      768(R11), Y6
+	VMOVDQU      800(R11), Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(R11), Y7
+	VMOVDQU      864(R11), Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 304(DI), Y10
+	VPBROADCASTD 312(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	VMOVDQU      896(R11), Y6
+	VMOVDQU      928(R11), Y8
+	VMOVDQU      960(R11), Y7
+	VMOVDQU      992(R11), Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 308(DI), Y10
+	VPBROADCASTD 316(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	VMOVDQU      1024(R11), Y6
+	VMOVDQU      1056(R11), Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(R11), Y7
+	VMOVDQU      1120(R11), Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 320(DI), Y10
+	VPBROADCASTD 328(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	VMOVDQU      1152(R11), Y6
+	VMOVDQU      1184(R11), Y8
+	VMOVDQU      1216(R11), Y7
+	VMOVDQU      1248(R11), Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 324(DI), Y10
+	VPBROADCASTD 332(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	VMOVDQU      1280(R11), Y6
+	VMOVDQU      1312(R11), Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(R11), Y7
+	VMOVDQU      1376(R11), Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 336(DI), Y10
+	VPBROADCASTD 344(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	VMOVDQU      1408(R11), Y6
+	VMOVDQU      1440(R11), Y8
+	VMOVDQU      1472(R11), Y7
+	VMOVDQU      1504(R11), Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 340(DI), Y10
+	VPBROADCASTD 348(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	VMOVDQU      1536(R11), Y6
+	VMOVDQU      1568(R11), Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(R11), Y7
+	VMOVDQU      1632(R11), Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 352(DI), Y10
+	VPBROADCASTD 360(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	VMOVDQU      1664(R11), Y6
+	VMOVDQU      1696(R11), Y8
+	VMOVDQU      1728(R11), Y7
+	VMOVDQU      1760(R11), Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 356(DI), Y10
+	VPBROADCASTD 364(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	VMOVDQU      1792(R11), Y6
+	VMOVDQU      1824(R11), Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(R11), Y7
+	VMOVDQU      1888(R11), Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 368(DI), Y10
+	VPBROADCASTD 376(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	VMOVDQU      1920(R11), Y6
+	VMOVDQU      1952(R11), Y8
+	VMOVDQU      1984(R11), Y7
+	VMOVDQU      2016(R11), Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 372(DI), Y10
+	VPBROADCASTD 380(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	VMOVDQU      2048(R11), Y6
+	VMOVDQU      2080(R11), Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(R11), Y7
+	VMOVDQU      2144(R11), Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 384(DI), Y10
+	VPBROADCASTD 392(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	VMOVDQU      2176(R11), Y6
+	VMOVDQU      2208(R11), Y8
+	VMOVDQU      2240(R11), Y7
+	VMOVDQU      2272(R11), Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 388(DI), Y10
+	VPBROADCASTD 396(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	VMOVDQU      2304(R11), Y6
+	VMOVDQU      2336(R11), Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2368(R11), Y7
+	VMOVDQU      2400(R11), Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 400(DI), Y10
+	VPBROADCASTD 408(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	VMOVDQU      2432(R11), Y6
+	VMOVDQU      2464(R11), Y8
+	VMOVDQU      2496(R11), Y7
+	VMOVDQU      2528(R11), Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 404(DI), Y10
+	VPBROADCASTD 412(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	VMOVDQU      2560(R11), Y6
+	VMOVDQU      2592(R11), Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2624(R11), Y7
+	VMOVDQU      2656(R11), Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 416(DI), Y10
+	VPBROADCASTD 424(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	VMOVDQU      2688(R11), Y6
+	VMOVDQU      2720(R11), Y8
+	VMOVDQU      2752(R11), Y7
+	VMOVDQU      2784(R11), Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 420(DI), Y10
+	VPBROADCASTD 428(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	VMOVDQU      2816(R11), Y6
+	VMOVDQU      2848(R11), Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2880(R11), Y7
+	VMOVDQU      2912(R11), Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 432(DI), Y10
+	VPBROADCASTD 440(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	VMOVDQU      2944(R11), Y6
+	VMOVDQU      2976(R11), Y8
+	VMOVDQU      3008(R11), Y7
+	VMOVDQU      3040(R11), Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 436(DI), Y10
+	VPBROADCASTD 444(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	VMOVDQU      3072(R11), Y6
+	VMOVDQU      3104(R11), Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3136(R11), Y7
+	VMOVDQU      3168(R11), Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 448(DI), Y10
+	VPBROADCASTD 456(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	VMOVDQU      3200(R11), Y6
+	VMOVDQU      3232(R11), Y8
+	VMOVDQU      3264(R11), Y7
+	VMOVDQU      3296(R11), Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 452(DI), Y10
+	VPBROADCASTD 460(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	VMOVDQU      3328(R11), Y6
+	VMOVDQU      3360(R11), Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3392(R11), Y7
+	VMOVDQU      3424(R11), Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 464(DI), Y10
+	VPBROADCASTD 472(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	VMOVDQU      3456(R11), Y6
+	VMOVDQU      3488(R11), Y8
+	VMOVDQU      3520(R11), Y7
+	VMOVDQU      3552(R11), Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 468(DI), Y10
+	VPBROADCASTD 476(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	VMOVDQU      3584(R11), Y6
+	VMOVDQU      3616(R11), Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3648(R11), Y7
+	VMOVDQU      3680(R11), Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 480(DI), Y10
+	VPBROADCASTD 488(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	VMOVDQU      3712(R11), Y6
+	VMOVDQU      3744(R11), Y8
+	VMOVDQU      3776(R11), Y7
+	VMOVDQU      3808(R11), Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 484(DI), Y10
+	VPBROADCASTD 492(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	VMOVDQU      3840(R11), Y6
+	VMOVDQU      3872(R11), Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3904(R11), Y7
+	VMOVDQU      3936(R11), Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 496(DI), Y10
+	VPBROADCASTD 504(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	VMOVDQU      3968(R11), Y6
+	VMOVDQU      4000(R11), Y8
+	VMOVDQU      4032(R11), Y7
+	VMOVDQU      4064(R11), Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPBROADCASTD 500(DI), Y10
+	VPBROADCASTD 508(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   528(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   532(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   536(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   540(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   544(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   548(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   552(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   556(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VPBROADCASTD   576(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   580(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   584(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   588(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   592(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   596(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   600(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   604(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   528(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   532(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   536(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   540(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   544(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   548(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   552(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   556(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y2, Y2
+	VPBROADCASTD   576(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   580(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   584(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   588(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   592(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   596(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   600(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   604(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y3, Y3
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 512(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VBROADCASTSS 560(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y1, Y1
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 512(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      64(SP), Y8
+	VFMADD231PS  Y7, Y2, Y8
+	VMOVUPS      Y8, 64(SP)
+	VBROADCASTSS 560(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      96(SP), Y8
+	VFMADD231PS  Y7, Y3, Y8
+	VMOVUPS      Y8, 96(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000260, DI
+	ADDQ         $0x00001000, R11
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      64(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      96(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q6kuAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q6kuAVX2x3(SB), NOSPLIT, $192-48
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ u+40(FP), R11
+
+	// int32 super-block sums (half h, row b) Y[h*nb+b]; f32 accumulators on the stack;
+	// Y6-Y9 quants of the two halves, Y10/Y11 activation broadcasts, Y12/Y13 products,
+	// Y14/Y15 the halves' sub-block scales.
+	VPXOR   Y12, Y12, Y12
+	VMOVUPS Y12, (SP)
+	VMOVUPS Y12, 32(SP)
+	VMOVUPS Y12, 64(SP)
+	VMOVUPS Y12, 96(SP)
+	VMOVUPS Y12, 128(SP)
+	VMOVUPS Y12, 160(SP)
+
+block:
+	// sub-block 0, step 0: weights 16·0+4·0 … +3 (low nibbles) and 16·0+8+4·0 … +3 (high)
+	VMOVDQU      (R11), Y6
+	VMOVDQU      32(R11), Y8
+	VPBROADCASTQ 32(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      64(R11), Y7
+	VMOVDQU      96(R11), Y9
+	VPBROADCASTQ 160(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 8(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y3
+	VPBROADCASTD 256(DI), Y10
+	VPBROADCASTD 264(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y4
+	VPBROADCASTD 512(DI), Y10
+	VPBROADCASTD 520(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y5
+
+	// sub-block 0, step 1: weights 16·0+4·1 … +3 (low nibbles) and 16·0+8+4·1 … +3 (high)
+	VMOVDQU      128(R11), Y6
+	VMOVDQU      160(R11), Y8
+	VMOVDQU      192(R11), Y7
+	VMOVDQU      224(R11), Y9
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 12(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 260(DI), Y10
+	VPBROADCASTD 268(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 516(DI), Y10
+	VPBROADCASTD 524(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 1, step 0: weights 16·1+4·0 … +3 (low nibbles) and 16·1+8+4·0 … +3 (high)
+	VMOVDQU      256(R11), Y6
+	VMOVDQU      288(R11), Y8
+	VPBROADCASTQ 40(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      320(R11), Y7
+	VMOVDQU      352(R11), Y9
+	VPBROADCASTQ 168(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 16(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 272(DI), Y10
+	VPBROADCASTD 280(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 528(DI), Y10
+	VPBROADCASTD 536(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 1, step 1: weights 16·1+4·1 … +3 (low nibbles) and 16·1+8+4·1 … +3 (high)
+	VMOVDQU      384(R11), Y6
+	VMOVDQU      416(R11), Y8
+	VMOVDQU      448(R11), Y7
+	VMOVDQU      480(R11), Y9
+	VPBROADCASTD 20(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 276(DI), Y10
+	VPBROADCASTD 284(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 532(DI), Y10
+	VPBROADCASTD 540(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 2, step 0: weights 16·2+4·0 … +3 (low nibbles) and 16·2+8+4·0 … +3 (high)
+	VMOVDQU      512(R11), Y6
+	VMOVDQU      544(R11), Y8
+	VPBROADCASTQ 48(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      576(R11), Y7
+	VMOVDQU      608(R11), Y9
+	VPBROADCASTQ 176(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 32(DI), Y10
+	VPBROADCASTD 40(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 288(DI), Y10
+	VPBROADCASTD 296(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 544(DI), Y10
+	VPBROADCASTD 552(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 2, step 1: weights 16·2+4·1 … +3 (low nibbles) and 16·2+8+4·1 … +3 (high)
+	VMOVDQU      640(R11), Y6
+	VMOVDQU      672(R11), Y8
+	VMOVDQU      704(R11), Y7
+	VMOVDQU      736(R11), Y9
+	VPBROADCASTD 36(DI), Y10
+	VPBROADCASTD 44(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 292(DI), Y10
+	VPBROADCASTD 300(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 548(DI), Y10
+	VPBROADCASTD 556(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 3, step 0: weights 16·3+4·0 … +3 (low nibbles) and 16·3+8+4·0 … +3 (high)
+	VMOVDQU      768(R11), Y6
+	VMOVDQU      800(R11), Y8
+	VPBROADCASTQ 56(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      832(R11), Y7
+	VMOVDQU      864(R11), Y9
+	VPBROADCASTQ 184(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 48(DI), Y10
+	VPBROADCASTD 56(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 304(DI), Y10
+	VPBROADCASTD 312(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 560(DI), Y10
+	VPBROADCASTD 568(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 3, step 1: weights 16·3+4·1 … +3 (low nibbles) and 16·3+8+4·1 … +3 (high)
+	VMOVDQU      896(R11), Y6
+	VMOVDQU      928(R11), Y8
+	VMOVDQU      960(R11), Y7
+	VMOVDQU      992(R11), Y9
+	VPBROADCASTD 52(DI), Y10
+	VPBROADCASTD 60(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 308(DI), Y10
+	VPBROADCASTD 316(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 564(DI), Y10
+	VPBROADCASTD 572(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 4, step 0: weights 16·4+4·0 … +3 (low nibbles) and 16·4+8+4·0 … +3 (high)
+	VMOVDQU      1024(R11), Y6
+	VMOVDQU      1056(R11), Y8
+	VPBROADCASTQ 64(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1088(R11), Y7
+	VMOVDQU      1120(R11), Y9
+	VPBROADCASTQ 192(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 64(DI), Y10
+	VPBROADCASTD 72(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 320(DI), Y10
+	VPBROADCASTD 328(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 576(DI), Y10
+	VPBROADCASTD 584(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 4, step 1: weights 16·4+4·1 … +3 (low nibbles) and 16·4+8+4·1 … +3 (high)
+	VMOVDQU      1152(R11), Y6
+	VMOVDQU      1184(R11), Y8
+	VMOVDQU      1216(R11), Y7
+	VMOVDQU      1248(R11), Y9
+	VPBROADCASTD 68(DI), Y10
+	VPBROADCASTD 76(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 324(DI), Y10
+	VPBROADCASTD 332(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 580(DI), Y10
+	VPBROADCASTD 588(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 5, step 0: weights 16·5+4·0 … +3 (low nibbles) and 16·5+8+4·0 … +3 (high)
+	VMOVDQU      1280(R11), Y6
+	VMOVDQU      1312(R11), Y8
+	VPBROADCASTQ 72(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1344(R11), Y7
+	VMOVDQU      1376(R11), Y9
+	VPBROADCASTQ 200(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 80(DI), Y10
+	VPBROADCASTD 88(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 336(DI), Y10
+	VPBROADCASTD 344(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 592(DI), Y10
+	VPBROADCASTD 600(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 5, step 1: weights 16·5+4·1 … +3 (low nibbles) and 16·5+8+4·1 … +3 (high)
+	VMOVDQU      1408(R11), Y6
+	VMOVDQU      1440(R11), Y8
+	VMOVDQU      1472(R11), Y7
+	VMOVDQU      1504(R11), Y9
+	VPBROADCASTD 84(DI), Y10
+	VPBROADCASTD 92(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 340(DI), Y10
+	VPBROADCASTD 348(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 596(DI), Y10
+	VPBROADCASTD 604(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 6, step 0: weights 16·6+4·0 … +3 (low nibbles) and 16·6+8+4·0 … +3 (high)
+	VMOVDQU      1536(R11), Y6
+	VMOVDQU      1568(R11), Y8
+	VPBROADCASTQ 80(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1600(R11), Y7
+	VMOVDQU      1632(R11), Y9
+	VPBROADCASTQ 208(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 96(DI), Y10
+	VPBROADCASTD 104(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 352(DI), Y10
+	VPBROADCASTD 360(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 608(DI), Y10
+	VPBROADCASTD 616(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 6, step 1: weights 16·6+4·1 … +3 (low nibbles) and 16·6+8+4·1 … +3 (high)
+	VMOVDQU      1664(R11), Y6
+	VMOVDQU      1696(R11), Y8
+	VMOVDQU      1728(R11), Y7
+	VMOVDQU      1760(R11), Y9
+	VPBROADCASTD 100(DI), Y10
+	VPBROADCASTD 108(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 356(DI), Y10
+	VPBROADCASTD 364(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 612(DI), Y10
+	VPBROADCASTD 620(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 7, step 0: weights 16·7+4·0 … +3 (low nibbles) and 16·7+8+4·0 … +3 (high)
+	VMOVDQU      1792(R11), Y6
+	VMOVDQU      1824(R11), Y8
+	VPBROADCASTQ 88(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      1856(R11), Y7
+	VMOVDQU      1888(R11), Y9
+	VPBROADCASTQ 216(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 112(DI), Y10
+	VPBROADCASTD 120(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 368(DI), Y10
+	VPBROADCASTD 376(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 624(DI), Y10
+	VPBROADCASTD 632(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 7, step 1: weights 16·7+4·1 … +3 (low nibbles) and 16·7+8+4·1 … +3 (high)
+	VMOVDQU      1920(R11), Y6
+	VMOVDQU      1952(R11), Y8
+	VMOVDQU      1984(R11), Y7
+	VMOVDQU      2016(R11), Y9
+	VPBROADCASTD 116(DI), Y10
+	VPBROADCASTD 124(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 372(DI), Y10
+	VPBROADCASTD 380(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 628(DI), Y10
+	VPBROADCASTD 636(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 8, step 0: weights 16·8+4·0 … +3 (low nibbles) and 16·8+8+4·0 … +3 (high)
+	VMOVDQU      2048(R11), Y6
+	VMOVDQU      2080(R11), Y8
+	VPBROADCASTQ 96(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2112(R11), Y7
+	VMOVDQU      2144(R11), Y9
+	VPBROADCASTQ 224(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 128(DI), Y10
+	VPBROADCASTD 136(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 384(DI), Y10
+	VPBROADCASTD 392(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 640(DI), Y10
+	VPBROADCASTD 648(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 8, step 1: weights 16·8+4·1 … +3 (low nibbles) and 16·8+8+4·1 … +3 (high)
+	VMOVDQU      2176(R11), Y6
+	VMOVDQU      2208(R11), Y8
+	VMOVDQU      2240(R11), Y7
+	VMOVDQU      2272(R11), Y9
+	VPBROADCASTD 132(DI), Y10
+	VPBROADCASTD 140(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 388(DI), Y10
+	VPBROADCASTD 396(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 644(DI), Y10
+	VPBROADCASTD 652(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 9, step 0: weights 16·9+4·0 … +3 (low nibbles) and 16·9+8+4·0 … +3 (high)
+	VMOVDQU      2304(R11), Y6
+	VMOVDQU      2336(R11), Y8
+	VPBROADCASTQ 104(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2368(R11), Y7
+	VMOVDQU      2400(R11), Y9
+	VPBROADCASTQ 232(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 144(DI), Y10
+	VPBROADCASTD 152(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 400(DI), Y10
+	VPBROADCASTD 408(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 656(DI), Y10
+	VPBROADCASTD 664(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 9, step 1: weights 16·9+4·1 … +3 (low nibbles) and 16·9+8+4·1 … +3 (high)
+	VMOVDQU      2432(R11), Y6
+	VMOVDQU      2464(R11), Y8
+	VMOVDQU      2496(R11), Y7
+	VMOVDQU      2528(R11), Y9
+	VPBROADCASTD 148(DI), Y10
+	VPBROADCASTD 156(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 404(DI), Y10
+	VPBROADCASTD 412(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 660(DI), Y10
+	VPBROADCASTD 668(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 10, step 0: weights 16·10+4·0 … +3 (low nibbles) and 16·10+8+4·0 … +3 (high)
+	VMOVDQU      2560(R11), Y6
+	VMOVDQU      2592(R11), Y8
+	VPBROADCASTQ 112(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2624(R11), Y7
+	VMOVDQU      2656(R11), Y9
+	VPBROADCASTQ 240(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 160(DI), Y10
+	VPBROADCASTD 168(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 416(DI), Y10
+	VPBROADCASTD 424(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 672(DI), Y10
+	VPBROADCASTD 680(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 10, step 1: weights 16·10+4·1 … +3 (low nibbles) and 16·10+8+4·1 … +3 (high)
+	VMOVDQU      2688(R11), Y6
+	VMOVDQU      2720(R11), Y8
+	VMOVDQU      2752(R11), Y7
+	VMOVDQU      2784(R11), Y9
+	VPBROADCASTD 164(DI), Y10
+	VPBROADCASTD 172(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 420(DI), Y10
+	VPBROADCASTD 428(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 676(DI), Y10
+	VPBROADCASTD 684(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 11, step 0: weights 16·11+4·0 … +3 (low nibbles) and 16·11+8+4·0 … +3 (high)
+	VMOVDQU      2816(R11), Y6
+	VMOVDQU      2848(R11), Y8
+	VPBROADCASTQ 120(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      2880(R11), Y7
+	VMOVDQU      2912(R11), Y9
+	VPBROADCASTQ 248(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 176(DI), Y10
+	VPBROADCASTD 184(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 432(DI), Y10
+	VPBROADCASTD 440(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 688(DI), Y10
+	VPBROADCASTD 696(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 11, step 1: weights 16·11+4·1 … +3 (low nibbles) and 16·11+8+4·1 … +3 (high)
+	VMOVDQU      2944(R11), Y6
+	VMOVDQU      2976(R11), Y8
+	VMOVDQU      3008(R11), Y7
+	VMOVDQU      3040(R11), Y9
+	VPBROADCASTD 180(DI), Y10
+	VPBROADCASTD 188(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 436(DI), Y10
+	VPBROADCASTD 444(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 692(DI), Y10
+	VPBROADCASTD 700(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 12, step 0: weights 16·12+4·0 … +3 (low nibbles) and 16·12+8+4·0 … +3 (high)
+	VMOVDQU      3072(R11), Y6
+	VMOVDQU      3104(R11), Y8
+	VPBROADCASTQ 128(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3136(R11), Y7
+	VMOVDQU      3168(R11), Y9
+	VPBROADCASTQ 256(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 192(DI), Y10
+	VPBROADCASTD 200(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 448(DI), Y10
+	VPBROADCASTD 456(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 704(DI), Y10
+	VPBROADCASTD 712(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 12, step 1: weights 16·12+4·1 … +3 (low nibbles) and 16·12+8+4·1 … +3 (high)
+	VMOVDQU      3200(R11), Y6
+	VMOVDQU      3232(R11), Y8
+	VMOVDQU      3264(R11), Y7
+	VMOVDQU      3296(R11), Y9
+	VPBROADCASTD 196(DI), Y10
+	VPBROADCASTD 204(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 452(DI), Y10
+	VPBROADCASTD 460(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 708(DI), Y10
+	VPBROADCASTD 716(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 13, step 0: weights 16·13+4·0 … +3 (low nibbles) and 16·13+8+4·0 … +3 (high)
+	VMOVDQU      3328(R11), Y6
+	VMOVDQU      3360(R11), Y8
+	VPBROADCASTQ 136(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3392(R11), Y7
+	VMOVDQU      3424(R11), Y9
+	VPBROADCASTQ 264(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 208(DI), Y10
+	VPBROADCASTD 216(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 464(DI), Y10
+	VPBROADCASTD 472(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 720(DI), Y10
+	VPBROADCASTD 728(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 13, step 1: weights 16·13+4·1 … +3 (low nibbles) and 16·13+8+4·1 … +3 (high)
+	VMOVDQU      3456(R11), Y6
+	VMOVDQU      3488(R11), Y8
+	VMOVDQU      3520(R11), Y7
+	VMOVDQU      3552(R11), Y9
+	VPBROADCASTD 212(DI), Y10
+	VPBROADCASTD 220(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 468(DI), Y10
+	VPBROADCASTD 476(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 724(DI), Y10
+	VPBROADCASTD 732(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 14, step 0: weights 16·14+4·0 … +3 (low nibbles) and 16·14+8+4·0 … +3 (high)
+	VMOVDQU      3584(R11), Y6
+	VMOVDQU      3616(R11), Y8
+	VPBROADCASTQ 144(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3648(R11), Y7
+	VMOVDQU      3680(R11), Y9
+	VPBROADCASTQ 272(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 224(DI), Y10
+	VPBROADCASTD 232(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 480(DI), Y10
+	VPBROADCASTD 488(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 736(DI), Y10
+	VPBROADCASTD 744(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 14, step 1: weights 16·14+4·1 … +3 (low nibbles) and 16·14+8+4·1 … +3 (high)
+	VMOVDQU      3712(R11), Y6
+	VMOVDQU      3744(R11), Y8
+	VMOVDQU      3776(R11), Y7
+	VMOVDQU      3808(R11), Y9
+	VPBROADCASTD 228(DI), Y10
+	VPBROADCASTD 236(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 484(DI), Y10
+	VPBROADCASTD 492(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 740(DI), Y10
+	VPBROADCASTD 748(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 15, step 0: weights 16·15+4·0 … +3 (low nibbles) and 16·15+8+4·0 … +3 (high)
+	VMOVDQU      3840(R11), Y6
+	VMOVDQU      3872(R11), Y8
+	VPBROADCASTQ 152(SI), Y14
+	VPSHUFB      scK6T<>+0(SB), Y14, Y14
+	VPSRAW       $0x08, Y14, Y14
+	VMOVDQU      3904(R11), Y7
+	VMOVDQU      3936(R11), Y9
+	VPBROADCASTQ 280(SI), Y15
+	VPSHUFB      scK6T<>+0(SB), Y15, Y15
+	VPSRAW       $0x08, Y15, Y15
+	VPBROADCASTD 240(DI), Y10
+	VPBROADCASTD 248(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 496(DI), Y10
+	VPBROADCASTD 504(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 752(DI), Y10
+	VPBROADCASTD 760(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// sub-block 15, step 1: weights 16·15+4·1 … +3 (low nibbles) and 16·15+8+4·1 … +3 (high)
+	VMOVDQU      3968(R11), Y6
+	VMOVDQU      4000(R11), Y8
+	VMOVDQU      4032(R11), Y7
+	VMOVDQU      4064(R11), Y9
+	VPBROADCASTD 244(DI), Y10
+	VPBROADCASTD 252(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y3, Y3
+	VPBROADCASTD 500(DI), Y10
+	VPBROADCASTD 508(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y1, Y1
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPBROADCASTD 756(DI), Y10
+	VPBROADCASTD 764(DI), Y11
+	VPMADDUBSW   Y10, Y6, Y12
+	VPMADDUBSW   Y11, Y8, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y14, Y12, Y12
+	VPADDD       Y12, Y2, Y2
+	VPMADDUBSW   Y10, Y7, Y12
+	VPMADDUBSW   Y11, Y9, Y13
+	VPADDW       Y13, Y12, Y12
+	VPMADDWD     Y15, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+
+	// isum −= 32·Σ_j sc_j·bsum_j, with the scale pairs (sc[2k], sc[2k+1]) of each row lane
+	VBROADCASTI128 32(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 48(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 64(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 80(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 96(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 112(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 128(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 144(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   784(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   788(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   792(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   796(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   800(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   804(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   808(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   812(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y0, Y0
+	VPBROADCASTD   832(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   836(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   840(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   844(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   848(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   852(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   856(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   860(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y1, Y1
+	VPBROADCASTD   880(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   884(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   888(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   892(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   896(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   900(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   904(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   908(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y2, Y2
+	VBROADCASTI128 160(SI), Y6
+	VPSHUFB        pairK6T<>+0(SB), Y6, Y6
+	VPSRAW         $0x08, Y6, Y6
+	VBROADCASTI128 176(SI), Y7
+	VPSHUFB        pairK6T<>+0(SB), Y7, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VBROADCASTI128 192(SI), Y8
+	VPSHUFB        pairK6T<>+0(SB), Y8, Y8
+	VPSRAW         $0x08, Y8, Y8
+	VBROADCASTI128 208(SI), Y9
+	VPSHUFB        pairK6T<>+0(SB), Y9, Y9
+	VPSRAW         $0x08, Y9, Y9
+	VBROADCASTI128 224(SI), Y10
+	VPSHUFB        pairK6T<>+0(SB), Y10, Y10
+	VPSRAW         $0x08, Y10, Y10
+	VBROADCASTI128 240(SI), Y11
+	VPSHUFB        pairK6T<>+0(SB), Y11, Y11
+	VPSRAW         $0x08, Y11, Y11
+	VBROADCASTI128 256(SI), Y12
+	VPSHUFB        pairK6T<>+0(SB), Y12, Y12
+	VPSRAW         $0x08, Y12, Y12
+	VBROADCASTI128 272(SI), Y13
+	VPSHUFB        pairK6T<>+0(SB), Y13, Y13
+	VPSRAW         $0x08, Y13, Y13
+	VPBROADCASTD   784(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   788(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   792(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   796(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   800(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   804(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   808(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   812(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y3, Y3
+	VPBROADCASTD   832(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   836(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   840(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   844(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   848(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   852(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   856(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   860(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y4, Y4
+	VPBROADCASTD   880(DI), Y14
+	VPMADDWD       Y6, Y14, Y14
+	VPBROADCASTD   884(DI), Y15
+	VPMADDWD       Y7, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   888(DI), Y15
+	VPMADDWD       Y8, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   892(DI), Y15
+	VPMADDWD       Y9, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   896(DI), Y15
+	VPMADDWD       Y10, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   900(DI), Y15
+	VPMADDWD       Y11, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   904(DI), Y15
+	VPMADDWD       Y12, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPBROADCASTD   908(DI), Y15
+	VPMADDWD       Y13, Y15, Y15
+	VPADDD         Y15, Y14, Y14
+	VPSLLD         $0x05, Y14, Y14
+	VPSUBD         Y14, Y5, Y5
+
+	// facc += (d·d_x)·float(isum)
+	VCVTPH2PS    (SI), Y6
+	VBROADCASTSS 768(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      (SP), Y8
+	VFMADD231PS  Y7, Y0, Y8
+	VMOVUPS      Y8, (SP)
+	VBROADCASTSS 816(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y1, Y1
+	VMOVUPS      32(SP), Y8
+	VFMADD231PS  Y7, Y1, Y8
+	VMOVUPS      Y8, 32(SP)
+	VBROADCASTSS 864(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y2, Y2
+	VMOVUPS      64(SP), Y8
+	VFMADD231PS  Y7, Y2, Y8
+	VMOVUPS      Y8, 64(SP)
+	VCVTPH2PS    16(SI), Y6
+	VBROADCASTSS 768(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y3, Y3
+	VMOVUPS      96(SP), Y8
+	VFMADD231PS  Y7, Y3, Y8
+	VMOVUPS      Y8, 96(SP)
+	VBROADCASTSS 816(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y4, Y4
+	VMOVUPS      128(SP), Y8
+	VFMADD231PS  Y7, Y4, Y8
+	VMOVUPS      Y8, 128(SP)
+	VBROADCASTSS 864(DI), Y7
+	VMULPS       Y7, Y6, Y7
+	VCVTDQ2PS    Y5, Y5
+	VMOVUPS      160(SP), Y8
+	VFMADD231PS  Y7, Y5, Y8
+	VMOVUPS      Y8, 160(SP)
+	ADDQ         $0x00000d20, SI
+	ADDQ         $0x00000390, DI
+	ADDQ         $0x00001000, R11
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+24(FP), AX
+	MOVQ         ystride+32(FP), BX
+	VMOVUPS      (SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      96(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      32(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      128(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	ADDQ         BX, AX
+	VMOVUPS      64(SP), Y12
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      160(SP), Y12
+	VMOVUPS      Y12, 32(AX)
+	VZEROUPPER
+	RET
+
+// func q6kUnpackAVX2(w *byte, nblk int, u *byte)
+// Requires: AVX, AVX2
+TEXT ·q6kUnpackAVX2(SB), NOSPLIT, $0-24
+	MOVQ w+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ u+16(FP), DI
+
+block:
+	VMOVDQU 288(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2336(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2336(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, (DI)
+	VMOVDQU Y1, 32(DI)
+	VMOVDQU 320(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2368(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2368(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 64(DI)
+	VMOVDQU Y1, 96(DI)
+	VMOVDQU 352(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2336(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2336(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 128(DI)
+	VMOVDQU Y1, 160(DI)
+	VMOVDQU 384(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2368(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2368(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 192(DI)
+	VMOVDQU Y1, 224(DI)
+	VMOVDQU 416(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2400(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2400(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 256(DI)
+	VMOVDQU Y1, 288(DI)
+	VMOVDQU 448(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2432(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2432(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 320(DI)
+	VMOVDQU Y1, 352(DI)
+	VMOVDQU 480(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2400(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2400(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 384(DI)
+	VMOVDQU Y1, 416(DI)
+	VMOVDQU 512(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2432(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2432(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 448(DI)
+	VMOVDQU Y1, 480(DI)
+	VMOVDQU 544(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2464(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2464(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 512(DI)
+	VMOVDQU Y1, 544(DI)
+	VMOVDQU 576(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2496(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2496(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 576(DI)
+	VMOVDQU Y1, 608(DI)
+	VMOVDQU 608(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2464(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2464(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 640(DI)
+	VMOVDQU Y1, 672(DI)
+	VMOVDQU 640(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2496(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2496(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 704(DI)
+	VMOVDQU Y1, 736(DI)
+	VMOVDQU 672(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2528(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2528(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 768(DI)
+	VMOVDQU Y1, 800(DI)
+	VMOVDQU 704(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2560(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2560(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 832(DI)
+	VMOVDQU Y1, 864(DI)
+	VMOVDQU 736(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2528(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2528(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 896(DI)
+	VMOVDQU Y1, 928(DI)
+	VMOVDQU 768(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2560(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2560(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 960(DI)
+	VMOVDQU Y1, 992(DI)
+	VMOVDQU 800(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2592(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2592(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1024(DI)
+	VMOVDQU Y1, 1056(DI)
+	VMOVDQU 832(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2624(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2624(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1088(DI)
+	VMOVDQU Y1, 1120(DI)
+	VMOVDQU 864(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2592(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2592(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1152(DI)
+	VMOVDQU Y1, 1184(DI)
+	VMOVDQU 896(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2624(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2624(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1216(DI)
+	VMOVDQU Y1, 1248(DI)
+	VMOVDQU 928(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2656(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2656(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1280(DI)
+	VMOVDQU Y1, 1312(DI)
+	VMOVDQU 960(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2688(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2688(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1344(DI)
+	VMOVDQU Y1, 1376(DI)
+	VMOVDQU 992(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2656(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2656(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1408(DI)
+	VMOVDQU Y1, 1440(DI)
+	VMOVDQU 1024(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2688(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2688(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1472(DI)
+	VMOVDQU Y1, 1504(DI)
+	VMOVDQU 1056(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2720(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2720(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1536(DI)
+	VMOVDQU Y1, 1568(DI)
+	VMOVDQU 1088(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2752(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2752(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1600(DI)
+	VMOVDQU Y1, 1632(DI)
+	VMOVDQU 1120(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2720(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2720(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1664(DI)
+	VMOVDQU Y1, 1696(DI)
+	VMOVDQU 1152(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2752(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2752(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1728(DI)
+	VMOVDQU Y1, 1760(DI)
+	VMOVDQU 1184(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2784(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2784(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1792(DI)
+	VMOVDQU Y1, 1824(DI)
+	VMOVDQU 1216(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2816(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2816(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1856(DI)
+	VMOVDQU Y1, 1888(DI)
+	VMOVDQU 1248(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2784(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2784(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1920(DI)
+	VMOVDQU Y1, 1952(DI)
+	VMOVDQU 1280(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2816(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2816(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 1984(DI)
+	VMOVDQU Y1, 2016(DI)
+	VMOVDQU 1312(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2848(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2848(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2048(DI)
+	VMOVDQU Y1, 2080(DI)
+	VMOVDQU 1344(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2880(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2880(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2112(DI)
+	VMOVDQU Y1, 2144(DI)
+	VMOVDQU 1376(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2848(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2848(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2176(DI)
+	VMOVDQU Y1, 2208(DI)
+	VMOVDQU 1408(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2880(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2880(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2240(DI)
+	VMOVDQU Y1, 2272(DI)
+	VMOVDQU 1440(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2912(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2912(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2304(DI)
+	VMOVDQU Y1, 2336(DI)
+	VMOVDQU 1472(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2944(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2944(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2368(DI)
+	VMOVDQU Y1, 2400(DI)
+	VMOVDQU 1504(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2912(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2912(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2432(DI)
+	VMOVDQU Y1, 2464(DI)
+	VMOVDQU 1536(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2944(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2944(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2496(DI)
+	VMOVDQU Y1, 2528(DI)
+	VMOVDQU 1568(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2976(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2976(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2560(DI)
+	VMOVDQU Y1, 2592(DI)
+	VMOVDQU 1600(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3008(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3008(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2624(DI)
+	VMOVDQU Y1, 2656(DI)
+	VMOVDQU 1632(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 2976(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 2976(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2688(DI)
+	VMOVDQU Y1, 2720(DI)
+	VMOVDQU 1664(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3008(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3008(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2752(DI)
+	VMOVDQU Y1, 2784(DI)
+	VMOVDQU 1696(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3040(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3040(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2816(DI)
+	VMOVDQU Y1, 2848(DI)
+	VMOVDQU 1728(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3072(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3072(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2880(DI)
+	VMOVDQU Y1, 2912(DI)
+	VMOVDQU 1760(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3040(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3040(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 2944(DI)
+	VMOVDQU Y1, 2976(DI)
+	VMOVDQU 1792(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3072(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3072(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3008(DI)
+	VMOVDQU Y1, 3040(DI)
+	VMOVDQU 1824(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3104(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3104(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3072(DI)
+	VMOVDQU Y1, 3104(DI)
+	VMOVDQU 1856(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3136(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3136(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3136(DI)
+	VMOVDQU Y1, 3168(DI)
+	VMOVDQU 1888(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3104(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3104(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3200(DI)
+	VMOVDQU Y1, 3232(DI)
+	VMOVDQU 1920(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3136(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3136(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3264(DI)
+	VMOVDQU Y1, 3296(DI)
+	VMOVDQU 1952(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3168(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3168(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3328(DI)
+	VMOVDQU Y1, 3360(DI)
+	VMOVDQU 1984(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3200(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3200(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3392(DI)
+	VMOVDQU Y1, 3424(DI)
+	VMOVDQU 2016(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3168(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3168(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3456(DI)
+	VMOVDQU Y1, 3488(DI)
+	VMOVDQU 2048(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3200(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3200(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3520(DI)
+	VMOVDQU Y1, 3552(DI)
+	VMOVDQU 2080(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3232(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3232(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3584(DI)
+	VMOVDQU Y1, 3616(DI)
+	VMOVDQU 2112(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3264(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3264(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3648(DI)
+	VMOVDQU Y1, 3680(DI)
+	VMOVDQU 2144(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3232(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3232(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3712(DI)
+	VMOVDQU Y1, 3744(DI)
+	VMOVDQU 2176(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3264(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3264(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3776(DI)
+	VMOVDQU Y1, 3808(DI)
+	VMOVDQU 2208(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3296(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3296(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3840(DI)
+	VMOVDQU Y1, 3872(DI)
+	VMOVDQU 2240(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3328(SI), Y2
+	VPSLLW  $0x04, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3328(SI), Y2
+	VPSLLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3904(DI)
+	VMOVDQU Y1, 3936(DI)
+	VMOVDQU 2272(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3296(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3296(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 3968(DI)
+	VMOVDQU Y1, 4000(DI)
+	VMOVDQU 2304(SI), Y1
+	VPAND   mask0f<>+0(SB), Y1, Y0
+	VPSRLW  $0x04, Y1, Y1
+	VPAND   mask0f<>+0(SB), Y1, Y1
+	VMOVDQU 3328(SI), Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y0, Y0
+	VMOVDQU 3328(SI), Y2
+	VPSRLW  $0x02, Y2, Y2
+	VPAND   mask30<>+0(SB), Y2, Y2
+	VPOR    Y2, Y1, Y1
+	VMOVDQU Y0, 4032(DI)
+	VMOVDQU Y1, 4064(DI)
+	ADDQ    $0x00000d20, SI
+	ADDQ    $0x00001000, DI
+	DECQ    CX
+	JNZ     block
 	VZEROUPPER
 	RET
 

@@ -4,188 +4,265 @@
 
 package kernels
 
-// q4kAVX2x1 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 1:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 1 rows (288 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4kAVX2x2 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 2:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 2 rows (576 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4kAVX2x3 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 3:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 3 rows (864 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4kAVX2x4 sets y[b·ystride/4] to the dot of one Q4_K weight row (nblk kernel-layout
-// blocks of 148 bytes, see kquant_amd64.go) with Q8_K activation row b, for b < 4:
-// its quants at x + b·xstride, block scales at xd + b·dstride, per-32 quant sums
-// (8 int16 per block) at xb + b·bstride; strides in bytes. Per block it adds
-// d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j), in 8 float lanes summed at the end.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q4ktAVX2x4 computes 16 rows × 4 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q4_K tile (nblk super-blocks of 2368 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 4 rows (1152 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q4kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q4ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5kAVX2x1 is q4kAVX2x1 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q5ktAVX2x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 1 rows (288 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q5kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5kAVX2x2 is q4kAVX2x2 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q5ktAVX2x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 2 rows (576 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q5kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5kAVX2x3 is q4kAVX2x3 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q5ktAVX2x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 3 rows (864 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q5kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5kAVX2x4 is q4kAVX2x4 for a Q5_K weight row (180-byte kernel-layout blocks:
-// the Q4_K layout with ggml's 32 bytes of 5th bits between the mins and the nibbles).
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q5ktAVX2x4 computes 16 rows × 4 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q5_K tile (nblk super-blocks of 2880 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 4 rows (1152 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16
+// of its 32 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// starting from 0 (one fused multiply-add per term). Meanwhile it prefetches pfn
+// bytes at pf (the next group).
 //
 //go:noescape
-func q5kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q5ktAVX2x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6kAVX2x1 is q4kAVX2x1 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q6ktAVX2x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q6_K tile (nblk super-blocks of 3360 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 1 rows (304 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16
+// of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])
+//
+// with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add
+// per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).
 //
 //go:noescape
-func q6kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6ktAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6kAVX2x2 is q4kAVX2x2 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q6ktAVX2x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q6_K tile (nblk super-blocks of 3360 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 2 rows (608 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16
+// of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])
+//
+// with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add
+// per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).
 //
 //go:noescape
-func q6kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6ktAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6kAVX2x3 is q4kAVX2x3 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q6ktAVX2x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for one 16-row
+// group of a Q6_K tile (nblk super-blocks of 3360 bytes at w, see kquant_amd64.go)
+// and Q8_K activations tiled for 3 rows (912 bytes per super-block at x: the rows'
+// 256 quants each, then per row d_x f32 at +0 and the 16 per-16 quant sums int16 at +16
+// of its 48 meta bytes): for b < nb, r < 16, with the sums over super-blocks in order,
+//
+//	y[b*ystride/4+r] += (d[r]·d_x[b])·(Σ_j sc[r][j]·(u·x)_j − 32·Σ_j sc[r][j]·bsum[b][j])
+//
+// with u = q+32 the unsigned quants, starting from 0 (one fused multiply-add
+// per super-block). Meanwhile it prefetches pfn bytes at pf (the next group).
 //
 //go:noescape
-func q6kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6ktAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6kAVX2x4 is q4kAVX2x4 for a Q6_K weight row (210-byte kernel-layout
-// blocks: scales reordered, see kquant_amd64.go) whose quant sums are the 16 per-16
-// sums in the same order; per block it adds d·d_x·(Σ_j sc_j·(q·x)_j − 32·Σ_j sc_j·bsum_j)
-// with q the unsigned 6-bit quants.
-// It does so for nrow consecutive weight rows (w's rows follow each other), row
-// r's outputs 4·r bytes after y's: the same sums as one call per row.
+// q6kuAVX2x1 is q6ktAVX2x1 with the quants read from u as q6kUnpackAVX2 wrote them.
 //
 //go:noescape
-func q6kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+func q6kuAVX2x1(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
 
-// q3kAVX2x1 is q6kAVX2x1 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q6kuAVX2x2 is q6ktAVX2x2 with the quants read from u as q6kUnpackAVX2 wrote them.
+//
+//go:noescape
+func q6kuAVX2x2(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+
+// q6kuAVX2x3 is q6ktAVX2x3 with the quants read from u as q6kUnpackAVX2 wrote them.
+//
+//go:noescape
+func q6kuAVX2x3(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
+
+// q6kUnpackAVX2 writes the unsigned 6-bit quants (q+32) of the nblk super-blocks
+// of one 16-row group of a Q6_K tile at w to u, 4096 bytes per super-block:
+// for sub-block j, step s and half h, at 256j + 128s + 64h, 8 rows × 4 bytes of
+// weights 16j+4s+t, then 8 rows × 4 bytes of weights 16j+8+4s+t (t < 4).
+//
+//go:noescape
+func q6kUnpackAVX2(w *byte, nblk int, u *byte)
+
+// q3kAVX2x1 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 1: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q3kAVX2x2 is q6kAVX2x2 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q3kAVX2x2 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 2: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q3kAVX2x3 is q6kAVX2x3 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q3kAVX2x3 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 3: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q3kAVX2x4 is q6kAVX2x4 for a Q3_K weight row (114-byte kernel-layout
-// blocks: qs[64], hmask[32], the 16 scales as int8 reordered as Q6_K's, d f16) with
-// the unsigned 3-bit quants: the offset is −4·Σ_j sc_j·bsum_j.
+// q3kAVX2x4 sets y[b·ystride/4] to the dot of one Q3_K weight row (nblk kernel-layout
+// blocks of 114 bytes: qs[64], hmask[32], the 16 scales as int8 in Q6_K order, d f16;
+// see kquant_amd64.go) with Q8_K activation row b, for b < 4: its quants at
+// x + b·xstride, block scales at xd + b·dstride, the 16 per-16 quant sums in the
+// scales' order at xb + b·bstride; strides in bytes. Per block it adds
+// d·d_x·(Σ_j sc_j·(q·x)_j − 4·Σ_j sc_j·bsum_j) with q the unsigned 3-bit quants,
+// in 8 float lanes summed at the end.
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q3kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x1 is q4kAVX2x1 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x1 is q3kAVX2x1 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q2kAVX2x1(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x2 is q4kAVX2x2 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x2 is q3kAVX2x2 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q2kAVX2x2(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x3 is q4kAVX2x3 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x3 is q3kAVX2x3 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
 //go:noescape
 func q2kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q2kAVX2x4 is q4kAVX2x4 for a Q2_K weight row (100-byte kernel-layout
-// blocks: qs[64], the 16 scales and the 16 mins as bytes reordered as Q6_K's
-// scales, d, dmin f16) with per-16 quant sums in that order.
+// q2kAVX2x4 is q3kAVX2x4 for a Q2_K weight row (100-byte kernel-layout
+// blocks: qs[64], the 16 scales and the 16 mins as bytes in Q6_K order, d, dmin f16):
+// per block it adds d_x·(d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·bsum_j).
 // It does so for nrow consecutive weight rows (w's rows follow each other), row
 // r's outputs 4·r bytes after y's: the same sums as one call per row.
 //
