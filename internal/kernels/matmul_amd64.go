@@ -504,6 +504,18 @@ func (j *mmJob) tile(t, i0, i1 int, y0 *float32, ystride int, prefetchNext bool)
 			if j.w.Type == dtype.Q4_0 {
 				ks = &q4K2
 			}
+			if i1-i0 == 1 && j.bt[i0+1]-j.bt[i0] == 1 {
+				// One activation row: the whole tile in one call, read front
+				// to back (the 16-row calls below each read every other line).
+				b0 := j.bt[i0]
+				pf, pfn := pfAt(0, 1)
+				if j.w.Type == dtype.Q8_0 {
+					q8AVX2r32x1(&wb[0], &j.xq[32*pk.nblk*b0], &j.xm[8*pk.nblk*b0], pk.nblk, 32, yAt(b0), pf, pfn)
+				} else {
+					q4AVX2r32x1(&wb[0], &j.xq[32*pk.nblk*b0], &j.xm[8*pk.nblk*b0], pk.nblk, 32, yAt(b0), pf, pfn)
+				}
+				return
+			}
 			n := 2 * (i1 - i0)
 			if j.q8P {
 				for g := range 2 {

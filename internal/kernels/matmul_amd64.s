@@ -14377,6 +14377,512 @@ block:
 	VZEROUPPER
 	RET
 
+// func q8AVX2r32x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q8AVX2r32x1(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xm+16(FP), R8
+	MOVQ nblk+24(FP), CX
+	MOVQ xstride+32(FP), R9
+	MOVQ R9, R10
+	SHRQ $0x02, R10
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+
+	// f32 accumulators of the quarters (rows 8q … 8q+7) Y0-Y3, int32 block sums Y4-Y7,
+	// Y8-Y11 weights (then their magnitudes), Y12 activation broadcast, Y13 product, Y15 0x80 bytes.
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000440, R13
+
+block:
+	// k = 4·0 … 4·0+3 of the block
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VPBROADCASTD (DI), Y12
+	VPXOR        64(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y4
+	VPXOR        96(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y5
+	VPXOR        128(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y6
+	VPXOR        160(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y7
+
+	// k = 4·1 … 4·1+3 of the block
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VPBROADCASTD 4(DI), Y12
+	VPXOR        192(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        224(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        256(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPXOR        288(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·2 … 4·2+3 of the block
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VPBROADCASTD 8(DI), Y12
+	VPXOR        320(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        352(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        384(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPXOR        416(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·3 … 4·3+3 of the block
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	VPBROADCASTD 12(DI), Y12
+	VPXOR        448(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        480(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        512(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPXOR        544(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·4 … 4·4+3 of the block
+	PREFETCHT0   512(R11)
+	PREFETCHT0   576(R11)
+	VPBROADCASTD 16(DI), Y12
+	VPXOR        576(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        608(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        640(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPXOR        672(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·5 … 4·5+3 of the block
+	PREFETCHT0   640(R11)
+	PREFETCHT0   704(R11)
+	VPBROADCASTD 20(DI), Y12
+	VPXOR        704(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        736(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        768(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPXOR        800(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·6 … 4·6+3 of the block
+	PREFETCHT0   768(R11)
+	PREFETCHT0   832(R11)
+	VPBROADCASTD 24(DI), Y12
+	VPXOR        832(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        864(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        896(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPXOR        928(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// k = 4·7 … 4·7+3 of the block
+	PREFETCHT0   896(R11)
+	PREFETCHT0   960(R11)
+	PREFETCHT0   1024(R11)
+	VPBROADCASTD 28(DI), Y12
+	VPXOR        960(SI), Y15, Y8
+	VPSIGNB      Y8, Y12, Y13
+	VPABSB       Y8, Y8
+	VPMADDUBSW   Y13, Y8, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPXOR        992(SI), Y15, Y9
+	VPSIGNB      Y9, Y12, Y13
+	VPABSB       Y9, Y9
+	VPMADDUBSW   Y13, Y9, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPXOR        1024(SI), Y15, Y10
+	VPSIGNB      Y10, Y12, Y13
+	VPABSB       Y10, Y10
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPXOR        1056(SI), Y15, Y11
+	VPSIGNB      Y11, Y12, Y13
+	VPABSB       Y11, Y11
+	VPMADDUBSW   Y13, Y11, Y13
+	VPMADDWD     ones_w<>+0(SB), Y13, Y13
+	VPADDD       Y13, Y7, Y7
+
+	// acc += float(sum) · (d_w · d_x)
+	VBROADCASTSS (R8), Y12
+	VCVTPH2PS    (SI), Y8
+	VMULPS       Y12, Y8, Y13
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y13, Y4, Y0
+	VCVTPH2PS    16(SI), Y9
+	VMULPS       Y12, Y9, Y13
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y13, Y5, Y1
+	VCVTPH2PS    32(SI), Y10
+	VMULPS       Y12, Y10, Y13
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y13, Y6, Y2
+	VCVTPH2PS    48(SI), Y11
+	VMULPS       Y12, Y11, Y13
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y13, Y7, Y3
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000440, SI
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+40(FP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VZEROUPPER
+	RET
+
+// func q4AVX2r32x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q4AVX2r32x1(SB), NOSPLIT, $0-64
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         xm+16(FP), R8
+	MOVQ         nblk+24(FP), CX
+	MOVQ         xstride+32(FP), R9
+	MOVQ         R9, R10
+	SHRQ         $0x02, R10
+	MOVQ         pf+48(FP), R11
+	MOVQ         pfn+56(FP), R12
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000240, R13
+
+block:
+	// k = 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high nibbles)
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
+	VPBROADCASTD (DI), Y10
+	VPBROADCASTD 16(DI), Y11
+	VMOVDQU      64(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y4
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y4, Y4
+	VMOVDQU      96(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y5
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y5, Y5
+	VMOVDQU      128(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y6
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y6, Y6
+	VMOVDQU      160(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y7
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y7, Y7
+
+	// k = 4·1 … 4·1+3 (low nibbles) and 16+4·1 … 16+4·1+3 (high nibbles)
+	PREFETCHT0   128(R11)
+	PREFETCHT0   192(R11)
+	VPBROADCASTD 4(DI), Y10
+	VPBROADCASTD 20(DI), Y11
+	VMOVDQU      192(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y4, Y4
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y4, Y4
+	VMOVDQU      224(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y5, Y5
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y5, Y5
+	VMOVDQU      256(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y6, Y6
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y6, Y6
+	VMOVDQU      288(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y7, Y7
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y7, Y7
+
+	// k = 4·2 … 4·2+3 (low nibbles) and 16+4·2 … 16+4·2+3 (high nibbles)
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
+	VPBROADCASTD 8(DI), Y10
+	VPBROADCASTD 24(DI), Y11
+	VMOVDQU      320(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y4, Y4
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y4, Y4
+	VMOVDQU      352(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y5, Y5
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y5, Y5
+	VMOVDQU      384(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y6, Y6
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y6, Y6
+	VMOVDQU      416(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y7, Y7
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y7, Y7
+
+	// k = 4·3 … 4·3+3 (low nibbles) and 16+4·3 … 16+4·3+3 (high nibbles)
+	PREFETCHT0   384(R11)
+	PREFETCHT0   448(R11)
+	PREFETCHT0   512(R11)
+	VPBROADCASTD 12(DI), Y10
+	VPBROADCASTD 28(DI), Y11
+	VMOVDQU      448(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y4, Y4
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y4, Y4
+	VMOVDQU      480(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y5, Y5
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y5, Y5
+	VMOVDQU      512(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y6, Y6
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y6, Y6
+	VMOVDQU      544(SI), Y9
+	VPAND        Y15, Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        Y15, Y9, Y9
+	VPMADDUBSW   Y10, Y8, Y12
+	VPADDW       Y12, Y7, Y7
+	VPMADDUBSW   Y11, Y9, Y12
+	VPADDW       Y12, Y7, Y7
+
+	// acc += float(sum - 8·Σq_x) · (d_w · d_x)
+	VPBROADCASTD 4(R8), Y10
+	VBROADCASTSS (R8), Y11
+	VCVTPH2PS    (SI), Y8
+	VPMADDWD     ones_w<>+0(SB), Y4, Y4
+	VPADDD       Y10, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y11, Y8, Y12
+	VFMADD231PS  Y12, Y4, Y0
+	VCVTPH2PS    16(SI), Y8
+	VPMADDWD     ones_w<>+0(SB), Y5, Y5
+	VPADDD       Y10, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y11, Y8, Y12
+	VFMADD231PS  Y12, Y5, Y1
+	VCVTPH2PS    32(SI), Y8
+	VPMADDWD     ones_w<>+0(SB), Y6, Y6
+	VPADDD       Y10, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y11, Y8, Y12
+	VFMADD231PS  Y12, Y6, Y2
+	VCVTPH2PS    48(SI), Y8
+	VPMADDWD     ones_w<>+0(SB), Y7, Y7
+	VPADDD       Y10, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       Y11, Y8, Y12
+	VFMADD231PS  Y12, Y7, Y3
+	XORL         AX, AX
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, AX
+	ADDQ         AX, R11
+	SUBQ         AX, R12
+	ADDQ         $0x00000240, SI
+	ADDQ         R9, DI
+	ADDQ         R10, R8
+	DECQ         CX
+	JNZ          block
+	MOVQ         y+40(FP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VZEROUPPER
+	RET
+
 DATA c80_b<>+0(SB)/4, $0x80808080
 DATA c80_b<>+4(SB)/4, $0x80808080
 DATA c80_b<>+8(SB)/4, $0x80808080

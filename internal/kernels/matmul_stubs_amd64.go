@@ -640,6 +640,27 @@ func q4AVX2x3(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 //go:noescape
 func q4AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, ystride int, pf *byte, pfn int)
 
+// q8AVX2r32x1 computes one 32-row tile × 1 activation row of y = x·Wᵀ for Q8_0
+// weights packed by packTile (w at the tile: each block's 32 scales, then its
+// quants) and an activation row quantized by quantizeRow (x, xm at block 0's
+// quants and meta; the next block's xstride and xstride/4 bytes further): for r < 32,
+//
+//	y[r] = Σ_blk float32(Σ_j w[r][j]·q[j]) · (d_w[r] · d_x)
+//
+// with the sum over blk a sequential FMA, as q8AVX2x1. Meanwhile it prefetches
+// pfn bytes at pf (the next tile).
+//
+//go:noescape
+func q8AVX2r32x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)
+
+// q4AVX2r32x1 is q8AVX2r32x1 for Q4_0 weights (packTile's Q4_0 tile: each block's
+// 32 scales, then its nibbles), as q4AVX2x1 computes them:
+//
+//	y[r] = Σ_blk float32(Σ_j w[r][j]·q[j] − 8·Σ_j q[j]) · (d_w[r] · d_x)
+//
+//go:noescape
+func q4AVX2r32x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)
+
 // q8AVX2Px4 computes one 16-row group × 4 activation rows of y = x·Wᵀ for Q8_0
 // weights, as the q8AVX2x<n> kernels do (the same arguments less the prefetch,
 // the same sums in the same order), for the cache-blocked sweeps of large
