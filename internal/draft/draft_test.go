@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/draftd/draftd/internal/cputime"
 )
 
 // naiveQuery is the definition Index.Query implements, by brute force over
@@ -219,7 +221,7 @@ func BenchmarkLookup(b *testing.B) {
 		d    ModelFree
 	}{{"lookup", Lookup{}}, {"lookup-frequent", Lookup{Choice: Frequent}}, {"pld", PLD{}}} {
 		b.Run(s.name+"/ctx=32768/n=16", func(b *testing.B) {
-			c0 := cpuTime()
+			c0 := cputime.Process()
 			for b.Loop() {
 				s.d.Draft(ctx, 16)
 			}
@@ -227,7 +229,7 @@ func BenchmarkLookup(b *testing.B) {
 		})
 	}
 	b.Run("index/ctx=32768", func(b *testing.B) {
-		c0 := cpuTime()
+		c0 := cputime.Process()
 		for b.Loop() {
 			NewIndex(ctx, 16, Recent)
 		}
@@ -238,7 +240,7 @@ func BenchmarkLookup(b *testing.B) {
 // reportCPU adds the process's CPU time per iteration since c0 (the
 // benchmark runs on one goroutine; the garbage collector's share is in it).
 func reportCPU(b *testing.B, c0 time.Duration) {
-	if c := cpuTime() - c0; c > 0 {
+	if c := cputime.Process() - c0; c > 0 {
 		b.ReportMetric(float64(c.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftd/draftd/internal/cputime"
 	"github.com/draftd/draftd/internal/dtype"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 				out := make([]float32, len(q))
 				scale := float32(1 / math.Sqrt(hd))
 				l := 0
-				cpu0 := processCPU()
+				cpu0 := cputime.Process()
 				for b.Loop() {
 					ks, vs := keys[l%layers], vals[l%layers]
 					pool.ForEach(seqs*kvHeads, 1, func(lo, hi int) {
@@ -92,7 +93,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			out := make([]float32, len(q))
 			scale := float32(1 / math.Sqrt(hd))
 			tasks := chunk / tokPerTask * kvHeads
-			cpu0 := processCPU()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				for p0 := 0; p0 < n; p0 += chunk {
 					pool.ForEach(tasks, 1, func(lo, hi int) {
@@ -122,5 +123,5 @@ func reportCPU(b *testing.B, cpu0 time.Duration) {
 	if cpu0 == 0 {
 		return
 	}
-	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(cputime.Process()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 }

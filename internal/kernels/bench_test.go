@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/draftd/draftd/internal/cputime"
 	"github.com/draftd/draftd/internal/dtype"
 )
 
@@ -79,7 +80,7 @@ func BenchmarkMatmul(b *testing.B) {
 							x := randVec(r, batch*s.cols, 1)
 							y := make([]float32, batch*s.rows)
 							i := 0
-							c0 := processCPU()
+							c0 := cputime.Process()
 							for b.Loop() {
 								MatMul(pool, y, ms[i%len(ms)], x, batch)
 								i++
@@ -87,7 +88,7 @@ func BenchmarkMatmul(b *testing.B) {
 							sec := b.Elapsed().Seconds() / float64(b.N)
 							b.ReportMetric(2*float64(s.rows*s.cols*batch)/sec/1e9, "GFLOP/s")
 							b.ReportMetric(float64(ms[0].Bytes())/sec/1e9, "wGB/s")
-							if cpu := (processCPU() - c0).Seconds() / float64(b.N); cpu > 0 {
+							if cpu := (cputime.Process() - c0).Seconds() / float64(b.N); cpu > 0 {
 								// Per CPU-second of the process (all workers, spinning
 								// included): on a shared host steadier than per second.
 								b.ReportMetric(2*float64(s.rows*s.cols*batch)/cpu/1e9, "GFLOP/cpu-s")

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/draftd/draftd/internal/cputime"
 	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/kernels"
 	"github.com/draftd/draftd/internal/model"
@@ -79,7 +80,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 						seqs[i] = &model.Seq{Tokens: []int{r.IntN(m.Vocab)}, Pos: ctx, Blocks: blocks}
 					}
 					b.ResetTimer()
-					cpu0 := kernels.ProcessCPU()
+					cpu0 := cputime.Process()
 					for b.Loop() {
 						if err := m.Forward(seqs); err != nil {
 							b.Fatal(err)
@@ -90,7 +91,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 					b.ReportMetric(float64(batch)*1000/ms, "tok/s")
 					b.ReportMetric(float64(m.WeightBytes)/1e9/(ms/1000), "wGB/s")
 					if cpu0 != 0 {
-						b.ReportMetric(float64(kernels.ProcessCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+						b.ReportMetric(float64(cputime.Process()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 					}
 				})
 			}

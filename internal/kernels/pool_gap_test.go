@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/draftd/draftd/internal/cputime"
 )
 
 // BenchmarkPoolGap is a pool used as a decode loop with pauses uses it: one
@@ -15,10 +17,10 @@ func BenchmarkPoolGap(b *testing.B) {
 	p := NewPool(0)
 	defer p.Close()
 	var sink atomic.Int64
-	c0 := processCPU()
+	c0 := cputime.Process()
 	for b.Loop() {
 		p.For(p.Threads(), 1, func(lo, hi int) { sink.Add(int64(hi - lo)) })
 		time.Sleep(time.Millisecond)
 	}
-	b.ReportMetric(float64((processCPU()-c0).Microseconds())/float64(b.N), "cpu-µs/gap")
+	b.ReportMetric(float64((cputime.Process()-c0).Microseconds())/float64(b.N), "cpu-µs/gap")
 }

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/draftd/draftd/internal/cputime"
 	"github.com/draftd/draftd/internal/dtype"
-	"github.com/draftd/draftd/internal/kernels"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/testmodel"
 )
@@ -60,7 +60,7 @@ func BenchmarkPrefill(b *testing.B) {
 					for i := range blocks {
 						blocks[i] = m.NewBlock()
 					}
-					cpu0 := kernels.ProcessCPU()
+					cpu0 := cputime.Process()
 					for b.Loop() {
 						for p := 0; p < n; p += prefillChunk {
 							s := &model.Seq{Tokens: prompt[p:min(n, p+prefillChunk)], Pos: p, Blocks: blocks}
@@ -73,7 +73,7 @@ func BenchmarkPrefill(b *testing.B) {
 					b.ReportMetric(float64(n)/sec, "tok/s")
 					b.ReportMetric(sec*1e3, "ms/prompt")
 					if cpu0 != 0 {
-						b.ReportMetric(float64(kernels.ProcessCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+						b.ReportMetric(float64(cputime.Process()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 					}
 				})
 			}

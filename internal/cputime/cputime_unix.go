@@ -1,15 +1,15 @@
 //go:build unix
 
-package kernels
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the user+system CPU time of the process so far: on a shared
-// host, work per CPU-second is steadier than work per wall second.
-func processCPU() time.Duration {
+// Process is the user+system CPU time the process has used so far (0 if the
+// system will not say).
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
