@@ -35,13 +35,13 @@ func TestKRecipes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			out := prepare(t, dir, name)
+			out := quant.Prepare(t, dir, name)
 			f, err := gguf.Open(out)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			src, err := gguf.Open(prepare(t, dir, "f32"))
+			src, err := gguf.Open(quant.Prepare(t, dir, "f32"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,27 +83,4 @@ func TestKRecipes(t *testing.T) {
 			}
 		})
 	}
-}
-
-// prepare converts the model directory src with recipe into a temporary GGUF.
-func prepare(t *testing.T, src, recipe string) string {
-	t.Helper()
-	s, err := quant.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	r, err := quant.Lookup(recipe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := s.Layout(r, quant.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), filepath.Base(src)+"-"+recipe+".gguf")
-	if err := o.Write(out); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
