@@ -14380,18 +14380,15 @@ block:
 // func q8AVX2r32x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)
 // Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
 TEXT ·q8AVX2r32x1(SB), NOSPLIT, $0-64
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xm+16(FP), R8
-	MOVQ nblk+24(FP), CX
-	MOVQ xstride+32(FP), R9
-	MOVQ R9, R10
-	SHRQ $0x02, R10
-	MOVQ pf+48(FP), R11
-	MOVQ pfn+56(FP), R12
-
-	// f32 accumulators of the quarters (rows 8q … 8q+7) Y0-Y3, int32 block sums Y4-Y7,
-	// Y8-Y11 weights (then their magnitudes), Y12 activation broadcast, Y13 product, Y15 0x80 bytes.
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         xm+16(FP), R8
+	MOVQ         nblk+24(FP), CX
+	MOVQ         xstride+32(FP), R9
+	MOVQ         R9, R10
+	SHRQ         $0x02, R10
+	MOVQ         pf+48(FP), R11
+	MOVQ         pfn+56(FP), R12
 	VPXOR        Y0, Y0, Y0
 	VPXOR        Y1, Y1, Y1
 	VPXOR        Y2, Y2, Y2
@@ -14402,6 +14399,8 @@ TEXT ·q8AVX2r32x1(SB), NOSPLIT, $0-64
 	MOVL         $0x00000440, R13
 
 block:
+	// Y8-Y11 the quarters' weights (then their magnitudes), Y12 activation broadcast,
+	// Y13 product, Y15 0x80 bytes.
 	// k = 4·0 … 4·0+3 of the block
 	PREFETCHT0   (R11)
 	PREFETCHT0   64(R11)
@@ -14689,6 +14688,8 @@ TEXT ·q4AVX2r32x1(SB), NOSPLIT, $0-64
 	MOVL         $0x00000240, R13
 
 block:
+	// int16 block sums Y4-Y7; Y8/Y9 one quarter's low and high nibbles, Y10/Y11
+	// activation broadcasts, Y12 product, Y15 0x0f bytes.
 	// k = 4·0 … 4·0+3 (low nibbles) and 16+4·0 … 16+4·0+3 (high nibbles)
 	PREFETCHT0   (R11)
 	PREFETCHT0   64(R11)

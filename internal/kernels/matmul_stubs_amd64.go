@@ -643,20 +643,19 @@ func q4AVX2x4(ws *byte, wq *byte, x *byte, xm *byte, nblk int, xstride int, y *f
 // q8AVX2r32x1 computes one 32-row tile × 1 activation row of y = x·Wᵀ for Q8_0
 // weights packed by packTile (w at the tile: each block's 32 scales, then its
 // quants) and an activation row quantized by quantizeRow (x, xm at block 0's
-// quants and meta; the next block's xstride and xstride/4 bytes further): for r < 32,
-//
-//	y[r] = Σ_blk float32(Σ_j w[r][j]·q[j]) · (d_w[r] · d_x)
-//
-// with the sum over blk a sequential FMA, as q8AVX2x1. Meanwhile it prefetches
-// pfn bytes at pf (the next tile).
+// quants and meta; the next block's xstride and xstride/4 bytes further), as
+// q8AVX2x1 computes each 16-row half. Meanwhile it prefetches pfn bytes at pf
+// (the next tile).
 //
 //go:noescape
 func q8AVX2r32x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)
 
-// q4AVX2r32x1 is q8AVX2r32x1 for Q4_0 weights (packTile's Q4_0 tile: each block's
-// 32 scales, then its nibbles), as q4AVX2x1 computes them:
-//
-//	y[r] = Σ_blk float32(Σ_j w[r][j]·q[j] − 8·Σ_j q[j]) · (d_w[r] · d_x)
+// q4AVX2r32x1 computes one 32-row tile × 1 activation row of y = x·Wᵀ for Q4_0
+// weights packed by packTile (w at the tile: each block's 32 scales, then its
+// quants) and an activation row quantized by quantizeRow (x, xm at block 0's
+// quants and meta; the next block's xstride and xstride/4 bytes further), as
+// q4AVX2x1 computes each 16-row half. Meanwhile it prefetches pfn bytes at pf
+// (the next tile).
 //
 //go:noescape
 func q4AVX2r32x1(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)

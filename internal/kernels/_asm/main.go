@@ -102,8 +102,8 @@ func main() {
 				genQ2(nb, q4)
 			}
 		}
-		genQ2R32()
-		genQ4R32()
+		genQR32(false)
+		genQR32(true)
 		c80B = ymmConst("c80_b", 0x80808080)
 		for nb := q2PMinNB; nb <= q2PMaxNB; nb++ {
 			genQ2P(nb)

@@ -469,161 +469,121 @@ func genQ2P(nb int) {
 }
 
 // ---------------------------------------------------------------------------
-// Q8_0 × one Q8_0-quantized activation row, AVX2, all 32 rows of a tile.
+// Q8_0 / Q4_0 × one Q8_0-quantized activation row, AVX2, all 32 rows of a tile.
 
-// genQ2R32 is genQ2(1, false) for a whole 32-row tile in one call: the four
+// genQR32 is genQ2(1, q4) for a whole 32-row tile in one call: the four
 // 8-row quarters of a step are its four consecutive 32-byte pieces, so the
 // call reads the tile front to back (genQ2's two 16-row calls each read
 // every other 64-byte line, which streams ~12 % slower from DRAM on Zen 3).
-// With one activation row the magnitudes can overwrite the weights after
-// the sign is taken: 4 f32 accumulators, 4 int32 block sums, 4 weights, the
-// broadcast, the product and the 0x80 bytes fit the 16 ymm registers. The
-// sums are the same operations in the same order as genQ2's, so results are
-// bit-identical.
-func genQ2R32() {
-	const blockBytes = 64 + 8*128
-	TEXT("q8AVX2r32x1", NOSPLIT, "func(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)")
+// With one activation row no weight register has to outlive its step: Q8_0
+// takes the magnitudes in place after the sign, Q4_0 unpacks one quarter at
+// a time, so 4 f32 accumulators (Y0-Y3), 4 int block sums (Y4-Y7) and the
+// step's registers fit the 16 ymm registers. The sums are the same
+// operations in the same order as genQ2's, so results are bit-identical.
+func genQR32(q4 bool) {
+	t, blockBytes, steps := "q8", 64+8*128, 8
+	if q4 {
+		t, blockBytes, steps = "q4", 64+4*128, 4
+	}
+	name := t + "AVX2r32x1"
+	TEXT(name, NOSPLIT, "func(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)")
 	Pragma("noescape")
-	Doc("q8AVX2r32x1 computes one 32-row tile × 1 activation row of y = x·Wᵀ for Q8_0",
+	Doc(fmt.Sprintf("%s computes one 32-row tile × 1 activation row of y = x·Wᵀ for %s", name, map[bool]string{false: "Q8_0", true: "Q4_0"}[q4]),
 		"weights packed by packTile (w at the tile: each block's 32 scales, then its",
 		"quants) and an activation row quantized by quantizeRow (x, xm at block 0's",
-		"quants and meta; the next block's xstride and xstride/4 bytes further): for r < 32,",
-		"",
-		"\ty[r] = Σ_blk float32(Σ_j w[r][j]·q[j]) · (d_w[r] · d_x)",
-		"",
-		"with the sum over blk a sequential FMA, as q8AVX2x1. Meanwhile it prefetches",
-		"pfn bytes at pf (the next tile).")
+		"quants and meta; the next block's xstride and xstride/4 bytes further), as",
+		fmt.Sprintf("%sAVX2x1 computes each 16-row half. Meanwhile it prefetches pfn bytes at pf", t),
+		"(the next tile).")
 	W := Load(Param("w"), reg.RSI)
 	Xp := Load(Param("x"), reg.RDI)
 	XM := Load(Param("xm"), reg.R8)
 	N := Load(Param("nblk"), reg.RCX)
 	XS := Load(Param("xstride"), reg.R9)
 	MOVQ(XS, reg.R10)
-	SHRQ(U8(2), reg.R10)
+	SHRQ(U8(2), reg.R10) // meta stride: 8 bytes per row versus 32 quants
 	PF := Load(Param("pf"), reg.R11)
 	PFN := Load(Param("pfn"), reg.R12)
-	lines := (blockBytes + 63) / 64
 	facc := func(q int) reg.VecPhysical { return Y(q) }
 	iacc := func(q int) reg.VecPhysical { return Y(4 + q) }
-	w := func(q int) reg.VecPhysical { return Y(8 + q) }
-	xb, tp := reg.Y12, reg.Y13
-	Comment("f32 accumulators of the quarters (rows 8q … 8q+7) Y0-Y3, int32 block sums Y4-Y7,",
-		"Y8-Y11 weights (then their magnitudes), Y12 activation broadcast, Y13 product, Y15 0x80 bytes.")
 	for q := range 4 {
 		VPXOR(facc(q), facc(q), facc(q))
 	}
-	MOVL(U32(0x80808080), reg.EAX)
+	mask := uint32(0x80808080)
+	if q4 {
+		mask = 0x0f0f0f0f
+	}
+	MOVL(U32(mask), reg.EAX)
 	VMOVD(reg.EAX, reg.X15)
 	VPBROADCASTD(reg.X15, reg.Y15)
-	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: lines, n: 8}
+	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (blockBytes + 63) / 64, n: steps}
 	pfs.init()
 	Label("block")
-	for s := range 8 {
-		Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
-		pfs.at(s)
-		VPBROADCASTD(M(Xp, 4*s), xb)
-		for q := range 4 {
-			VPXOR(M(W, 64+128*s+32*q), reg.Y15, w(q)) // w = stored code ^ 0x80
-			VPSIGNB(w(q), xb, tp)
-			VPABSB(w(q), w(q))
-			VPMADDUBSW(tp, w(q), tp)
-			if s == 0 {
-				VPMADDWD(onesW, tp, iacc(q))
-			} else {
-				VPMADDWD(onesW, tp, tp)
-				VPADDD(tp, iacc(q), iacc(q))
+	if !q4 {
+		Comment("Y8-Y11 the quarters' weights (then their magnitudes), Y12 activation broadcast,",
+			"Y13 product, Y15 0x80 bytes.")
+		xb, tp := reg.Y12, reg.Y13
+		for s := range steps {
+			Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
+			pfs.at(s)
+			VPBROADCASTD(M(Xp, 4*s), xb)
+			for q := range 4 {
+				w := Y(8 + q)
+				VPXOR(M(W, 64+128*s+32*q), reg.Y15, w) // w = stored code ^ 0x80
+				VPSIGNB(w, xb, tp)
+				VPABSB(w, w)
+				VPMADDUBSW(tp, w, tp)
+				if s == 0 {
+					VPMADDWD(onesW, tp, iacc(q))
+				} else {
+					VPMADDWD(onesW, tp, tp)
+					VPADDD(tp, iacc(q), iacc(q))
+				}
 			}
 		}
-	}
-	Comment("acc += float(sum) · (d_w · d_x)")
-	VBROADCASTSS(M(XM, 0), xb)
-	for q := range 4 {
-		VCVTPH2PS(M(W, 16*q), w(q))
-		VMULPS(xb, w(q), tp)
-		VCVTDQ2PS(iacc(q), iacc(q))
-		VFMADD231PS(tp, iacc(q), facc(q))
-	}
-	pfs.advance()
-	ADDQ(U32(blockBytes), W)
-	ADDQ(XS, Xp)
-	ADDQ(reg.R10, XM)
-	DECQ(N)
-	JNZ(LabelRef("block"))
-
-	Yp := Load(Param("y"), reg.RAX)
-	for q := range 4 {
-		VMOVUPS(facc(q), M(Yp, 32*q))
-	}
-	VZEROUPPER()
-	RET()
-}
-
-// genQ4R32 is genQ2(1, true) for a whole 32-row Q4_0 tile in one call, read
-// front to back as genQ2R32 reads a Q8_0 tile: f32 accumulators Y0-Y3,
-// int16 block sums Y4-Y7, one quarter's low and high nibbles at a time
-// (Y8, Y9), the two activation broadcasts (Y10, Y11), the product (Y12) and
-// the 0x0f bytes (Y15). The same operations in the same order as genQ2's.
-func genQ4R32() {
-	const blockBytes = 64 + 4*128
-	TEXT("q4AVX2r32x1", NOSPLIT, "func(w *byte, x *byte, xm *byte, nblk int, xstride int, y *float32, pf *byte, pfn int)")
-	Pragma("noescape")
-	Doc("q4AVX2r32x1 is q8AVX2r32x1 for Q4_0 weights (packTile's Q4_0 tile: each block's",
-		"32 scales, then its nibbles), as q4AVX2x1 computes them:",
-		"",
-		"\ty[r] = Σ_blk float32(Σ_j w[r][j]·q[j] − 8·Σ_j q[j]) · (d_w[r] · d_x)")
-	W := Load(Param("w"), reg.RSI)
-	Xp := Load(Param("x"), reg.RDI)
-	XM := Load(Param("xm"), reg.R8)
-	N := Load(Param("nblk"), reg.RCX)
-	XS := Load(Param("xstride"), reg.R9)
-	MOVQ(XS, reg.R10)
-	SHRQ(U8(2), reg.R10)
-	PF := Load(Param("pf"), reg.R11)
-	PFN := Load(Param("pfn"), reg.R12)
-	lines := (blockBytes + 63) / 64
-	facc := func(q int) reg.VecPhysical { return Y(q) }
-	iacc := func(q int) reg.VecPhysical { return Y(4 + q) }
-	lo, hi := reg.Y8, reg.Y9
-	xl, xh, tp := reg.Y10, reg.Y11, reg.Y12
-	for q := range 4 {
-		VPXOR(facc(q), facc(q), facc(q))
-	}
-	MOVL(U32(0x0f0f0f0f), reg.EAX)
-	VMOVD(reg.EAX, reg.X15)
-	VPBROADCASTD(reg.X15, reg.Y15)
-	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: lines, n: 4}
-	pfs.init()
-	Label("block")
-	for m := range 4 {
-		Commentf("k = 4·%d … 4·%d+3 (low nibbles) and 16+4·%d … 16+4·%d+3 (high nibbles)", m, m, m, m)
-		pfs.at(m)
-		VPBROADCASTD(M(Xp, 4*m), xl)
-		VPBROADCASTD(M(Xp, 16+4*m), xh)
+		Comment("acc += float(sum) · (d_w · d_x)")
+		VBROADCASTSS(M(XM, 0), xb)
 		for q := range 4 {
-			VMOVDQU(M(W, 64+128*m+32*q), hi)
-			VPAND(reg.Y15, hi, lo)
-			VPSRLW(U8(4), hi, hi)
-			VPAND(reg.Y15, hi, hi)
-			if m == 0 {
-				VPMADDUBSW(xl, lo, iacc(q))
-			} else {
-				VPMADDUBSW(xl, lo, tp)
+			VCVTPH2PS(M(W, 16*q), Y(8+q))
+			VMULPS(xb, Y(8+q), tp)
+			VCVTDQ2PS(iacc(q), iacc(q))
+			VFMADD231PS(tp, iacc(q), facc(q))
+		}
+	} else {
+		Comment("int16 block sums Y4-Y7; Y8/Y9 one quarter's low and high nibbles, Y10/Y11",
+			"activation broadcasts, Y12 product, Y15 0x0f bytes.")
+		lo, hi := reg.Y8, reg.Y9
+		xl, xh, tp := reg.Y10, reg.Y11, reg.Y12
+		for m := range steps {
+			Commentf("k = 4·%d … 4·%d+3 (low nibbles) and 16+4·%d … 16+4·%d+3 (high nibbles)", m, m, m, m)
+			pfs.at(m)
+			VPBROADCASTD(M(Xp, 4*m), xl)
+			VPBROADCASTD(M(Xp, 16+4*m), xh)
+			for q := range 4 {
+				VMOVDQU(M(W, 64+128*m+32*q), hi)
+				VPAND(reg.Y15, hi, lo)
+				VPSRLW(U8(4), hi, hi)
+				VPAND(reg.Y15, hi, hi)
+				if m == 0 {
+					VPMADDUBSW(xl, lo, iacc(q))
+				} else {
+					VPMADDUBSW(xl, lo, tp)
+					VPADDW(tp, iacc(q), iacc(q))
+				}
+				VPMADDUBSW(xh, hi, tp)
 				VPADDW(tp, iacc(q), iacc(q))
 			}
-			VPMADDUBSW(xh, hi, tp)
-			VPADDW(tp, iacc(q), iacc(q))
 		}
-	}
-	Comment("acc += float(sum - 8·Σq_x) · (d_w · d_x)")
-	VPBROADCASTD(M(XM, 4), xl)
-	VBROADCASTSS(M(XM, 0), xh)
-	for q := range 4 {
-		VCVTPH2PS(M(W, 16*q), lo)
-		VPMADDWD(onesW, iacc(q), iacc(q))
-		VPADDD(xl, iacc(q), iacc(q))
-		VCVTDQ2PS(iacc(q), iacc(q))
-		VMULPS(xh, lo, tp)
-		VFMADD231PS(tp, iacc(q), facc(q))
+		Comment("acc += float(sum - 8·Σq_x) · (d_w · d_x)")
+		VPBROADCASTD(M(XM, 4), xl)
+		VBROADCASTSS(M(XM, 0), xh)
+		for q := range 4 {
+			VCVTPH2PS(M(W, 16*q), lo)
+			VPMADDWD(onesW, iacc(q), iacc(q))
+			VPADDD(xl, iacc(q), iacc(q))
+			VCVTDQ2PS(iacc(q), iacc(q))
+			VMULPS(xh, lo, tp)
+			VFMADD231PS(tp, iacc(q), facc(q))
+		}
 	}
 	pfs.advance()
 	ADDQ(U32(blockBytes), W)
