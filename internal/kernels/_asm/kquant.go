@@ -133,8 +133,9 @@ func genLegacy(nb int, t string, spread, bits, mask10 Mem) {
 		"scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).",
 		"Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and",
 		"w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).")
+	// The block terms c have the scales' stride: BS = DS.
 	k := kRegs{W: reg.RSI, N: reg.RCX, X: reg.RDI, XS: reg.R9, X3: reg.R13, XD: reg.R8, DS: reg.R10, XD3: reg.RDX,
-		XB: reg.R11, XB3: reg.RBX}
+		XB: reg.R11, BS: reg.R10, XB3: reg.RBX}
 	Load(Param("w"), k.W)
 	Load(Param("nblk"), k.N)
 	Load(Param("x"), k.X)
@@ -142,12 +143,7 @@ func genLegacy(nb int, t string, spread, bits, mask10 Mem) {
 	Load(Param("xd"), k.XD)
 	Load(Param("dstride"), k.DS)
 	Load(Param("xc"), k.XB)
-	LEAQ(Mem{Base: k.X, Index: k.XS, Scale: 2}, k.X3)
-	ADDQ(k.XS, k.X3)
-	LEAQ(Mem{Base: k.XD, Index: k.DS, Scale: 2}, k.XD3)
-	ADDQ(k.DS, k.XD3)
-	LEAQ(Mem{Base: k.XB, Index: k.DS, Scale: 2}, k.XB3)
-	ADDQ(k.DS, k.XB3)
+	k.setRow3()
 	facc := func(b int) reg.VecPhysical { return Y(b) }
 	sacc := func(b int) reg.VecPhysical { return X(4 + b) }
 	for b := range nb {
@@ -229,6 +225,17 @@ type kRegs struct {
 	W, N, X, XS, X3, XD, DS, XD3, XB, BS, XB3 reg.Register
 }
 
+// setRow3 points X3, XD3 and XB3 at activation row 3 of X, XD and XB
+// (strides XS, DS and BS): a scaled index reaches rows 1 and 2 only.
+func (k kRegs) setRow3() {
+	LEAQ(Mem{Base: k.X, Index: k.XS, Scale: 2}, k.X3)
+	ADDQ(k.XS, k.X3)
+	LEAQ(Mem{Base: k.XD, Index: k.DS, Scale: 2}, k.XD3)
+	ADDQ(k.DS, k.XD3)
+	LEAQ(Mem{Base: k.XB, Index: k.BS, Scale: 2}, k.XB3)
+	ADDQ(k.BS, k.XB3)
+}
+
 func (k kRegs) row(base, stride, base3 reg.Register, b, disp int) Mem {
 	if b == 3 {
 		return M(base3, disp)
@@ -278,12 +285,7 @@ func genK(nb int, t string, consts []Mem) {
 	Load(Param("dstride"), k.DS)
 	Load(Param("xb"), k.XB)
 	Load(Param("bstride"), k.BS)
-	LEAQ(Mem{Base: k.X, Index: k.XS, Scale: 2}, k.X3)
-	ADDQ(k.XS, k.X3)
-	LEAQ(Mem{Base: k.XD, Index: k.DS, Scale: 2}, k.XD3)
-	ADDQ(k.DS, k.XD3)
-	LEAQ(Mem{Base: k.XB, Index: k.BS, Scale: 2}, k.XB3)
-	ADDQ(k.BS, k.XB3)
+	k.setRow3()
 	acc := func(b int) reg.VecPhysical { return Y(b) }
 	facc := func(b int) reg.VecPhysical { return Y(4 + b) }
 	for b := range nb {
