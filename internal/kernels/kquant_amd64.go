@@ -202,9 +202,6 @@ func kpackQ4KTiles(m *Matrix) *kpacked {
 	})
 }
 
-// q6kOrder is the kernel position of each of a half's 8 scales (Q3_K, Q2_K).
-var q6kOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
-
 // kpackQ6KTiles repacks a Q6_K matrix into 16-row tiles (see the file comment).
 func kpackQ6KTiles(m *Matrix) *kpacked {
 	le := binary.LittleEndian
@@ -237,6 +234,10 @@ func kpackQ6KTiles(m *Matrix) *kpacked {
 	})
 }
 
+// k23ScaleOrder is the kernel position of each of a half's 8 scales (Q3_K,
+// Q2_K row layout).
+var k23ScaleOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
+
 func kpack(m *Matrix) any {
 	if (m.Type == dtype.Q4_K || m.Type == dtype.Q5_K) && hasAVX2 {
 		return kpackQ4KTiles(m)
@@ -262,7 +263,7 @@ func kpack(m *Matrix) any {
 				copy(dst[64:96], s[:32]) // hmask
 				for h := range 2 {
 					for k := range 8 {
-						dst[96+8*h+q6kOrder[k]] = byte(int8(dtype.ScaleQ3K(8*h+k, s[96:108])))
+						dst[96+8*h+k23ScaleOrder[k]] = byte(int8(dtype.ScaleQ3K(8*h+k, s[96:108])))
 					}
 				}
 				copy(dst[112:], s[108:110])
@@ -271,8 +272,8 @@ func kpack(m *Matrix) any {
 				copy(dst[:64], s[16:80]) // qs
 				for h := range 2 {
 					for k := range 8 {
-						dst[64+8*h+q6kOrder[k]] = s[8*h+k] & 0xf
-						dst[80+8*h+q6kOrder[k]] = s[8*h+k] >> 4
+						dst[64+8*h+k23ScaleOrder[k]] = s[8*h+k] & 0xf
+						dst[80+8*h+k23ScaleOrder[k]] = s[8*h+k] >> 4
 					}
 				}
 				copy(dst[96:], s[80:84])
@@ -297,7 +298,7 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 		a.kb = grow(a.kb, batch*a.nblk*16)
 		for i := 0; i < len(a.kb); i += 8 {
 			for k := range 8 {
-				a.kb[i+q6kOrder[k]] = a.bsums[i+k]
+				a.kb[i+k23ScaleOrder[k]] = a.bsums[i+k]
 			}
 		}
 	case dtype.Q5_0:
