@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"strings"
 
 	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/safetensors"
@@ -75,35 +74,15 @@ func (s *hfSource) tensor(name string) (tensor, bool, error) {
 // dequantFP8 widens an FP8 E4M3 weight with its block scales
 // (`<name>_scale_inv`, one f32/bf16 per block of rows×cols) to f32.
 func (s *hfSource) dequantFP8(name string, t *safetensors.Tensor) ([]byte, error) {
-	if len(t.Shape) != 2 {
-		return nil, fmt.Errorf("%s: FP8 tensor %s has %d dimensions, want 2", t.File, name, len(t.Shape))
-	}
-	sname := strings.TrimSuffix(name, ".weight") + ".weight_scale_inv"
-	sc, ok := s.dir.Tensor(sname)
-	if !ok {
-		return nil, fmt.Errorf("%s: FP8 tensor %s has no %s", t.File, name, sname)
+	sc, err := s.dir.FP8Scales(name, t)
+	if err != nil {
+		return nil, err
 	}
 	rows, cols := int(t.Shape[0]), int(t.Shape[1])
-	if len(sc.Shape) != 2 || sc.Shape[0] <= 0 || sc.Shape[1] <= 0 {
-		return nil, fmt.Errorf("%s: scale %s has shape %v, want 2 positive dimensions", sc.File, sname, sc.Shape)
-	}
-	sr, scc := int(sc.Shape[0]), int(sc.Shape[1])
-	br, bc := (rows+sr-1)/sr, (cols+scc-1)/scc // block size
-	if (rows+br-1)/br != sr || (cols+bc-1)/bc != scc {
-		return nil, fmt.Errorf("%s: scale %s shape %v does not tile %s %v", sc.File, sname, sc.Shape, name, t.Shape)
-	}
-	scales := make([]float32, sr*scc) // (sr, scc)
-	st, ok := dtype.FromSafetensors(sc.DType)
-	if !ok {
-		return nil, fmt.Errorf("%s: scale %s has dtype %s; want F32, F16 or BF16", sc.File, sname, sc.DType)
-	}
-	if err := dtype.Dequantize(st, scales, sc.Data); err != nil {
-		return nil, fmt.Errorf("%s: scale %s: %w", sc.File, sname, err)
-	}
 	out := make([]byte, rows*cols*4) // (rows, cols) f32
 	for r := range rows {
 		for c := range cols {
-			v := dtype.FP8E4M3[t.Data[r*cols+c]] * scales[(r/br)*scc+c/bc]
+			v := dtype.FP8E4M3[t.Data[r*cols+c]] * sc.At(r, c)
 			binary.LittleEndian.PutUint32(out[(r*cols+c)*4:], math.Float32bits(v))
 		}
 	}

@@ -278,40 +278,20 @@ func (s *Source) hfTensor(name string, t *safetensors.Tensor, used map[string]bo
 	if t.DType != "F8_E4M3" {
 		return out, fmt.Errorf("%s: tensor %s has dtype %s; draftd reads F32, F16, BF16 and F8_E4M3", t.File, name, t.DType)
 	}
-	if len(t.Shape) != 2 {
-		return out, fmt.Errorf("%s: FP8 tensor %s has %d dimensions, want 2", t.File, name, len(t.Shape))
+	sc, err := s.dir.FP8Scales(name, t)
+	if err != nil {
+		return out, err
 	}
-	sname := strings.TrimSuffix(name, ".weight") + ".weight_scale_inv"
-	sc, ok := s.dir.Tensor(sname)
-	if !ok {
-		return out, fmt.Errorf("%s: FP8 tensor %s has no %s", t.File, name, sname)
-	}
-	used[sname] = true
-	if len(sc.Shape) != 2 || sc.Shape[0] <= 0 || sc.Shape[1] <= 0 {
-		return out, fmt.Errorf("%s: scale %s has shape %v, want 2 positive dimensions", sc.File, sname, sc.Shape)
-	}
-	sr, scc := int(sc.Shape[0]), int(sc.Shape[1])
-	br, bc := (rows+sr-1)/sr, (cols+scc-1)/scc // block size
-	if (rows+br-1)/br != sr || (cols+bc-1)/bc != scc {
-		return out, fmt.Errorf("%s: scale %s shape %v does not tile %s %v", sc.File, sname, sc.Shape, name, t.Shape)
-	}
-	st, ok := dtype.FromSafetensors(sc.DType)
-	if !ok {
-		return out, fmt.Errorf("%s: scale %s has dtype %s; want F32, F16 or BF16", sc.File, sname, sc.DType)
-	}
-	scales := make([]float32, sr*scc) // (sr, scc): small, one per block
-	if err := dtype.Dequantize(st, scales, sc.Data); err != nil {
-		return out, fmt.Errorf("%s: scale %s: %w", sc.File, sname, err)
-	}
+	used[sc.Name] = true
 	if perm == nil {
 		perm = identity
 	}
 	out.row = func(dst []float32, r int) error {
 		r = perm(r)
-		codes := t.Data[r*cols : (r+1)*cols]      // (cols) E4M3
-		srow := scales[(r/br)*scc : (r/br+1)*scc] // (scc)
+		codes := t.Data[r*cols : (r+1)*cols]                  // (cols) E4M3
+		srow := sc.Scale[(r/sc.BR)*sc.SC : (r/sc.BR+1)*sc.SC] // (SC)
 		for c, b := range codes {
-			dst[c] = dtype.FP8E4M3[b] * srow[c/bc]
+			dst[c] = dtype.FP8E4M3[b] * srow[c/sc.BC]
 		}
 		return nil
 	}
