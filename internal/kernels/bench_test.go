@@ -161,58 +161,6 @@ func BenchmarkAttention(b *testing.B) {
 	}
 }
 
-// BenchmarkAttentionLayer times the attention of one layer of a batch-32
-// Qwen3-0.6B decode step (32 sequences × 8 KV heads × 2 query heads, f16
-// cache, head size 128) split over the pool as the model does, with every
-// sequence holding ctx positions. It reports the cache bytes read per second
-// and the time of the layer.
-func BenchmarkAttentionLayer(b *testing.B) {
-	const nq, hd, bs, seqs, kvHeads = 2, 128, 16, 32, 8
-	pool := NewPool(0)
-	defer pool.Close()
-	for _, ctx := range []int{512, 2048} {
-		b.Run(fmt.Sprintf("f16/ctx=%d", ctx), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(4, 4))
-			nb := ctx / bs
-			perHead := 2 * ctx * hd * 2
-			layers := max(1, benchStreamBytes/(perHead*seqs*kvHeads))
-			pat := make([]uint16, bs*hd)
-			for i := range pat {
-				pat[i] = dtype.F32ToF16(float32(r.NormFloat64()))
-			}
-			// keys[layer][task] is one (sequence, KV head)'s list of blocks.
-			keys := make([][][][]uint16, layers)
-			vals := make([][][][]uint16, layers)
-			for l := range layers {
-				keys[l] = make([][][]uint16, seqs*kvHeads)
-				vals[l] = make([][][]uint16, seqs*kvHeads)
-				for t := range seqs * kvHeads {
-					for range nb {
-						keys[l][t] = append(keys[l][t], append([]uint16(nil), pat...))
-						vals[l][t] = append(vals[l][t], append([]uint16(nil), pat...))
-					}
-				}
-			}
-			q := randVec(r, seqs*kvHeads*nq*hd, 1)
-			out := make([]float32, len(q))
-			scale := float32(1 / math.Sqrt(hd))
-			l := 0
-			for b.Loop() {
-				ks, vs := keys[l%layers], vals[l%layers]
-				pool.ForEach(seqs*kvHeads, 4, func(lo, hi int) {
-					for t := lo; t < hi; t++ {
-						AttendF16(out[t*nq*hd:(t+1)*nq*hd], q[t*nq*hd:(t+1)*nq*hd], nq, hd, ks[t], vs[t], bs, ctx, scale)
-					}
-				})
-				l++
-			}
-			sec := b.Elapsed().Seconds() / float64(b.N)
-			b.ReportMetric(float64(perHead*seqs*kvHeads)/sec/1e9, "kvGB/s")
-			b.ReportMetric(sec*1e3, "ms/layer")
-		})
-	}
-}
-
 // BenchmarkMemBandwidth is the read bandwidth the matmul benchmarks are
 // measured against: all CPUs (the pool) stream benchStreamBytes, far more
 // than L3, by copying 16 KiB pieces into a per-worker buffer that stays in
