@@ -233,17 +233,7 @@ func TestMatMulArgmax(t *testing.T) {
 							t.Fatalf("%v rows=%d: activation row 1's maximum is row %d; want the tie at 0", typ, rows, have)
 						}
 					}
-					ids := make([]int, batch+1)
-					ids[batch] = -7
-					MatMulArgmax(pool, ids, m, x, batch)
-					if ids[batch] != -7 {
-						t.Fatal("ids written past batch")
-					}
-					for b := range batch {
-						if want := Argmax(y[b*rows : (b+1)*rows]); ids[b] != want {
-							t.Fatalf("%v rows=%d B=%d: row %d argmax %d; MatMul+Argmax %d", typ, rows, batch, b, ids[b], want)
-						}
-					}
+					checkArgmax(t, pool, m, x, y, batch)
 				}
 			}
 		}
@@ -296,4 +286,22 @@ func TestMatMulExtremeCodes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkArgmax checks MatMulArgmax of m and x (batch rows) against Argmax of
+// each row of y, the MatMul output, and that it writes no id past batch.
+func checkArgmax(t *testing.T, pool *Pool, m *Matrix, x, y []float32, batch int) {
+	t.Helper()
+	rows := m.Rows
+	ids := make([]int, batch+1)
+	ids[batch] = -7
+	MatMulArgmax(pool, ids, m, x, batch)
+	if ids[batch] != -7 {
+		t.Fatal("ids written past batch")
+	}
+	for b := range batch {
+		if want := Argmax(y[b*rows : (b+1)*rows]); ids[b] != want {
+			t.Fatalf("%v rows=%d B=%d: row %d argmax %d; MatMul+Argmax %d", m.Type, rows, batch, b, ids[b], want)
+		}
+	}
 }
