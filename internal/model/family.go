@@ -217,6 +217,58 @@ func supported(get func(*Family) []string) string {
 	return strings.Join(names, ", ")
 }
 
+// Weight is one tensor a model stores: its names in both formats and its
+// shape in HF order ((rows, cols) for a matrix, (n) for a vector).
+type Weight struct {
+	HF, GGUF string
+	Shape    []int
+}
+
+// Weights lists the tensors a model of config c stores, named by its
+// family, in the order `draftd prepare` writes them: the embedding, then per layer the
+// attention norm, Q, K, V (each followed by its bias with QKVBias), O, the
+// QK norms (QKNorm), the FFN norm, gate, up and down; then the output norm
+// and, unless tied, the output matrix. It is what Load binds (llama3's
+// rope_freqs, computed from the config, is not listed).
+func (c *Config) Weights() ([]Weight, error) {
+	f, ok := FamilyOf(c.Arch)
+	if !ok {
+		return nil, fmt.Errorf("model: no family %q (have %s)", c.Arch, strings.Join(Families(), ", "))
+	}
+	var ws []Weight
+	add := func(r role, layer int, shape ...int) {
+		ws = append(ws, Weight{f.Tensors.name(r, layer, false), f.Tensors.name(r, layer, true), shape})
+	}
+	h, q, kv, ff := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
+	add(wEmbed, 0, c.Vocab, h)
+	for i := range c.Layers {
+		add(wAttnNorm, i, h)
+		for _, p := range []struct {
+			w, b role
+			rows int
+		}{{wAttnQ, wAttnQBias, q}, {wAttnK, wAttnKBias, kv}, {wAttnV, wAttnVBias, kv}} {
+			add(p.w, i, p.rows, h)
+			if c.QKVBias {
+				add(p.b, i, p.rows)
+			}
+		}
+		add(wAttnO, i, h, q)
+		if c.QKNorm {
+			add(wAttnQNorm, i, c.HeadDim)
+			add(wAttnKNorm, i, c.HeadDim)
+		}
+		add(wFFNNorm, i, h)
+		add(wFFNGate, i, ff, h)
+		add(wFFNUp, i, ff, h)
+		add(wFFNDown, i, h, ff)
+	}
+	add(wOutNorm, 0, h)
+	if !c.TiedEmbed {
+		add(wOutput, 0, c.Vocab, h)
+	}
+	return ws, nil
+}
+
 // GGUFName maps an HF tensor name of the standard layout to llama.cpp's; a
 // name it does not know is returned unchanged.
 func GGUFName(hf string) string {

@@ -132,63 +132,28 @@ func openHF(dir string) (*Source, error) {
 	return s, nil
 }
 
-// hfNames lists the HF tensors of a decoder in llama.cpp's file order, with
-// their HF shapes.
-func hfNames(c *model.Config) (names []string, shapes [][]int) {
-	add := func(n string, shape ...int) { names, shapes = append(names, n), append(shapes, shape) }
-	h, q, kv, ff := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
-	add("model.embed_tokens.weight", c.Vocab, h)
-	for i := range c.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		add(p+"input_layernorm.weight", h)
-		add(p+"self_attn.q_proj.weight", q, h)
-		if c.QKVBias {
-			add(p+"self_attn.q_proj.bias", q)
-		}
-		add(p+"self_attn.k_proj.weight", kv, h)
-		if c.QKVBias {
-			add(p+"self_attn.k_proj.bias", kv)
-		}
-		add(p+"self_attn.v_proj.weight", kv, h)
-		if c.QKVBias {
-			add(p+"self_attn.v_proj.bias", kv)
-		}
-		add(p+"self_attn.o_proj.weight", h, q)
-		if c.QKNorm {
-			add(p+"self_attn.q_norm.weight", c.HeadDim)
-			add(p+"self_attn.k_norm.weight", c.HeadDim)
-		}
-		add(p+"post_attention_layernorm.weight", h)
-		add(p+"mlp.gate_proj.weight", ff, h)
-		add(p+"mlp.up_proj.weight", ff, h)
-		add(p+"mlp.down_proj.weight", h, ff)
-	}
-	add("model.norm.weight", h)
-	if !c.TiedEmbed {
-		add("lm_head.weight", c.Vocab, h)
-	}
-	return names, shapes
-}
-
 func (s *Source) bindHF() error {
 	c := s.Config
-	names, shapes := hfNames(c)
+	weights, err := c.Weights()
+	if err != nil {
+		return err
+	}
 	used := map[string]bool{}
 	var errs []error
 	types := map[string]int{}
-	for i, name := range names {
+	for _, w := range weights {
+		name, want := w.HF, w.Shape
 		t, ok := s.dir.Tensor(name)
 		if !ok {
 			errs = append(errs, fmt.Errorf("%s: missing tensor %s", s.Path, name))
 			continue
 		}
 		used[name] = true
-		want := shapes[i]
 		if len(t.Shape) != len(want) || int(t.Shape[0]) != want[0] || (len(want) == 2 && int(t.Shape[1]) != want[1]) {
 			errs = append(errs, fmt.Errorf("%s: tensor %s has shape %v, want %v", t.File, name, t.Shape, want))
 			continue
 		}
-		st, err := s.hfTensor(name, t, used)
+		st, err := s.hfTensor(w, t, used)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -227,18 +192,18 @@ func (s *Source) bindHF() error {
 
 // hfTensor describes one HF tensor as output rows, permuting llama Q/K rows
 // for llama.cpp's interleaved RoPE as convert_hf_to_gguf.py does.
-func (s *Source) hfTensor(name string, t *safetensors.Tensor, used map[string]bool) (srcTensor, error) {
-	c := s.Config
+func (s *Source) hfTensor(w model.Weight, t *safetensors.Tensor, used map[string]bool) (srcTensor, error) {
+	c, name := s.Config, w.HF
 	cols, rows := int(t.Shape[len(t.Shape)-1]), 1
 	if len(t.Shape) == 2 {
 		rows = int(t.Shape[0])
 	}
-	out := srcTensor{name: model.GGUFName(name)}
+	out := srcTensor{name: w.GGUF}
 	for i := len(t.Shape) - 1; i >= 0; i-- {
 		out.shape = append(out.shape, uint64(t.Shape[i]))
 	}
 	var perm func(int) int // output row → source row; nil: the same
-	if c.Arch == model.ArchLlama && (strings.Contains(name, ".q_proj.") || strings.Contains(name, ".k_proj.")) {
+	if c.Arch == model.ArchLlama && (strings.Contains(w.GGUF, ".attn_q.") || strings.Contains(w.GGUF, ".attn_k.")) {
 		heads := c.Heads
 		if strings.Contains(name, ".k_proj.") {
 			heads = c.KVHeads
