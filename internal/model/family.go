@@ -222,6 +222,8 @@ func supported(get func(*Family) []string) string {
 type Weight struct {
 	HF, GGUF string
 	Shape    []int
+	role     role
+	layer    int // per-layer roles
 }
 
 // Weights lists the tensors a model of config c stores, named by its
@@ -237,7 +239,7 @@ func (c *Config) Weights() ([]Weight, error) {
 	}
 	var ws []Weight
 	add := func(r role, layer int, shape ...int) {
-		ws = append(ws, Weight{f.Tensors.name(r, layer, false), f.Tensors.name(r, layer, true), shape})
+		ws = append(ws, Weight{f.Tensors.name(r, layer, false), f.Tensors.name(r, layer, true), shape, r, layer})
 	}
 	h, q, kv, ff := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	add(wEmbed, 0, c.Vocab, h)

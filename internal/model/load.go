@@ -182,33 +182,17 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 		m.countWeights(name, t.typ, n, len(t.data))
 		return v
 	}
-	h, q, kv, ff := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
-	mat(&m.Embed, wEmbed, 0, c.Vocab, h)
-	m.Layer = make([]Layer, c.Layers) // checked against the file above
-	for i := range m.Layer {
-		l := &m.Layer[i]
-		l.AttnNorm = vec(wAttnNorm, i, h)
-		mat(&l.Q, wAttnQ, i, q, h)
-		mat(&l.K, wAttnK, i, kv, h)
-		mat(&l.V, wAttnV, i, kv, h)
-		mat(&l.O, wAttnO, i, h, q)
-		if c.QKVBias {
-			l.QBias = vec(wAttnQBias, i, q)
-			l.KBias = vec(wAttnKBias, i, kv)
-			l.VBias = vec(wAttnVBias, i, kv)
-		}
-		if c.QKNorm {
-			l.QNorm = vec(wAttnQNorm, i, c.HeadDim)
-			l.KNorm = vec(wAttnKNorm, i, c.HeadDim)
-		}
-		l.FFNNorm = vec(wFFNNorm, i, h)
-		mat(&l.Gate, wFFNGate, i, ff, h)
-		mat(&l.Up, wFFNUp, i, ff, h)
-		mat(&l.Down, wFFNDown, i, h, ff)
+	weights, err := c.Weights()
+	if err != nil {
+		return nil, err
 	}
-	m.OutNorm = vec(wOutNorm, 0, h)
-	if !c.TiedEmbed {
-		mat(&m.Output, wOutput, 0, c.Vocab, h)
+	m.Layer = make([]Layer, c.Layers) // checked against the file above
+	for _, w := range weights {
+		if len(w.Shape) == 2 {
+			mat(m.matrix(w.role, w.layer), w.role, w.layer, w.Shape[0], w.Shape[1])
+		} else {
+			*m.vector(w.role, w.layer) = vec(w.role, w.layer, w.Shape[0])
+		}
 	}
 	if dropped > 0 {
 		errs = append(errs, fmt.Errorf("%s: … and %d more errors", src.path(), dropped))
@@ -224,6 +208,59 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 	}
 	m.init(opt)
 	return m, nil
+}
+
+// matrix is the field of m that holds the matrix of role r (of layer li).
+func (m *Model) matrix(r role, li int) **kernels.Matrix {
+	switch r {
+	case wEmbed:
+		return &m.Embed
+	case wOutput:
+		return &m.Output
+	}
+	l := &m.Layer[li]
+	switch r {
+	case wAttnQ:
+		return &l.Q
+	case wAttnK:
+		return &l.K
+	case wAttnV:
+		return &l.V
+	case wAttnO:
+		return &l.O
+	case wFFNGate:
+		return &l.Gate
+	case wFFNUp:
+		return &l.Up
+	case wFFNDown:
+		return &l.Down
+	}
+	panic(fmt.Sprintf("model: role %d is not a matrix", r)) // Weights and this switch disagree
+}
+
+// vector is the field of m that holds the vector of role r (of layer li).
+func (m *Model) vector(r role, li int) *[]float32 {
+	if r == wOutNorm {
+		return &m.OutNorm
+	}
+	l := &m.Layer[li]
+	switch r {
+	case wAttnNorm:
+		return &l.AttnNorm
+	case wAttnQBias:
+		return &l.QBias
+	case wAttnKBias:
+		return &l.KBias
+	case wAttnVBias:
+		return &l.VBias
+	case wAttnQNorm:
+		return &l.QNorm
+	case wAttnKNorm:
+		return &l.KNorm
+	case wFFNNorm:
+		return &l.FFNNorm
+	}
+	panic(fmt.Sprintf("model: role %d is not a vector", r)) // Weights and this switch disagree
 }
 
 // runParallel runs jobs on up to threads goroutines (≤ 0: all cores) and
