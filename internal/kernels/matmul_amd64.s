@@ -12178,9 +12178,10 @@ TEXT ·q8AVX2x1(SB), NOSPLIT, $0-80
 	MOVL         $0x00000440, R13
 
 block:
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+
 	// k = 4·0 … 4·0+3 of the block
-	PREFETCHT0   (R11)
-	PREFETCHT0   64(R11)
 	VPXOR        (DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        32(DX), Y15, Y9
@@ -12192,10 +12193,10 @@ block:
 	VPSIGNB      Y9, Y12, Y13
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y3
-
-	// k = 4·1 … 4·1+3 of the block
 	PREFETCHT0   128(R11)
 	PREFETCHT0   192(R11)
+
+	// k = 4·1 … 4·1+3 of the block
 	VPXOR        128(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        160(DX), Y15, Y9
@@ -12209,10 +12210,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y3, Y3
-
-	// k = 4·2 … 4·2+3 of the block
 	PREFETCHT0   256(R11)
 	PREFETCHT0   320(R11)
+
+	// k = 4·2 … 4·2+3 of the block
 	VPXOR        256(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        288(DX), Y15, Y9
@@ -12226,10 +12227,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y3, Y3
-
-	// k = 4·3 … 4·3+3 of the block
 	PREFETCHT0   384(R11)
 	PREFETCHT0   448(R11)
+
+	// k = 4·3 … 4·3+3 of the block
 	VPXOR        384(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        416(DX), Y15, Y9
@@ -12243,10 +12244,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y3, Y3
-
-	// k = 4·4 … 4·4+3 of the block
 	PREFETCHT0   512(R11)
 	PREFETCHT0   576(R11)
+
+	// k = 4·4 … 4·4+3 of the block
 	VPXOR        512(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        544(DX), Y15, Y9
@@ -12260,10 +12261,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y3, Y3
-
-	// k = 4·5 … 4·5+3 of the block
 	PREFETCHT0   640(R11)
 	PREFETCHT0   704(R11)
+
+	// k = 4·5 … 4·5+3 of the block
 	VPXOR        640(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        672(DX), Y15, Y9
@@ -12277,10 +12278,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y3, Y3
-
-	// k = 4·6 … 4·6+3 of the block
 	PREFETCHT0   768(R11)
 	PREFETCHT0   832(R11)
+
+	// k = 4·6 … 4·6+3 of the block
 	VPXOR        768(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        800(DX), Y15, Y9
@@ -12294,11 +12295,11 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y3, Y3
-
-	// k = 4·7 … 4·7+3 of the block
 	PREFETCHT0   896(R11)
 	PREFETCHT0   960(R11)
 	PREFETCHT0   1024(R11)
+
+	// k = 4·7 … 4·7+3 of the block
 	VPXOR        896(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        928(DX), Y15, Y9
@@ -12370,9 +12371,10 @@ TEXT ·q8AVX2x2(SB), NOSPLIT, $0-80
 	MOVL         $0x00000440, R13
 
 block:
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+
 	// k = 4·0 … 4·0+3 of the block
-	PREFETCHT0   (R11)
-	PREFETCHT0   64(R11)
 	VPXOR        (DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        32(DX), Y15, Y9
@@ -12391,10 +12393,10 @@ block:
 	VPSIGNB      Y9, Y12, Y13
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y7
-
-	// k = 4·1 … 4·1+3 of the block
 	PREFETCHT0   128(R11)
 	PREFETCHT0   192(R11)
+
+	// k = 4·1 … 4·1+3 of the block
 	VPXOR        128(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        160(DX), Y15, Y9
@@ -12417,10 +12419,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·2 … 4·2+3 of the block
 	PREFETCHT0   256(R11)
 	PREFETCHT0   320(R11)
+
+	// k = 4·2 … 4·2+3 of the block
 	VPXOR        256(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        288(DX), Y15, Y9
@@ -12443,10 +12445,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·3 … 4·3+3 of the block
 	PREFETCHT0   384(R11)
 	PREFETCHT0   448(R11)
+
+	// k = 4·3 … 4·3+3 of the block
 	VPXOR        384(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        416(DX), Y15, Y9
@@ -12469,10 +12471,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·4 … 4·4+3 of the block
 	PREFETCHT0   512(R11)
 	PREFETCHT0   576(R11)
+
+	// k = 4·4 … 4·4+3 of the block
 	VPXOR        512(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        544(DX), Y15, Y9
@@ -12495,10 +12497,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·5 … 4·5+3 of the block
 	PREFETCHT0   640(R11)
 	PREFETCHT0   704(R11)
+
+	// k = 4·5 … 4·5+3 of the block
 	VPXOR        640(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        672(DX), Y15, Y9
@@ -12521,10 +12523,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·6 … 4·6+3 of the block
 	PREFETCHT0   768(R11)
 	PREFETCHT0   832(R11)
+
+	// k = 4·6 … 4·6+3 of the block
 	VPXOR        768(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        800(DX), Y15, Y9
@@ -12547,11 +12549,11 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·7 … 4·7+3 of the block
 	PREFETCHT0   896(R11)
 	PREFETCHT0   960(R11)
 	PREFETCHT0   1024(R11)
+
+	// k = 4·7 … 4·7+3 of the block
 	VPXOR        896(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        928(DX), Y15, Y9
@@ -12645,9 +12647,10 @@ TEXT ·q8AVX2x3(SB), NOSPLIT, $192-80
 	MOVL         $0x00000440, R13
 
 block:
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+
 	// k = 4·0 … 4·0+3 of the block
-	PREFETCHT0   (R11)
-	PREFETCHT0   64(R11)
 	VPXOR        (DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        32(DX), Y15, Y9
@@ -12673,10 +12676,10 @@ block:
 	VPSIGNB      Y9, Y12, Y13
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y5
-
-	// k = 4·1 … 4·1+3 of the block
 	PREFETCHT0   128(R11)
 	PREFETCHT0   192(R11)
+
+	// k = 4·1 … 4·1+3 of the block
 	VPXOR        128(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        160(DX), Y15, Y9
@@ -12708,10 +12711,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y5, Y5
-
-	// k = 4·2 … 4·2+3 of the block
 	PREFETCHT0   256(R11)
 	PREFETCHT0   320(R11)
+
+	// k = 4·2 … 4·2+3 of the block
 	VPXOR        256(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        288(DX), Y15, Y9
@@ -12743,10 +12746,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y5, Y5
-
-	// k = 4·3 … 4·3+3 of the block
 	PREFETCHT0   384(R11)
 	PREFETCHT0   448(R11)
+
+	// k = 4·3 … 4·3+3 of the block
 	VPXOR        384(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        416(DX), Y15, Y9
@@ -12778,10 +12781,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y5, Y5
-
-	// k = 4·4 … 4·4+3 of the block
 	PREFETCHT0   512(R11)
 	PREFETCHT0   576(R11)
+
+	// k = 4·4 … 4·4+3 of the block
 	VPXOR        512(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        544(DX), Y15, Y9
@@ -12813,10 +12816,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y5, Y5
-
-	// k = 4·5 … 4·5+3 of the block
 	PREFETCHT0   640(R11)
 	PREFETCHT0   704(R11)
+
+	// k = 4·5 … 4·5+3 of the block
 	VPXOR        640(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        672(DX), Y15, Y9
@@ -12848,10 +12851,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y5, Y5
-
-	// k = 4·6 … 4·6+3 of the block
 	PREFETCHT0   768(R11)
 	PREFETCHT0   832(R11)
+
+	// k = 4·6 … 4·6+3 of the block
 	VPXOR        768(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        800(DX), Y15, Y9
@@ -12883,11 +12886,11 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y5, Y5
-
-	// k = 4·7 … 4·7+3 of the block
 	PREFETCHT0   896(R11)
 	PREFETCHT0   960(R11)
 	PREFETCHT0   1024(R11)
+
+	// k = 4·7 … 4·7+3 of the block
 	VPXOR        896(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        928(DX), Y15, Y9
@@ -13014,9 +13017,10 @@ TEXT ·q8AVX2x4(SB), NOSPLIT, $256-80
 	MOVL         $0x00000440, R13
 
 block:
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+
 	// k = 4·0 … 4·0+3 of the block
-	PREFETCHT0   (R11)
-	PREFETCHT0   64(R11)
 	VPXOR        (DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        32(DX), Y15, Y9
@@ -13049,10 +13053,10 @@ block:
 	VPSIGNB      Y9, Y12, Y13
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y7
-
-	// k = 4·1 … 4·1+3 of the block
 	PREFETCHT0   128(R11)
 	PREFETCHT0   192(R11)
+
+	// k = 4·1 … 4·1+3 of the block
 	VPXOR        128(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        160(DX), Y15, Y9
@@ -13093,10 +13097,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·2 … 4·2+3 of the block
 	PREFETCHT0   256(R11)
 	PREFETCHT0   320(R11)
+
+	// k = 4·2 … 4·2+3 of the block
 	VPXOR        256(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        288(DX), Y15, Y9
@@ -13137,10 +13141,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·3 … 4·3+3 of the block
 	PREFETCHT0   384(R11)
 	PREFETCHT0   448(R11)
+
+	// k = 4·3 … 4·3+3 of the block
 	VPXOR        384(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        416(DX), Y15, Y9
@@ -13181,10 +13185,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·4 … 4·4+3 of the block
 	PREFETCHT0   512(R11)
 	PREFETCHT0   576(R11)
+
+	// k = 4·4 … 4·4+3 of the block
 	VPXOR        512(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        544(DX), Y15, Y9
@@ -13225,10 +13229,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·5 … 4·5+3 of the block
 	PREFETCHT0   640(R11)
 	PREFETCHT0   704(R11)
+
+	// k = 4·5 … 4·5+3 of the block
 	VPXOR        640(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        672(DX), Y15, Y9
@@ -13269,10 +13273,10 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·6 … 4·6+3 of the block
 	PREFETCHT0   768(R11)
 	PREFETCHT0   832(R11)
+
+	// k = 4·6 … 4·6+3 of the block
 	VPXOR        768(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        800(DX), Y15, Y9
@@ -13313,11 +13317,11 @@ block:
 	VPMADDUBSW   Y13, Y11, Y13
 	VPMADDWD     ones_w<>+0(SB), Y13, Y13
 	VPADDD       Y13, Y7, Y7
-
-	// k = 4·7 … 4·7+3 of the block
 	PREFETCHT0   896(R11)
 	PREFETCHT0   960(R11)
 	PREFETCHT0   1024(R11)
+
+	// k = 4·7 … 4·7+3 of the block
 	VPXOR        896(DX), Y15, Y8
 	VPABSB       Y8, Y10
 	VPXOR        928(DX), Y15, Y9
@@ -14922,11 +14926,9 @@ TEXT ·q8AVX2Px4(SB), NOSPLIT, $256-64
 
 block:
 	// k = 4·0 … 4·0+3 of the block
-	VMOVDQU      (DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        (DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      32(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        32(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD (DI), Y12
 	VPSIGNB      Y8, Y12, Y13
@@ -14958,11 +14960,9 @@ block:
 	VPMADDWD     Y14, Y13, Y7
 
 	// k = 4·1 … 4·1+3 of the block
-	VMOVDQU      128(DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        128(DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      160(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        160(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD 4(DI), Y12
 	VPSIGNB      Y8, Y12, Y13
@@ -15002,11 +15002,9 @@ block:
 	VPADDD       Y13, Y7, Y7
 
 	// k = 4·2 … 4·2+3 of the block
-	VMOVDQU      256(DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        256(DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      288(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        288(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD 8(DI), Y12
 	VPSIGNB      Y8, Y12, Y13
@@ -15046,11 +15044,9 @@ block:
 	VPADDD       Y13, Y7, Y7
 
 	// k = 4·3 … 4·3+3 of the block
-	VMOVDQU      384(DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        384(DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      416(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        416(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD 12(DI), Y12
 	VPSIGNB      Y8, Y12, Y13
@@ -15090,11 +15086,9 @@ block:
 	VPADDD       Y13, Y7, Y7
 
 	// k = 4·4 … 4·4+3 of the block
-	VMOVDQU      512(DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        512(DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      544(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        544(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD 16(DI), Y12
 	VPSIGNB      Y8, Y12, Y13
@@ -15134,11 +15128,9 @@ block:
 	VPADDD       Y13, Y7, Y7
 
 	// k = 4·5 … 4·5+3 of the block
-	VMOVDQU      640(DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        640(DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      672(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        672(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD 20(DI), Y12
 	VPSIGNB      Y8, Y12, Y13
@@ -15178,11 +15170,9 @@ block:
 	VPADDD       Y13, Y7, Y7
 
 	// k = 4·6 … 4·6+3 of the block
-	VMOVDQU      768(DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        768(DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      800(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        800(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD 24(DI), Y12
 	VPSIGNB      Y8, Y12, Y13
@@ -15222,11 +15212,9 @@ block:
 	VPADDD       Y13, Y7, Y7
 
 	// k = 4·7 … 4·7+3 of the block
-	VMOVDQU      896(DX), Y8
-	VPXOR        Y15, Y8, Y8
+	VPXOR        896(DX), Y15, Y8
 	VPABSB       Y8, Y10
-	VMOVDQU      928(DX), Y9
-	VPXOR        Y15, Y9, Y9
+	VPXOR        928(DX), Y15, Y9
 	VPABSB       Y9, Y11
 	VPBROADCASTD 28(DI), Y12
 	VPSIGNB      Y8, Y12, Y13

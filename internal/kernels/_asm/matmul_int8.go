@@ -236,39 +236,12 @@ func genQ2(nb int, q4 bool) {
 		pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: lines, n: 8}
 		pfs.init()
 		Label("block")
+		q := q8Regs{WS: WS, WQ: WQ, Xp: Xp, XM: XM, w: w, a: a, xb: xb, tp: tp, ones: onesW, c80: reg.Y15, iacc: iacc}
 		for s := range 8 {
-			Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
 			pfs.at(s)
-			for h := range 2 {
-				VPXOR(M(WQ, 128*s+32*h), reg.Y15, w[h]) // w = stored code ^ 0x80
-				VPABSB(w[h], a[h])
-			}
-			for b := range nb {
-				VPBROADCASTD(M(Xp, 32*b+4*s), xb)
-				for h := range 2 {
-					VPSIGNB(w[h], xb, tp)
-					VPMADDUBSW(tp, a[h], tp)
-					if s == 0 {
-						VPMADDWD(onesW, tp, iacc(h, b))
-					} else {
-						VPMADDWD(onesW, tp, tp)
-						VPADDD(tp, iacc(h, b), iacc(h, b))
-					}
-				}
-			}
+			q.step(s, nb)
 		}
-		Comment("acc += float(sum) · (d_w · d_x)")
-		for h := range 2 {
-			VCVTPH2PS(M(WS, 16*h), w[h])
-		}
-		for b := range nb {
-			VBROADCASTSS(M(XM, 8*b), xb)
-			for h := range 2 {
-				VMULPS(xb, w[h], tp)
-				VCVTDQ2PS(iacc(h, b), iacc(h, b))
-				fma(tp, h, b)
-			}
-		}
+		q.blockEnd(nb, fma)
 		pfs.advance()
 	} else {
 		Comment("f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int16 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);",
@@ -351,6 +324,68 @@ func genQ2(nb int, q4 bool) {
 	RET()
 }
 
+// q8Regs are the registers of the AVX2 Q8_0 kernels' block loop (genQ2,
+// genQ2P): the group's scales WS and quants WQ, the activations' quants Xp
+// and meta XM, the signed weights w and magnitudes a of the two 8-row
+// halves, the activation broadcast xb, the product tp, the int16 ones and
+// 0x80 bytes (registers or memory), and the int32 block sum of (half h,
+// row b).
+type q8Regs struct {
+	WS, WQ, Xp, XM reg.Register
+	w, a           [2]reg.VecPhysical
+	xb, tp         reg.VecPhysical
+	ones, c80      Op
+	iacc           func(h, b int) reg.VecPhysical
+}
+
+// step emits step s of a block (k = 4s … 4s+3) for activation rows b < nb:
+// VPMADDUBSW takes unsigned × signed bytes, |w| · (x·sign(w)) = w·x, and a
+// pair of such products (≤ 2·128·127) never saturates int16; VPMADDWD by
+// ones widens them into the block sums.
+func (q q8Regs) step(s, nb int) {
+	Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
+	for h := range 2 {
+		src := M(q.WQ, 128*s+32*h)
+		if c, ok := q.c80.(reg.VecPhysical); ok {
+			VPXOR(src, c, q.w[h]) // w = stored code ^ 0x80
+		} else {
+			VMOVDQU(src, q.w[h])
+			VPXOR(q.c80, q.w[h], q.w[h])
+		}
+		VPABSB(q.w[h], q.a[h])
+	}
+	for b := range nb {
+		VPBROADCASTD(M(q.Xp, 32*b+4*s), q.xb)
+		for h := range 2 {
+			VPSIGNB(q.w[h], q.xb, q.tp)
+			VPMADDUBSW(q.tp, q.a[h], q.tp)
+			if s == 0 {
+				VPMADDWD(q.ones, q.tp, q.iacc(h, b))
+			} else {
+				VPMADDWD(q.ones, q.tp, q.tp)
+				VPADDD(q.tp, q.iacc(h, b), q.iacc(h, b))
+			}
+		}
+	}
+}
+
+// blockEnd emits the block's f32 update: fma(t, h, b) adds t·float(sum) to
+// the accumulator of (half h, row b), t = d_w · d_x.
+func (q q8Regs) blockEnd(nb int, fma func(t reg.VecPhysical, h, b int)) {
+	Comment("acc += float(sum) · (d_w · d_x)")
+	for h := range 2 {
+		VCVTPH2PS(M(q.WS, 16*h), q.w[h])
+	}
+	for b := range nb {
+		VBROADCASTSS(M(q.XM, 8*b), q.xb)
+		for h := range 2 {
+			VMULPS(q.xb, q.w[h], q.tp)
+			VCVTDQ2PS(q.iacc(h, b), q.iacc(h, b))
+			fma(q.tp, h, b)
+		}
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Q8_0 × Q8_0-quantized activations, AVX2, for large batches (prefill).
 
@@ -412,40 +447,14 @@ func genQ2P(nb int) {
 		}
 	}
 	Label("block")
+	q := q8Regs{WS: WS, WQ: WQ, Xp: Xp, XM: XM, w: w, a: a, xb: xb, tp: tp, ones: ones, c80: c80, iacc: iacc}
 	for s := range 8 {
-		Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
-		for h := range 2 {
-			VMOVDQU(M(WQ, 128*s+32*h), w[h])
-			VPXOR(c80, w[h], w[h]) // w = stored code ^ 0x80
-			VPABSB(w[h], a[h])
-		}
-		for b := range nb {
-			VPBROADCASTD(M(Xp, 32*b+4*s), xb)
-			for h := range 2 {
-				VPSIGNB(w[h], xb, tp)
-				VPMADDUBSW(tp, a[h], tp)
-				if s == 0 {
-					VPMADDWD(ones, tp, iacc(h, b))
-				} else {
-					VPMADDWD(ones, tp, tp)
-					VPADDD(tp, iacc(h, b), iacc(h, b))
-				}
-			}
-		}
+		q.step(s, nb)
 	}
-	Comment("acc += float(sum) · (d_w · d_x)")
-	for h := range 2 {
-		VCVTPH2PS(M(WS, 16*h), w[h])
-	}
-	for b := range nb {
-		VBROADCASTSS(M(XM, 8*b), xb)
-		for h := range 2 {
-			VMULPS(xb, w[h], tp)
-			VCVTDQ2PS(iacc(h, b), iacc(h, b))
-			VFMADD213PS(fmem(h, b), tp, iacc(h, b))
-			VMOVUPS(iacc(h, b), fmem(h, b))
-		}
-	}
+	q.blockEnd(nb, func(t reg.VecPhysical, h, b int) {
+		VFMADD213PS(fmem(h, b), t, iacc(h, b))
+		VMOVUPS(iacc(h, b), fmem(h, b))
+	})
 	ADDQ(U32(blockBytes), WS)
 	ADDQ(U32(blockBytes), WQ)
 	ADDQ(XS, Xp)
