@@ -351,13 +351,7 @@ var exp8 struct {
 }
 
 func initExp8Consts() {
-	vec := func(name string, v float32) Mem {
-		m := GLOBL(name, RODATA|NOPTR)
-		for i := range 8 {
-			DATA(4*i, U32(math.Float32bits(v)))
-		}
-		return m
-	}
+	vec := func(name string, v float32) Mem { return ymmConst(name, math.Float32bits(v)) }
 	exp8.min = vec("exp8_min", -87.33654)
 	exp8.log2e = vec("exp8_log2e", 1.44269504088896341)
 	exp8.c1 = vec("exp8_c1", 0.693359375)

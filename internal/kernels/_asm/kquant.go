@@ -28,14 +28,8 @@ func genKQuant() {
 			DATA(i, U8(2*w+i%2))
 		}
 	}
-	mask30 := GLOBL("mask30", RODATA|NOPTR)
-	for i := range 8 {
-		DATA(4*i, U32(0x30303030))
-	}
-	mask01 := GLOBL("mask01", RODATA|NOPTR)
-	for i := range 8 {
-		DATA(4*i, U32(0x01010101))
-	}
+	mask30 := ymmConst("mask30", 0x30303030)
+	mask01 := ymmConst("mask01", 0x01010101)
 	// scK4T: 8 scale bytes (one per row, repeated in each qword) to the word
 	// pair (sc, sc) of each row lane.
 	scK4T := GLOBL("scK4T", RODATA|NOPTR)
@@ -46,10 +40,7 @@ func genKQuant() {
 		}
 		DATA(i, U8(v))
 	}
-	mask10t := GLOBL("mask10t", RODATA|NOPTR)
-	for i := range 8 {
-		DATA(4*i, U32(0x10101010))
-	}
+	mask10t := ymmConst("mask10t", 0x10101010)
 	for nb := 1; nb <= kMaxNB; nb++ {
 		genQ4KTile(nb, scK4T, false, mask10t)
 	}
@@ -75,20 +66,14 @@ func genKQuant() {
 		}
 		DATA(i, U8(v))
 	}
-	mask0f := GLOBL("mask0f", RODATA|NOPTR)
-	for i := range 8 {
-		DATA(4*i, U32(0x0f0f0f0f))
-	}
+	mask0f := ymmConst("mask0f", 0x0f0f0f0f)
 	for _, pre := range []bool{false, true} {
 		for nb := 1; nb <= k6tMaxNB; nb++ {
 			genQ6KTile(nb, scK6T, pairK6T, mask0f, mask30, pre)
 		}
 	}
 	genQ6KUnpack(mask0f, mask30)
-	mask03 := GLOBL("mask03", RODATA|NOPTR)
-	for i := range 8 {
-		DATA(4*i, U32(0x03030303))
-	}
+	mask03 := ymmConst("mask03", 0x03030303)
 	for _, t := range []string{"q3k", "q2k"} {
 		for nb := 1; nb <= kMaxNB; nb++ {
 			genK(nb, t, append(shufK6[:], mask03, mask01))
@@ -103,10 +88,7 @@ func genKQuant() {
 	for i := range 32 {
 		DATA(i, U8(1<<(i%8)))
 	}
-	mask10 := GLOBL("mask10", RODATA|NOPTR)
-	for i := range 8 {
-		DATA(4*i, U32(0x10101010))
-	}
+	mask10 := ymmConst("mask10", 0x10101010)
 	for _, t := range []string{"q41", "q50", "q51"} {
 		for nb := 1; nb <= kMaxNB; nb++ {
 			genLegacy(nb, t, spread, bits, mask10)
