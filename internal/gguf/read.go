@@ -84,6 +84,9 @@ func Parse(name string, data []byte) (*File, error) {
 		if err != nil {
 			return nil, err
 		}
+		if key == "" {
+			return nil, d.errAt(start, "metadata key %d is empty", i)
+		}
 		if _, dup := f.kv[key]; dup {
 			return nil, d.errAt(start, "duplicate metadata key %q", key)
 		}
@@ -379,6 +382,9 @@ func (d *decoder) tensorInfo(i uint64) (TensorInfo, error) {
 	name, err := d.str(fmt.Sprintf("tensor %d name", i))
 	if err != nil {
 		return t, err
+	}
+	if name == "" {
+		return t, d.errAt(start, "tensor %d has an empty name", i)
 	}
 	t.Name = name
 	what := fmt.Sprintf("tensor %q", name)
