@@ -36,7 +36,11 @@ var ErrUsage = errors.New("usage")
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go onSignals(cancel)
+	// Subscribe before anything runs: a signal that arrived before the
+	// goroutine got to signal.Notify would take its default action (kill).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go onSignals(sigs, cancel)
 	if err := Run(ctx, os.Args[1:]); err != nil {
 		if errors.Is(err, ErrUsage) {
 			os.Exit(2) // the command printed what was wrong and its synopsis
@@ -51,9 +55,7 @@ func main() {
 // as SIGTERM, so that closing a terminal or a hang-up from a supervisor
 // never kills the process mid-request) and the second into an immediate
 // exit with status 1.
-func onSignals(cancel context.CancelFunc) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+func onSignals(sigs <-chan os.Signal, cancel context.CancelFunc) {
 	sig := <-sigs
 	fmt.Fprintf(os.Stderr, "draftd: %v: stopping (a second signal exits at once)\n", sig)
 	cancel()
