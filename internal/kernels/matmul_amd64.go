@@ -95,6 +95,20 @@ type packed struct {
 	nblk      int    // Q8_0/Q4_0: Cols/32
 	k8        int    // F32/F16/BF16: Cols rounded up to a multiple of 8
 	data      []byte // (tiles, tileBytes), 64-byte aligned
+	// q8Codes: Q8_0 quants are stored as q^0x80 (the unsigned codes the
+	// AVX-512 VNNI kernels take) rather than as q (the signed bytes of the
+	// AVX2 kernels, whose VPSIGNB/VPABSB then read them straight from
+	// memory). Chosen by the implementation in use when the matrix is
+	// packed; see fits.
+	q8Codes bool
+}
+
+// fits reports whether the kernels of implementation id can read pk: the
+// two Q8_0 layouts differ, so a matrix packed before SetImpl switched
+// between AVX-512 and AVX2 (tests and benchmarks only) runs the plain-Go
+// reference instead of misreading its weights.
+func (pk *packed) fits(t dtype.Type, id implID) bool {
+	return t != dtype.Q8_0 || pk.q8Codes == (id == implAVX512)
 }
 
 func pack(m *Matrix) any {
@@ -104,6 +118,7 @@ func pack(m *Matrix) any {
 	pk := &packed{tiles: (m.Rows + 31) / 32}
 	switch m.Type {
 	case dtype.Q8_0:
+		pk.q8Codes = impl == implAVX512
 		pk.nblk = m.Cols / dtype.QK
 		pk.tileBytes = pk.nblk * (64 + 8*128)
 	case dtype.Q4_0:
@@ -149,10 +164,13 @@ func packTile(m *Matrix, pk *packed, t int) {
 		g, j := r/16, r%16
 		if row >= m.Rows {
 			if m.Type == dtype.Q8_0 || m.Type == dtype.Q4_0 {
-				// Zero weights: code 128 (Q8_0) or nibble 8 (Q4_0), scale 0.
-				fill := uint32(0x80808080)
-				if m.Type == dtype.Q4_0 {
+				// Zero weights (scale 0): q = 0 (code 128 for AVX-512), or nibble 8 (Q4_0).
+				fill := uint32(0)
+				switch {
+				case m.Type == dtype.Q4_0:
 					fill = 0x88888888
+				case pk.q8Codes:
+					fill = 0x80808080
 				}
 				bb := pk.tileBytes / pk.nblk
 				for i := range pk.nblk {
@@ -167,11 +185,15 @@ func packTile(m *Matrix, pk *packed, t int) {
 		src := m.Row(row)
 		switch m.Type {
 		case dtype.Q8_0:
+			var code uint32 // the AVX-512 kernels' unsigned codes q+128, or q itself
+			if pk.q8Codes {
+				code = 0x80808080
+			}
 			for i := range pk.nblk {
 				blk, sb := dst[i*1088:], src[i*34:]
 				blk[2*r], blk[2*r+1] = sb[0], sb[1]
 				for s := range 8 {
-					le.PutUint32(blk[64+128*s+64*g+4*j:], le.Uint32(sb[2+4*s:])^0x80808080)
+					le.PutUint32(blk[64+128*s+64*g+4*j:], le.Uint32(sb[2+4*s:])^code)
 				}
 			}
 		case dtype.Q4_0:
@@ -234,7 +256,7 @@ type maxAt struct {
 }
 
 func matmul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
-	if pk, _ := w.packed.(*packed); impl == implGeneric || pk == nil {
+	if pk, _ := w.packed.(*packed); impl == implGeneric || pk == nil || !pk.fits(w.Type, impl) {
 		matmulRef(p, y, w, x, batch)
 		return
 	}
@@ -242,7 +264,7 @@ func matmul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 }
 
 func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
-	if pk, _ := w.packed.(*packed); impl == implGeneric || pk == nil {
+	if pk, _ := w.packed.(*packed); impl == implGeneric || pk == nil || !pk.fits(w.Type, impl) {
 		matmulArgmaxRef(p, ids, w, x, batch)
 		return
 	}

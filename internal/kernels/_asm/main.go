@@ -104,7 +104,6 @@ func main() {
 		}
 		genQR32(false)
 		genQR32(true)
-		c80B = ymmConst("c80_b", 0x80808080)
 		for nb := q2PMinNB; nb <= q2PMaxNB; nb++ {
 			genQ2P(nb)
 		}

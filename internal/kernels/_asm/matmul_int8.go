@@ -223,20 +223,17 @@ func genQ2(nb int, q4 bool) {
 	}
 	if !q4 {
 		Comment("f32 accumulators (half h, row b) Y[h*nb+b] (or on the stack), int32 block sums Y[2nb+h*nb+b] (or Y[h*nb+b]);",
-			"Y8/Y9 signed weights of the two 8-row halves, Y10/Y11 their magnitudes,",
-			"Y12 activation broadcast, Y13 product, Y15 0x80 bytes.",
+			"Y10/Y11 the weight magnitudes of the two 8-row halves (weights are read",
+			"from memory), Y12 activation broadcast, Y13 product, Y15 int16 ones.",
 			"VPMADDUBSW takes unsigned × signed bytes: |w| · (x·sign(w)) = w·x, and",
 			"a pair of such products (≤ 2·128·127) never saturates int16.")
-		MOVL(U32(0x80808080), reg.EAX)
-		VMOVD(reg.EAX, reg.X15)
-		VPBROADCASTD(reg.X15, reg.Y15)
-		w := [2]reg.VecPhysical{reg.Y8, reg.Y9}
+		VMOVDQU(onesW, reg.Y15)
 		a := [2]reg.VecPhysical{reg.Y10, reg.Y11}
 		xb, tp := reg.Y12, reg.Y13
 		pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: lines, n: 8}
 		pfs.init()
 		Label("block")
-		q := q8Regs{WS: WS, WQ: WQ, Xp: Xp, XM: XM, w: w, a: a, xb: xb, tp: tp, ones: onesW, c80: reg.Y15, iacc: iacc}
+		q := q8Regs{WS: WS, WQ: WQ, Xp: Xp, XM: XM, a: a, xb: xb, tp: tp, ones: reg.Y15, iacc: iacc}
 		for s := range 8 {
 			pfs.at(s)
 			q.step(s, nb)
@@ -325,39 +322,34 @@ func genQ2(nb int, q4 bool) {
 }
 
 // q8Regs are the registers of the AVX2 Q8_0 kernels' block loop (genQ2,
-// genQ2P): the group's scales WS and quants WQ, the activations' quants Xp
-// and meta XM, the signed weights w and magnitudes a of the two 8-row
-// halves, the activation broadcast xb, the product tp, the int16 ones and
-// 0x80 bytes (registers or memory), and the int32 block sum of (half h,
-// row b).
+// genQ2P): the group's scales WS and quants WQ (signed bytes: the AVX2
+// layout of packTile), the activations' quants Xp and meta XM, the weight
+// magnitudes a of the two 8-row halves (and at the block end their scales),
+// the activation broadcast xb, the product tp, the int16 ones (a register
+// or memory), and the int32 block sum of (half h, row b).
 type q8Regs struct {
 	WS, WQ, Xp, XM reg.Register
-	w, a           [2]reg.VecPhysical
+	a              [2]reg.VecPhysical
 	xb, tp         reg.VecPhysical
-	ones, c80      Op
+	ones           Op
 	iacc           func(h, b int) reg.VecPhysical
 }
 
 // step emits step s of a block (k = 4s … 4s+3) for activation rows b < nb:
 // VPMADDUBSW takes unsigned × signed bytes, |w| · (x·sign(w)) = w·x, and a
 // pair of such products (≤ 2·128·127) never saturates int16; VPMADDWD by
-// ones widens them into the block sums.
+// ones widens them into the block sums. VPABSB and VPSIGNB read the
+// weights from memory (L1), which leaves no weight register to fill and
+// saves the loads and moves of one (~4 % on Zen 3).
 func (q q8Regs) step(s, nb int) {
 	Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
 	for h := range 2 {
-		src := M(q.WQ, 128*s+32*h)
-		if c, ok := q.c80.(reg.VecPhysical); ok {
-			VPXOR(src, c, q.w[h]) // w = stored code ^ 0x80
-		} else {
-			VMOVDQU(src, q.w[h])
-			VPXOR(q.c80, q.w[h], q.w[h])
-		}
-		VPABSB(q.w[h], q.a[h])
+		VPABSB(M(q.WQ, 128*s+32*h), q.a[h])
 	}
 	for b := range nb {
 		VPBROADCASTD(M(q.Xp, 32*b+4*s), q.xb)
 		for h := range 2 {
-			VPSIGNB(q.w[h], q.xb, q.tp)
+			VPSIGNB(M(q.WQ, 128*s+32*h), q.xb, q.tp)
 			VPMADDUBSW(q.tp, q.a[h], q.tp)
 			if s == 0 {
 				VPMADDWD(q.ones, q.tp, q.iacc(h, b))
@@ -374,12 +366,12 @@ func (q q8Regs) step(s, nb int) {
 func (q q8Regs) blockEnd(nb int, fma func(t reg.VecPhysical, h, b int)) {
 	Comment("acc += float(sum) · (d_w · d_x)")
 	for h := range 2 {
-		VCVTPH2PS(M(q.WS, 16*h), q.w[h])
+		VCVTPH2PS(M(q.WS, 16*h), q.a[h])
 	}
 	for b := range nb {
 		VBROADCASTSS(M(q.XM, 8*b), q.xb)
 		for h := range 2 {
-			VMULPS(q.xb, q.w[h], q.tp)
+			VMULPS(q.xb, q.a[h], q.tp)
 			VCVTDQ2PS(q.iacc(h, b), q.iacc(h, b))
 			fma(q.tp, h, b)
 		}
@@ -397,14 +389,12 @@ const (
 	q2PMaxNB = 5
 )
 
-var c80B Mem // 0x80 bytes, for turning stored codes q+128 back into q
-
 // genQ2P is genQ2 for Q8_0 without prefetching (a blocked prefill sweep
 // reads its weights from L2) and with up to 5 activation rows per call: at
 // 5 rows the 2·5 int32 block sums, the weights and their magnitudes of one
-// step, the broadcast and the product fill the 16 ymm registers, and the
-// constants (0x80 bytes, int16 ones) come from memory. Each weight load then
-// serves 5 rows instead of 4 (~4 % faster on Zen 3; an 8-row × 6 variant
+// step, the broadcast, the product and the int16 ones fill 15 of the 16 ymm
+// registers (6 rows, with the ones from memory, measured ~6 % slower). Each
+// weight load then serves 5 rows instead of 4 (~4 % faster on Zen 3; an 8-row × 6 variant
 // with every accumulator in a register measured ~10 % slower, since each
 // activation broadcast serves 8 rows instead of 16). The sums are the same
 // operations in the same order as genQ2's, so results are bit-identical.
@@ -428,18 +418,11 @@ func genQ2P(nb int) {
 	stack := AllocLocal(2 * nb * 32)
 	iacc := func(h, b int) reg.VecPhysical { return Y(h*nb + b) }
 	fmem := func(h, b int) Mem { return stack.Offset(32 * (h*nb + b)) }
-	w := [2]reg.VecPhysical{Y(2 * nb), Y(2*nb + 1)}
-	a := [2]reg.VecPhysical{Y(2*nb + 2), Y(2*nb + 3)}
-	xb, tp := Y(2*nb+4), Y(2*nb+5)
-	ones, c80 := Op(onesW), Op(c80B)
-	if nb <= 4 {
-		// Two registers left: the constants.
-		VMOVDQU(onesW, Y(2*nb+6))
-		VMOVDQU(c80B, Y(2*nb+7))
-		ones, c80 = Y(2*nb+6), Y(2*nb+7)
-	}
+	a := [2]reg.VecPhysical{Y(2 * nb), Y(2*nb + 1)}
+	xb, tp, ones := Y(2*nb+2), Y(2*nb+3), Y(2*nb+4)
+	VMOVDQU(onesW, ones)
 	Comment("int32 block sums (half h, row b) Y[h*nb+b], f32 accumulators on the stack;",
-		"w, a: signed weights of the two 8-row halves and their magnitudes; xb activation broadcast, tp product.")
+		"a: weight magnitudes of the two 8-row halves; xb activation broadcast, tp product, then int16 ones.")
 	VPXOR(reg.Y0, reg.Y0, reg.Y0)
 	for h := range 2 {
 		for b := range nb {
@@ -447,7 +430,7 @@ func genQ2P(nb int) {
 		}
 	}
 	Label("block")
-	q := q8Regs{WS: WS, WQ: WQ, Xp: Xp, XM: XM, w: w, a: a, xb: xb, tp: tp, ones: ones, c80: c80, iacc: iacc}
+	q := q8Regs{WS: WS, WQ: WQ, Xp: Xp, XM: XM, a: a, xb: xb, tp: tp, ones: ones, iacc: iacc}
 	for s := range 8 {
 		q.step(s, nb)
 	}
@@ -517,19 +500,19 @@ func genQR32(q4 bool) {
 	for q := range 4 {
 		VPXOR(facc(q), facc(q), facc(q))
 	}
-	mask := uint32(0x80808080)
 	if q4 {
-		mask = 0x0f0f0f0f
+		MOVL(U32(0x0f0f0f0f), reg.EAX)
+		VMOVD(reg.EAX, reg.X15)
+		VPBROADCASTD(reg.X15, reg.Y15)
+	} else {
+		VMOVDQU(onesW, reg.Y15)
 	}
-	MOVL(U32(mask), reg.EAX)
-	VMOVD(reg.EAX, reg.X15)
-	VPBROADCASTD(reg.X15, reg.Y15)
 	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.RAX, lines: (blockBytes + 63) / 64, n: steps}
 	pfs.init()
 	Label("block")
 	if !q4 {
-		Comment("Y8-Y11 the quarters' weights (then their magnitudes), Y12 activation broadcast,",
-			"Y13 product, Y15 0x80 bytes.")
+		Comment("Y8-Y11 the quarters' signed weights (then their magnitudes), Y12 activation",
+			"broadcast, Y13 product, Y15 int16 ones.")
 		xb, tp := reg.Y12, reg.Y13
 		for s := range steps {
 			Commentf("k = 4·%d … 4·%d+3 of the block", s, s)
@@ -537,14 +520,14 @@ func genQR32(q4 bool) {
 			VPBROADCASTD(M(Xp, 4*s), xb)
 			for q := range 4 {
 				w := Y(8 + q)
-				VPXOR(M(W, 64+128*s+32*q), reg.Y15, w) // w = stored code ^ 0x80
+				VMOVDQU(M(W, 64+128*s+32*q), w)
 				VPSIGNB(w, xb, tp)
 				VPABSB(w, w)
 				VPMADDUBSW(tp, w, tp)
 				if s == 0 {
-					VPMADDWD(onesW, tp, iacc(q))
+					VPMADDWD(reg.Y15, tp, iacc(q))
 				} else {
-					VPMADDWD(onesW, tp, tp)
+					VPMADDWD(reg.Y15, tp, tp)
 					VPADDD(tp, iacc(q), iacc(q))
 				}
 			}
