@@ -13415,8 +13415,10 @@ TEXT ·attendF16AVX2x3(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -13487,6 +13489,65 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr0:
+	VCVTPH2PS    (AX), Y6
+	VCVTPH2PS    (AX)(R13*1), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y6, Y0
+	VFMADD231PS  Y15, Y7, Y3
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y6, Y1
+	VFMADD231PS  Y15, Y7, Y4
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y5
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X6
+	VADDPS       X6, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -14144,8 +14205,10 @@ TEXT ·attendF16AVX2x4(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -14223,6 +14286,70 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr0:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -14896,8 +15023,10 @@ TEXT ·attendF16AVX2x5(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -14975,6 +15104,70 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr0:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -15865,8 +16058,10 @@ TEXT ·attendF16AVX2x6(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -15944,6 +16139,70 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr0:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -16849,8 +17108,10 @@ TEXT ·attendF16AVX2x7(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -16929,6 +17190,70 @@ kpfPr0:
 	SUBQ         $0x03, R9
 	JMP          groupr0
 
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr0:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
+
 singler0:
 	TESTQ  R9, R9
 	JZ     scoredr0
@@ -16982,8 +17307,10 @@ scoredr0:
 	MOVQ cnt+48(FP), R9
 
 groupr4:
+	CMPQ   R9, $0x04
+	JE     pairsr4
 	CMPQ   R9, $0x03
-	JL     singler4
+	JL     pairsr4
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -17055,6 +17382,66 @@ kpfPr4:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr4
+
+pairsr4:
+	CMPQ   R9, $0x02
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr4:
+	CMPQ       R12, $0x00
+	JLE        kpfQr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr4:
+	VCVTPH2PS    (AX), Y6
+	VCVTPH2PS    (AX)(R13*1), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y6, Y0
+	VFMADD231PS  Y15, Y7, Y3
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y6, Y1
+	VFMADD231PS  Y15, Y7, Y4
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y5
+	ADDQ         $0x10, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkQr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X6
+	VADDPS       X6, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 48(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr4
 
 singler4:
 	TESTQ  R9, R9
@@ -17831,8 +18218,10 @@ TEXT ·attendF16AVX2x8(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -17911,6 +18300,70 @@ kpfPr0:
 	SUBQ         $0x03, R9
 	JMP          groupr0
 
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr0:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
+
 singler0:
 	TESTQ  R9, R9
 	JZ     scoredr0
@@ -17964,8 +18417,10 @@ scoredr0:
 	MOVQ cnt+48(FP), R9
 
 groupr4:
+	CMPQ   R9, $0x04
+	JE     pairsr4
 	CMPQ   R9, $0x03
-	JL     singler4
+	JL     pairsr4
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -18044,6 +18499,71 @@ kpfPr4:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr4
+
+pairsr4:
+	CMPQ   R9, $0x02
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x04, R11
+
+chunkQr4:
+	CMPQ       R12, $0x00
+	JLE        kpfQr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfQr4:
+	VCVTPH2PS    (AX), Y8
+	VCVTPH2PS    (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x10, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkQr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 48(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr4
 
 singler4:
 	TESTQ  R9, R9
@@ -20299,8 +20819,10 @@ TEXT ·attendF32AVX2x3(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -20373,6 +20895,67 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr0:
+	VMOVUPS      (AX), Y6
+	VMOVUPS      (AX)(R13*1), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y6, Y0
+	VFMADD231PS  Y15, Y7, Y3
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y6, Y1
+	VFMADD231PS  Y15, Y7, Y4
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y5
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000060, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X6
+	VADDPS       X6, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -21036,8 +21619,10 @@ TEXT ·attendF32AVX2x4(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -21117,6 +21702,72 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr0:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -21796,8 +22447,10 @@ TEXT ·attendF32AVX2x5(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -21877,6 +22530,72 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr0:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000a0, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -22781,8 +23500,10 @@ TEXT ·attendF32AVX2x6(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -22862,6 +23583,72 @@ kpfPr0:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr0
+
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr0:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000c0, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
 
 singler0:
 	TESTQ  R9, R9
@@ -23781,8 +24568,10 @@ TEXT ·attendF32AVX2x7(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -23863,6 +24652,72 @@ kpfPr0:
 	SUBQ         $0x03, R9
 	JMP          groupr0
 
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr0:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
+
 singler0:
 	TESTQ  R9, R9
 	JZ     scoredr0
@@ -23918,8 +24773,10 @@ scoredr0:
 	MOVQ cnt+48(FP), R9
 
 groupr4:
+	CMPQ   R9, $0x04
+	JE     pairsr4
 	CMPQ   R9, $0x03
-	JL     singler4
+	JL     pairsr4
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -23993,6 +24850,68 @@ kpfPr4:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr4
+
+pairsr4:
+	CMPQ   R9, $0x02
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr4:
+	CMPQ       R12, $0x00
+	JLE        kpfQr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr4:
+	VMOVUPS      (AX), Y6
+	VMOVUPS      (AX)(R13*1), Y7
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y6, Y0
+	VFMADD231PS  Y15, Y7, Y3
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y6, Y1
+	VFMADD231PS  Y15, Y7, Y4
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y6, Y2
+	VFMADD231PS  Y15, Y7, Y5
+	ADDQ         $0x20, AX
+	ADDQ         $0x000000e0, R8
+	DECQ         R11
+	JNZ          chunkQr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y2, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y4, Y3, Y3
+	VHADDPS      Y5, Y5, Y5
+	VHADDPS      Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X6
+	VADDPS       X6, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 48(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr4
 
 singler4:
 	TESTQ  R9, R9
@@ -24779,8 +25698,10 @@ TEXT ·attendF32AVX2x8(SB), NOSPLIT, $0-96
 	MOVQ cnt+48(FP), R9
 
 groupr0:
+	CMPQ   R9, $0x04
+	JE     pairsr0
 	CMPQ   R9, $0x03
-	JL     singler0
+	JL     pairsr0
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -24861,6 +25782,72 @@ kpfPr0:
 	SUBQ         $0x03, R9
 	JMP          groupr0
 
+pairsr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr0:
+	CMPQ       R12, $0x00
+	JLE        kpfQr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr0:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkQr0
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr0
+
 singler0:
 	TESTQ  R9, R9
 	JZ     scoredr0
@@ -24916,8 +25903,10 @@ scoredr0:
 	MOVQ cnt+48(FP), R9
 
 groupr4:
+	CMPQ   R9, $0x04
+	JE     pairsr4
 	CMPQ   R9, $0x03
-	JL     singler4
+	JL     pairsr4
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -24998,6 +25987,73 @@ kpfPr4:
 	ADDQ         R13, CX
 	SUBQ         $0x03, R9
 	JMP          groupr4
+
+pairsr4:
+	CMPQ   R9, $0x02
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   R13, R11
+	SHRQ   $0x05, R11
+
+chunkQr4:
+	CMPQ       R12, $0x00
+	JLE        kpfQr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R12
+
+kpfQr4:
+	VMOVUPS      (AX), Y8
+	VMOVUPS      (AX)(R13*1), Y9
+	VMOVUPS      (R8), Y15
+	VFMADD231PS  Y15, Y8, Y0
+	VFMADD231PS  Y15, Y9, Y4
+	VMOVUPS      32(R8), Y15
+	VFMADD231PS  Y15, Y8, Y1
+	VFMADD231PS  Y15, Y9, Y5
+	VMOVUPS      64(R8), Y15
+	VFMADD231PS  Y15, Y8, Y2
+	VFMADD231PS  Y15, Y9, Y6
+	VMOVUPS      96(R8), Y15
+	VFMADD231PS  Y15, Y8, Y3
+	VFMADD231PS  Y15, Y9, Y7
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkQr4
+	VBROADCASTSS scale+56(FP), Y15
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 48(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          pairsr4
 
 singler4:
 	TESTQ  R9, R9
