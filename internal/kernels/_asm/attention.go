@@ -576,8 +576,9 @@ func genAttnBlock2(nq int, f16 bool) {
 	VMOVUPS(reg.Y4, M(ML, 32))
 
 	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.")
-	for h0 := 0; h0 < nq; h0 += 4 {
-		R := min(4, nq-h0)
+	vr := attn2ValueRows(nq)
+	for h0 := 0; h0 < nq; h0 += vr {
+		R := min(vr, nq-h0)
 		G := attn2Chunks(R)
 		ACC := Load(Param("acc"), reg.RDI)
 		if h0 > 0 {
@@ -696,10 +697,18 @@ func attn2Chunks(R int) int {
 	switch R {
 	case 1:
 		return 8
-	case 2:
+	case 2, 3:
 		return 4
 	}
 	return 2
+}
+
+// attn2ValueRows is the row group size of the AVX2 value loop.
+func attn2ValueRows(nq int) int {
+	if nq >= 6 {
+		return 3
+	}
+	return 4
 }
 
 // genAttnOut2 emits the end of an AVX2 pass for one row: the weighted sum
