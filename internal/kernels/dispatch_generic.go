@@ -11,6 +11,9 @@ func matmul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 	matmulRef(p, y, w, x, batch)
 }
 
+// matmuls runs MatMuls' shared-quantization path where there is one.
+func matmuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) bool { return false }
+
 func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
 	matmulArgmaxRef(p, ids, w, x, batch)
 }

@@ -305,3 +305,52 @@ func checkArgmax(t *testing.T, pool *Pool, m *Matrix, x, y []float32, batch int)
 		}
 	}
 }
+
+// TestMatMuls checks MatMuls against the plain-Go reference for each matrix
+// and against MatMul one matrix at a time (bit-identical), on every
+// implementation: matrices of one type and width (the activations are
+// quantized once for all of them), with row counts that leave partial
+// tiles, at decode and cache-blocked prefill batches; and a mixed list,
+// which is computed matrix by matrix.
+func TestMatMuls(t *testing.T) {
+	pool := NewPool(3)
+	defer pool.Close()
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(5, 6))
+		const cols = 256
+		for _, types := range [][]dtype.Type{
+			{dtype.Q8_0, dtype.Q8_0, dtype.Q8_0},
+			{dtype.Q4_0, dtype.Q4_0},
+			{dtype.Q8_0, dtype.Q4_0, dtype.BF16},
+		} {
+			rows := []int{64, 33, 95}[:len(types)]
+			ws := make([]*Matrix, len(types))
+			for i, typ := range types {
+				ws[i], _ = randMatrix(t, r, typ, rows[i], cols)
+			}
+			for _, batch := range []int{1, 5, 13, 70, 131} {
+				x := randVec(r, batch*cols, 1)
+				ys := make([][]float32, len(ws))
+				checks := make([]func(*testing.T), len(ws))
+				for i, w := range ws {
+					ys[i], checks[i] = guarded(batch * w.Rows)
+				}
+				MatMuls(pool, ys, ws, x, batch)
+				for i, w := range ws {
+					what := fmt.Sprintf("%v B=%d matrix %d (%v, %d rows)", types, batch, i, w.Type, w.Rows)
+					checks[i](t)
+					want := make([]float32, batch*w.Rows)
+					matmulRef(nil, want, w, x, batch)
+					compare(t, what, ys[i], want, w, x, batch)
+					one := make([]float32, batch*w.Rows)
+					MatMul(pool, one, w, x, batch)
+					for k := range one {
+						if math.Float32bits(one[k]) != math.Float32bits(ys[i][k]) {
+							t.Fatalf("%s: y[%d] = %g; MatMul alone %g", what, k, ys[i][k], one[k])
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -71,6 +71,32 @@ func MatMul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 	matmul(p, y, w, x, batch)
 }
 
+// MatMuls computes ys[i] = x·ws[i]ᵀ for every i, with the results MatMul
+// would give one matrix at a time (bit-identical), for matrices that read
+// the same activations (a layer's Q, K and V, or its gate and up): when they
+// share a type and width, the activation rows are quantized once for all of
+// them instead of once per matrix.
+func MatMuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) {
+	if len(ys) != len(ws) {
+		panic(fmt.Sprintf("kernels.MatMuls: %d outputs for %d matrices", len(ys), len(ws)))
+	}
+	if batch <= 0 || len(ws) == 0 {
+		return
+	}
+	same := !kType(ws[0].Type)
+	for i, w := range ws {
+		if len(x) < batch*w.Cols || len(ys[i]) < batch*w.Rows {
+			panic(fmt.Sprintf("kernels.MatMuls: x has %d, y[%d] has %d floats for batch %d of (%d, %d)", len(x), i, len(ys[i]), batch, w.Rows, w.Cols))
+		}
+		same = same && w.Type == ws[0].Type && w.Cols == ws[0].Cols
+	}
+	if !same || !matmuls(p, ys, ws, x[:batch*ws[0].Cols], batch) {
+		for i, w := range ws {
+			MatMul(p, ys[i], w, x, batch)
+		}
+	}
+}
+
 // MatMulArgmax sets ids[b] to the index of the largest element of row b of
 // the product MatMul would compute (ties go to the lowest index, NaNs are
 // never chosen, as in Argmax), for b < batch, without storing the product:

@@ -284,9 +284,18 @@ const (
 	blockRows        = 64
 )
 
-// matmulAsm runs MatMul (ids == nil) or MatMulArgmax on the assembly kernels.
-func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int) {
-	pk := w.packed.(*packed)
+// matmuls runs MatMuls for Q8_0 and Q4_0 matrices of one width on the
+// assembly kernels, quantizing the activations once (under one hold of the
+// pool, so no other call reuses its buffer in between); false: not handled.
+func matmuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) bool {
+	if t := ws[0].Type; impl == implGeneric || (t != dtype.Q8_0 && t != dtype.Q4_0) {
+		return false
+	}
+	for _, w := range ws {
+		if pk, _ := w.packed.(*packed); pk == nil || !pk.fits(w.Type, impl) {
+			return false
+		}
+	}
 	if p == nil {
 		sp := serialPools.Get().(*Pool)
 		defer serialPools.Put(sp)
@@ -294,6 +303,29 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for i, w := range ws {
+		matmulLocked(p, ys[i][:batch*w.Rows], nil, w, x, batch, i > 0)
+	}
+	return true
+}
+
+// matmulAsm runs MatMul (ids == nil) or MatMulArgmax on the assembly kernels.
+func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int) {
+	if p == nil {
+		sp := serialPools.Get().(*Pool)
+		defer serialPools.Put(sp)
+		p = sp
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	matmulLocked(p, y, ids, w, x, batch, false)
+}
+
+// matmulLocked is matmulAsm with p held. quantized: the arena already holds
+// x quantized for this batch and a matrix of w's type and width (MatMuls'
+// previous matrix), so the quantization is skipped.
+func matmulLocked(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int, quantized bool) {
+	pk := w.packed.(*packed)
 	j, _ := p.arena.job.(*mmJob)
 	if j == nil {
 		j = new(mmJob)
@@ -366,7 +398,9 @@ func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch in
 		j.xq, j.xm = buf[:n*32], buf[(n*32+63)&^63:][:n*8]
 		j.qnext.Store(0)
 		j.qdone.Store(0)
-		if batch <= 4 || p.n == 1 {
+		if quantized {
+			// Same batch, type and width: the same buffer, tiles and layout.
+		} else if batch <= 4 || p.n == 1 {
 			for b := range batch {
 				j.quantizeRow(b)
 			}

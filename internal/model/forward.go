@@ -167,9 +167,8 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 	for li := range m.Layer {
 		l := &m.Layer[li]
 		m.rmsNormRows(sc.xb, sc.x, l.AttnNorm, T)
-		kernels.MatMul(m.pool, sc.q, l.Q, sc.xb, T)
-		kernels.MatMul(m.pool, sc.k, l.K, sc.xb, T)
-		kernels.MatMul(m.pool, sc.v, l.V, sc.xb, T)
+		qkvY, qkvW := [3][]float32{sc.q, sc.k, sc.v}, [3]*kernels.Matrix{l.Q, l.K, l.V}
+		kernels.MatMuls(m.pool, qkvY[:], qkvW[:], sc.xb, T) // one activation quantization
 		m.prepQKV(li, seqs, T)
 		n := T // rows carried through the rest of the layer
 		if li == len(m.Layer)-1 && !compacted {
@@ -182,8 +181,8 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		kernels.MatMul(m.pool, sc.xb, l.O, sc.att, n)
 		m.addRows(sc.x, sc.xb, n)
 		m.rmsNormRows(sc.xb, sc.x, l.FFNNorm, n)
-		kernels.MatMul(m.pool, sc.gate, l.Gate, sc.xb, n)
-		kernels.MatMul(m.pool, sc.up, l.Up, sc.xb, n)
+		guY, guW := [2][]float32{sc.gate, sc.up}, [2]*kernels.Matrix{l.Gate, l.Up}
+		kernels.MatMuls(m.pool, guY[:], guW[:], sc.xb, n)
 		m.siluMulRows(sc.gate, sc.up, n)
 		kernels.MatMul(m.pool, sc.xb, l.Down, sc.gate, n)
 		m.addRows(sc.x, sc.xb, n)
