@@ -296,13 +296,8 @@ func matmuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) bool
 			return false
 		}
 	}
-	if p == nil {
-		sp := serialPools.Get().(*Pool)
-		defer serialPools.Put(sp)
-		p = sp
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p, lent := holdPool(p)
+	defer releasePool(p, lent)
 	for i, w := range ws {
 		matmulLocked(p, ys[i][:batch*w.Rows], nil, w, x, batch, i > 0)
 	}
@@ -311,13 +306,8 @@ func matmuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) bool
 
 // matmulAsm runs MatMul (ids == nil) or MatMulArgmax on the assembly kernels.
 func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int) {
-	if p == nil {
-		sp := serialPools.Get().(*Pool)
-		defer serialPools.Put(sp)
-		p = sp
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p, lent := holdPool(p)
+	defer releasePool(p, lent)
 	matmulLocked(p, y, ids, w, x, batch, false)
 }
 

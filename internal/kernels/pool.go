@@ -307,3 +307,21 @@ func alignOffN(b []byte, a uintptr) int {
 // serialPools lend a one-thread Pool (no goroutines, just an arena) to calls
 // made with a nil *Pool.
 var serialPools = sync.Pool{New: func() any { return NewPool(1) }}
+
+// holdPool locks p for one kernel call (its arena and job are then the
+// caller's), or a lent serial pool when p is nil (lent reports which).
+func holdPool(p *Pool) (held *Pool, lent bool) {
+	if p == nil {
+		p, lent = serialPools.Get().(*Pool), true
+	}
+	p.mu.Lock()
+	return p, lent
+}
+
+// releasePool undoes holdPool.
+func releasePool(p *Pool, lent bool) {
+	p.mu.Unlock()
+	if lent {
+		serialPools.Put(p)
+	}
+}
