@@ -455,14 +455,26 @@ func (j *mmJob) quantizeRow(b int) {
 // batches), each block over every tile of the chunk.
 func (j *mmJob) run(worker int) {
 	if j.quantize {
+		// Rows are claimed a batch tile at a time when tiled: the rows of
+		// a tile share cache lines (32 bytes per row and block), and two
+		// workers writing neighbouring rows made each line bounce between
+		// their caches (the quantization took twice its one-worker time).
 		n := 0
 		for {
-			b := int(j.qnext.Add(1) - 1)
-			if b >= j.batch {
+			c := int(j.qnext.Add(1) - 1)
+			b0, b1 := c, c+1
+			if j.xtiled {
+				if c >= len(j.bt)-1 {
+					break
+				}
+				b0, b1 = j.bt[c], j.bt[c+1]
+			} else if c >= j.batch {
 				break
 			}
-			j.quantizeRow(b)
-			n++
+			for b := b0; b < b1; b++ {
+				j.quantizeRow(b)
+			}
+			n += b1 - b0
 		}
 		if j.qdone.Add(int32(n)) != int32(j.batch) {
 			for j.qdone.Load() != int32(j.batch) {
