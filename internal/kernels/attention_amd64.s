@@ -12005,26 +12005,42 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y1, Y1, Y1
-	VHADDPS      Y1, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
 	VEXTRACTF128 $0x01, Y1, X4
 	VADDPS       X4, X1, X1
 	VMULPS       X15, X1, X1
 	VMOVUPS      X1, 32(DX)
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
 	VEXTRACTF128 $0x01, Y2, X4
 	VADDPS       X4, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 64(DX)
-	VHADDPS      Y3, Y3, Y3
-	VHADDPS      Y3, Y3, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
 	VEXTRACTF128 $0x01, Y3, X4
 	VADDPS       X4, X3, X3
 	VMULPS       X15, X3, X3
@@ -12063,8 +12079,12 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
 	VEXTRACTF128 $0x01, Y0, X1
 	VADDPS       X1, X0, X0
 	VMULPS       X15, X0, X0
@@ -12730,26 +12750,42 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y8
+	VSHUFPS      $0xdd, Y0, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y8
+	VSHUFPS      $0xdd, Y2, Y2, Y9
+	VADDPS       Y9, Y8, Y2
 	VEXTRACTF128 $0x01, Y2, X8
 	VADDPS       X8, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 32(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y4, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y4, Y4, Y8
+	VSHUFPS      $0xdd, Y4, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 64(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y8
+	VSHUFPS      $0xdd, Y6, Y6, Y9
+	VADDPS       Y9, Y8, Y6
 	VEXTRACTF128 $0x01, Y6, X8
 	VADDPS       X8, X6, X6
 	VMULPS       X15, X6, X6
@@ -12791,8 +12827,12 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y2
+	VSHUFPS      $0xdd, Y1, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y2
+	VSHUFPS      $0xdd, Y0, Y0, Y3
+	VADDPS       Y3, Y2, Y0
 	VEXTRACTF128 $0x01, Y0, X2
 	VADDPS       X2, X0, X0
 	VMULPS       X15, X0, X0
@@ -13462,23 +13502,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y9
+	VSHUFPS      $0xdd, Y1, Y0, Y10
+	VADDPS       Y10, Y9, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y9
+	VSHUFPS      $0xdd, Y2, Y2, Y10
+	VADDPS       Y10, Y9, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y9
+	VSHUFPS      $0xdd, Y2, Y0, Y10
+	VADDPS       Y10, Y9, Y0
 	VEXTRACTF128 $0x01, Y0, X9
 	VADDPS       X9, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y9
+	VSHUFPS      $0xdd, Y4, Y3, Y10
+	VADDPS       Y10, Y9, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y9
+	VSHUFPS      $0xdd, Y5, Y5, Y10
+	VADDPS       Y10, Y9, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y9
+	VSHUFPS      $0xdd, Y5, Y3, Y10
+	VADDPS       Y10, Y9, Y3
 	VEXTRACTF128 $0x01, Y3, X9
 	VADDPS       X9, X3, X3
 	VMULPS       X15, X3, X3
 	VMOVUPS      X3, 32(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y8, Y8, Y8
-	VHADDPS      Y8, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y9
+	VSHUFPS      $0xdd, Y7, Y6, Y10
+	VADDPS       Y10, Y9, Y6
+	VSHUFPS      $0x88, Y8, Y8, Y9
+	VSHUFPS      $0xdd, Y8, Y8, Y10
+	VADDPS       Y10, Y9, Y8
+	VSHUFPS      $0x88, Y8, Y6, Y9
+	VSHUFPS      $0xdd, Y8, Y6, Y10
+	VADDPS       Y10, Y9, Y6
 	VEXTRACTF128 $0x01, Y6, X9
 	VADDPS       X9, X6, X6
 	VMULPS       X15, X6, X6
@@ -13529,16 +13587,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y6
+	VSHUFPS      $0xdd, Y1, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y6
+	VSHUFPS      $0xdd, Y2, Y2, Y7
+	VADDPS       Y7, Y6, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y6
+	VSHUFPS      $0xdd, Y2, Y0, Y7
+	VADDPS       Y7, Y6, Y0
 	VEXTRACTF128 $0x01, Y0, X6
 	VADDPS       X6, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y6
+	VSHUFPS      $0xdd, Y4, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y6
+	VSHUFPS      $0xdd, Y5, Y5, Y7
+	VADDPS       Y7, Y6, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y6
+	VSHUFPS      $0xdd, Y5, Y3, Y7
+	VADDPS       Y7, Y6, Y3
 	VEXTRACTF128 $0x01, Y3, X6
 	VADDPS       X6, X3, X3
 	VMULPS       X15, X3, X3
@@ -13581,9 +13651,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y3
+	VSHUFPS      $0xdd, Y1, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y3
+	VSHUFPS      $0xdd, Y2, Y2, Y4
+	VADDPS       Y4, Y3, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y3
+	VSHUFPS      $0xdd, Y2, Y0, Y4
+	VADDPS       Y4, Y3, Y0
 	VEXTRACTF128 $0x01, Y0, X3
 	VADDPS       X3, X0, X0
 	VMULPS       X15, X0, X0
@@ -14279,23 +14355,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -14351,16 +14445,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -14406,9 +14512,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -15097,23 +15209,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -15169,16 +15299,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -15224,9 +15366,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -15280,26 +15428,42 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y1, Y1, Y1
-	VHADDPS      Y1, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
 	VEXTRACTF128 $0x01, Y1, X4
 	VADDPS       X4, X1, X1
 	VMULPS       X15, X1, X1
 	VMOVUPS      X1, 48(DX)
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
 	VEXTRACTF128 $0x01, Y2, X4
 	VADDPS       X4, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 80(DX)
-	VHADDPS      Y3, Y3, Y3
-	VHADDPS      Y3, Y3, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
 	VEXTRACTF128 $0x01, Y3, X4
 	VADDPS       X4, X3, X3
 	VMULPS       X15, X3, X3
@@ -15339,8 +15503,12 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
 	VEXTRACTF128 $0x01, Y0, X1
 	VADDPS       X1, X0, X0
 	VMULPS       X15, X0, X0
@@ -16132,23 +16300,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -16204,16 +16390,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -16259,9 +16457,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -16324,26 +16528,42 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y8
+	VSHUFPS      $0xdd, Y0, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y8
+	VSHUFPS      $0xdd, Y2, Y2, Y9
+	VADDPS       Y9, Y8, Y2
 	VEXTRACTF128 $0x01, Y2, X8
 	VADDPS       X8, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 48(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y4, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y4, Y4, Y8
+	VSHUFPS      $0xdd, Y4, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 80(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y8
+	VSHUFPS      $0xdd, Y6, Y6, Y9
+	VADDPS       Y9, Y8, Y6
 	VEXTRACTF128 $0x01, Y6, X8
 	VADDPS       X8, X6, X6
 	VMULPS       X15, X6, X6
@@ -16386,8 +16606,12 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y2
+	VSHUFPS      $0xdd, Y1, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y2
+	VSHUFPS      $0xdd, Y0, Y0, Y3
+	VADDPS       Y3, Y2, Y0
 	VEXTRACTF128 $0x01, Y0, X2
 	VADDPS       X2, X0, X0
 	VMULPS       X15, X0, X0
@@ -17208,23 +17432,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -17280,16 +17522,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -17335,9 +17589,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -17401,23 +17661,41 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y9
+	VSHUFPS      $0xdd, Y1, Y0, Y10
+	VADDPS       Y10, Y9, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y9
+	VSHUFPS      $0xdd, Y2, Y2, Y10
+	VADDPS       Y10, Y9, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y9
+	VSHUFPS      $0xdd, Y2, Y0, Y10
+	VADDPS       Y10, Y9, Y0
 	VEXTRACTF128 $0x01, Y0, X9
 	VADDPS       X9, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y9
+	VSHUFPS      $0xdd, Y4, Y3, Y10
+	VADDPS       Y10, Y9, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y9
+	VSHUFPS      $0xdd, Y5, Y5, Y10
+	VADDPS       Y10, Y9, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y9
+	VSHUFPS      $0xdd, Y5, Y3, Y10
+	VADDPS       Y10, Y9, Y3
 	VEXTRACTF128 $0x01, Y3, X9
 	VADDPS       X9, X3, X3
 	VMULPS       X15, X3, X3
 	VMOVUPS      X3, 48(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y8, Y8, Y8
-	VHADDPS      Y8, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y9
+	VSHUFPS      $0xdd, Y7, Y6, Y10
+	VADDPS       Y10, Y9, Y6
+	VSHUFPS      $0x88, Y8, Y8, Y9
+	VSHUFPS      $0xdd, Y8, Y8, Y10
+	VADDPS       Y10, Y9, Y8
+	VSHUFPS      $0x88, Y8, Y6, Y9
+	VSHUFPS      $0xdd, Y8, Y6, Y10
+	VADDPS       Y10, Y9, Y6
 	VEXTRACTF128 $0x01, Y6, X9
 	VADDPS       X9, X6, X6
 	VMULPS       X15, X6, X6
@@ -17469,16 +17747,28 @@ kpfQr4:
 	DECQ         R11
 	JNZ          chunkQr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y6
+	VSHUFPS      $0xdd, Y1, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y6
+	VSHUFPS      $0xdd, Y2, Y2, Y7
+	VADDPS       Y7, Y6, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y6
+	VSHUFPS      $0xdd, Y2, Y0, Y7
+	VADDPS       Y7, Y6, Y0
 	VEXTRACTF128 $0x01, Y0, X6
 	VADDPS       X6, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y6
+	VSHUFPS      $0xdd, Y4, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y6
+	VSHUFPS      $0xdd, Y5, Y5, Y7
+	VADDPS       Y7, Y6, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y6
+	VSHUFPS      $0xdd, Y5, Y3, Y7
+	VADDPS       Y7, Y6, Y3
 	VEXTRACTF128 $0x01, Y3, X6
 	VADDPS       X6, X3, X3
 	VMULPS       X15, X3, X3
@@ -17522,9 +17812,15 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y3
+	VSHUFPS      $0xdd, Y1, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y3
+	VSHUFPS      $0xdd, Y2, Y2, Y4
+	VADDPS       Y4, Y3, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y3
+	VSHUFPS      $0xdd, Y2, Y0, Y4
+	VADDPS       Y4, Y3, Y0
 	VEXTRACTF128 $0x01, Y0, X3
 	VADDPS       X3, X0, X0
 	VMULPS       X15, X0, X0
@@ -18448,23 +18744,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -18520,16 +18834,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -18575,9 +18901,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -18648,23 +18980,41 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 48(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -18721,16 +19071,28 @@ kpfQr4:
 	DECQ         R11
 	JNZ          chunkQr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -18777,9 +19139,15 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -19691,26 +20059,42 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y1, Y1, Y1
-	VHADDPS      Y1, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
 	VEXTRACTF128 $0x01, Y1, X4
 	VADDPS       X4, X1, X1
 	VMULPS       X15, X1, X1
 	VMOVUPS      X1, 32(DX)
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
 	VEXTRACTF128 $0x01, Y2, X4
 	VADDPS       X4, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 64(DX)
-	VHADDPS      Y3, Y3, Y3
-	VHADDPS      Y3, Y3, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
 	VEXTRACTF128 $0x01, Y3, X4
 	VADDPS       X4, X3, X3
 	VMULPS       X15, X3, X3
@@ -19751,8 +20135,12 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
 	VEXTRACTF128 $0x01, Y0, X1
 	VADDPS       X1, X0, X0
 	VMULPS       X15, X0, X0
@@ -20424,26 +20812,42 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y8
+	VSHUFPS      $0xdd, Y0, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y8
+	VSHUFPS      $0xdd, Y2, Y2, Y9
+	VADDPS       Y9, Y8, Y2
 	VEXTRACTF128 $0x01, Y2, X8
 	VADDPS       X8, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 32(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y4, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y4, Y4, Y8
+	VSHUFPS      $0xdd, Y4, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 64(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y8
+	VSHUFPS      $0xdd, Y6, Y6, Y9
+	VADDPS       Y9, Y8, Y6
 	VEXTRACTF128 $0x01, Y6, X8
 	VADDPS       X8, X6, X6
 	VMULPS       X15, X6, X6
@@ -20487,8 +20891,12 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y2
+	VSHUFPS      $0xdd, Y1, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y2
+	VSHUFPS      $0xdd, Y0, Y0, Y3
+	VADDPS       Y3, Y2, Y0
 	VEXTRACTF128 $0x01, Y0, X2
 	VADDPS       X2, X0, X0
 	VMULPS       X15, X0, X0
@@ -21164,23 +21572,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y9
+	VSHUFPS      $0xdd, Y1, Y0, Y10
+	VADDPS       Y10, Y9, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y9
+	VSHUFPS      $0xdd, Y2, Y2, Y10
+	VADDPS       Y10, Y9, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y9
+	VSHUFPS      $0xdd, Y2, Y0, Y10
+	VADDPS       Y10, Y9, Y0
 	VEXTRACTF128 $0x01, Y0, X9
 	VADDPS       X9, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y9
+	VSHUFPS      $0xdd, Y4, Y3, Y10
+	VADDPS       Y10, Y9, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y9
+	VSHUFPS      $0xdd, Y5, Y5, Y10
+	VADDPS       Y10, Y9, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y9
+	VSHUFPS      $0xdd, Y5, Y3, Y10
+	VADDPS       Y10, Y9, Y3
 	VEXTRACTF128 $0x01, Y3, X9
 	VADDPS       X9, X3, X3
 	VMULPS       X15, X3, X3
 	VMOVUPS      X3, 32(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y8, Y8, Y8
-	VHADDPS      Y8, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y9
+	VSHUFPS      $0xdd, Y7, Y6, Y10
+	VADDPS       Y10, Y9, Y6
+	VSHUFPS      $0x88, Y8, Y8, Y9
+	VSHUFPS      $0xdd, Y8, Y8, Y10
+	VADDPS       Y10, Y9, Y8
+	VSHUFPS      $0x88, Y8, Y6, Y9
+	VSHUFPS      $0xdd, Y8, Y6, Y10
+	VADDPS       Y10, Y9, Y6
 	VEXTRACTF128 $0x01, Y6, X9
 	VADDPS       X9, X6, X6
 	VMULPS       X15, X6, X6
@@ -21233,16 +21659,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y6
+	VSHUFPS      $0xdd, Y1, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y6
+	VSHUFPS      $0xdd, Y2, Y2, Y7
+	VADDPS       Y7, Y6, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y6
+	VSHUFPS      $0xdd, Y2, Y0, Y7
+	VADDPS       Y7, Y6, Y0
 	VEXTRACTF128 $0x01, Y0, X6
 	VADDPS       X6, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y6
+	VSHUFPS      $0xdd, Y4, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y6
+	VSHUFPS      $0xdd, Y5, Y5, Y7
+	VADDPS       Y7, Y6, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y6
+	VSHUFPS      $0xdd, Y5, Y3, Y7
+	VADDPS       Y7, Y6, Y3
 	VEXTRACTF128 $0x01, Y3, X6
 	VADDPS       X6, X3, X3
 	VMULPS       X15, X3, X3
@@ -21287,9 +21725,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y3
+	VSHUFPS      $0xdd, Y1, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y3
+	VSHUFPS      $0xdd, Y2, Y2, Y4
+	VADDPS       Y4, Y3, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y3
+	VSHUFPS      $0xdd, Y2, Y0, Y4
+	VADDPS       Y4, Y3, Y0
 	VEXTRACTF128 $0x01, Y0, X3
 	VADDPS       X3, X0, X0
 	VMULPS       X15, X0, X0
@@ -21991,23 +22435,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -22065,16 +22527,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -22122,9 +22596,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -22819,23 +23299,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -22893,16 +23391,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -22950,9 +23460,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -23008,26 +23524,42 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y1, Y1, Y1
-	VHADDPS      Y1, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
 	VEXTRACTF128 $0x01, Y1, X4
 	VADDPS       X4, X1, X1
 	VMULPS       X15, X1, X1
 	VMOVUPS      X1, 48(DX)
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
 	VEXTRACTF128 $0x01, Y2, X4
 	VADDPS       X4, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 80(DX)
-	VHADDPS      Y3, Y3, Y3
-	VHADDPS      Y3, Y3, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
 	VEXTRACTF128 $0x01, Y3, X4
 	VADDPS       X4, X3, X3
 	VMULPS       X15, X3, X3
@@ -23069,8 +23601,12 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
 	VEXTRACTF128 $0x01, Y0, X1
 	VADDPS       X1, X0, X0
 	VMULPS       X15, X0, X0
@@ -23872,23 +24408,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -23946,16 +24500,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -24003,9 +24569,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -24070,26 +24642,42 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y8
+	VSHUFPS      $0xdd, Y0, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y2, Y2
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y8
+	VSHUFPS      $0xdd, Y2, Y2, Y9
+	VADDPS       Y9, Y8, Y2
 	VEXTRACTF128 $0x01, Y2, X8
 	VADDPS       X8, X2, X2
 	VMULPS       X15, X2, X2
 	VMOVUPS      X2, 48(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y4, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y4, Y4, Y8
+	VSHUFPS      $0xdd, Y4, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 80(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y8
+	VSHUFPS      $0xdd, Y6, Y6, Y9
+	VADDPS       Y9, Y8, Y6
 	VEXTRACTF128 $0x01, Y6, X8
 	VADDPS       X8, X6, X6
 	VMULPS       X15, X6, X6
@@ -24134,8 +24722,12 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y2
+	VSHUFPS      $0xdd, Y1, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y2
+	VSHUFPS      $0xdd, Y0, Y0, Y3
+	VADDPS       Y3, Y2, Y0
 	VEXTRACTF128 $0x01, Y0, X2
 	VADDPS       X2, X0, X0
 	VMULPS       X15, X0, X0
@@ -24966,23 +25558,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -25040,16 +25650,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -25097,9 +25719,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -25165,23 +25793,41 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y9
+	VSHUFPS      $0xdd, Y1, Y0, Y10
+	VADDPS       Y10, Y9, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y9
+	VSHUFPS      $0xdd, Y2, Y2, Y10
+	VADDPS       Y10, Y9, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y9
+	VSHUFPS      $0xdd, Y2, Y0, Y10
+	VADDPS       Y10, Y9, Y0
 	VEXTRACTF128 $0x01, Y0, X9
 	VADDPS       X9, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y9
+	VSHUFPS      $0xdd, Y4, Y3, Y10
+	VADDPS       Y10, Y9, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y9
+	VSHUFPS      $0xdd, Y5, Y5, Y10
+	VADDPS       Y10, Y9, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y9
+	VSHUFPS      $0xdd, Y5, Y3, Y10
+	VADDPS       Y10, Y9, Y3
 	VEXTRACTF128 $0x01, Y3, X9
 	VADDPS       X9, X3, X3
 	VMULPS       X15, X3, X3
 	VMOVUPS      X3, 48(DX)
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y8, Y8, Y8
-	VHADDPS      Y8, Y6, Y6
+	VSHUFPS      $0x88, Y7, Y6, Y9
+	VSHUFPS      $0xdd, Y7, Y6, Y10
+	VADDPS       Y10, Y9, Y6
+	VSHUFPS      $0x88, Y8, Y8, Y9
+	VSHUFPS      $0xdd, Y8, Y8, Y10
+	VADDPS       Y10, Y9, Y8
+	VSHUFPS      $0x88, Y8, Y6, Y9
+	VSHUFPS      $0xdd, Y8, Y6, Y10
+	VADDPS       Y10, Y9, Y6
 	VEXTRACTF128 $0x01, Y6, X9
 	VADDPS       X9, X6, X6
 	VMULPS       X15, X6, X6
@@ -25235,16 +25881,28 @@ kpfQr4:
 	DECQ         R11
 	JNZ          chunkQr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y6
+	VSHUFPS      $0xdd, Y1, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y6
+	VSHUFPS      $0xdd, Y2, Y2, Y7
+	VADDPS       Y7, Y6, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y6
+	VSHUFPS      $0xdd, Y2, Y0, Y7
+	VADDPS       Y7, Y6, Y0
 	VEXTRACTF128 $0x01, Y0, X6
 	VADDPS       X6, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y4, Y3, Y3
-	VHADDPS      Y5, Y5, Y5
-	VHADDPS      Y5, Y3, Y3
+	VSHUFPS      $0x88, Y4, Y3, Y6
+	VSHUFPS      $0xdd, Y4, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y6
+	VSHUFPS      $0xdd, Y5, Y5, Y7
+	VADDPS       Y7, Y6, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y6
+	VSHUFPS      $0xdd, Y5, Y3, Y7
+	VADDPS       Y7, Y6, Y3
 	VEXTRACTF128 $0x01, Y3, X6
 	VADDPS       X6, X3, X3
 	VMULPS       X15, X3, X3
@@ -25290,9 +25948,15 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y2, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y3
+	VSHUFPS      $0xdd, Y1, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y3
+	VSHUFPS      $0xdd, Y2, Y2, Y4
+	VADDPS       Y4, Y3, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y3
+	VSHUFPS      $0xdd, Y2, Y0, Y4
+	VADDPS       Y4, Y3, Y0
 	VEXTRACTF128 $0x01, Y0, X3
 	VADDPS       X3, X0, X0
 	VMULPS       X15, X0, X0
@@ -26230,23 +26894,41 @@ kpfPr0:
 	DECQ         R11
 	JNZ          chunkPr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 32(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -26304,16 +26986,28 @@ kpfQr0:
 	DECQ         R11
 	JNZ          chunkQr0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, (DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -26361,9 +27055,15 @@ kpf1r0:
 	DECQ         R11
 	JNZ          chunk1r0
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
@@ -26436,23 +27136,41 @@ kpfPr4:
 	DECQ         R11
 	JNZ          chunkPr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y12
+	VSHUFPS      $0xdd, Y1, Y0, Y13
+	VADDPS       Y13, Y12, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y12
+	VSHUFPS      $0xdd, Y3, Y2, Y13
+	VADDPS       Y13, Y12, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y12
+	VSHUFPS      $0xdd, Y2, Y0, Y13
+	VADDPS       Y13, Y12, Y0
 	VEXTRACTF128 $0x01, Y0, X12
 	VADDPS       X12, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y12
+	VSHUFPS      $0xdd, Y5, Y4, Y13
+	VADDPS       Y13, Y12, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y12
+	VSHUFPS      $0xdd, Y7, Y6, Y13
+	VADDPS       Y13, Y12, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y12
+	VSHUFPS      $0xdd, Y6, Y4, Y13
+	VADDPS       Y13, Y12, Y4
 	VEXTRACTF128 $0x01, Y4, X12
 	VADDPS       X12, X4, X4
 	VMULPS       X15, X4, X4
 	VMOVUPS      X4, 48(DX)
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
+	VSHUFPS      $0x88, Y9, Y8, Y12
+	VSHUFPS      $0xdd, Y9, Y8, Y13
+	VADDPS       Y13, Y12, Y8
+	VSHUFPS      $0x88, Y11, Y10, Y12
+	VSHUFPS      $0xdd, Y11, Y10, Y13
+	VADDPS       Y13, Y12, Y10
+	VSHUFPS      $0x88, Y10, Y8, Y12
+	VSHUFPS      $0xdd, Y10, Y8, Y13
+	VADDPS       Y13, Y12, Y8
 	VEXTRACTF128 $0x01, Y8, X12
 	VADDPS       X12, X8, X8
 	VMULPS       X15, X8, X8
@@ -26511,16 +27229,28 @@ kpfQr4:
 	DECQ         R11
 	JNZ          chunkQr4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
 	VEXTRACTF128 $0x01, Y0, X8
 	VADDPS       X8, X0, X0
 	VMULPS       X15, X0, X0
 	VMOVUPS      X0, 16(DX)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
 	VEXTRACTF128 $0x01, Y4, X8
 	VADDPS       X8, X4, X4
 	VMULPS       X15, X4, X4
@@ -26569,9 +27299,15 @@ kpf1r4:
 	DECQ         R11
 	JNZ          chunk1r4
 	VBROADCASTSS scale+56(FP), Y15
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
 	VEXTRACTF128 $0x01, Y0, X4
 	VADDPS       X4, X0, X0
 	VMULPS       X15, X0, X0
