@@ -497,35 +497,31 @@ func genAttnBlock2(nq int, f16 bool) {
 			}
 		}
 		g := fmt.Sprintf("r%d", h0)
-		if P == 3 {
-			// Groups of 3 while that leaves no single position behind
-			// (4 left: 2 + 2), then pairs: a one-position group has only R
-			// independent accumulators and runs at the FMA latency, not its
-			// throughput (16 positions: 3+3+3+3+2+2 instead of 3·5+1).
-			Label("group" + g)
-			CMPQ(CNT, U8(4))
-			JE(LabelRef("pairs" + g))
-			CMPQ(CNT, U8(3))
-			JL(LabelRef("pairs" + g))
-			scoreGroup(3, "P"+g)
-			SUBQ(U8(3), CNT)
-			JMP(LabelRef("group" + g))
-			Label("pairs" + g)
-			CMPQ(CNT, U8(2))
-			JL(LabelRef("single" + g))
-			scoreGroup(2, "Q"+g)
-			SUBQ(U8(2), CNT)
-			JMP(LabelRef("pairs" + g))
-			Label("single" + g)
-			TESTQ(CNT, CNT)
-			JZ(LabelRef("scored" + g))
-		} else if P > 1 {
-			Label("group" + g)
-			CMPQ(CNT, U8(P))
-			JL(LabelRef("single" + g))
-			scoreGroup(P, "P"+g)
-			SUBQ(U8(P), CNT)
-			JMP(LabelRef("group" + g))
+		// groups loops at label name: while CNT ≥ k (and, with not4, CNT ≠
+		// 4) it scores k positions, then goes on at label next.
+		groups := func(k int, name, sfx, next string, not4 bool) {
+			Label(name + g)
+			if not4 {
+				CMPQ(CNT, U8(4))
+				JE(LabelRef(next + g))
+			}
+			CMPQ(CNT, U8(k))
+			JL(LabelRef(next + g))
+			scoreGroup(k, sfx+g)
+			SUBQ(U8(k), CNT)
+			JMP(LabelRef(name + g))
+		}
+		if P > 1 {
+			if P == 3 {
+				// Groups of 3 while that leaves no single position behind
+				// (4 left: 2 + 2), then pairs: a one-position group has only
+				// R independent accumulators and runs at the FMA latency, not
+				// its throughput (16 positions: 3+3+3+3+2+2 instead of 3·5+1).
+				groups(3, "group", "P", "pairs", true)
+				groups(2, "pairs", "Q", "single", false)
+			} else {
+				groups(P, "group", "P", "single", false)
+			}
 			Label("single" + g)
 			TESTQ(CNT, CNT)
 			JZ(LabelRef("scored" + g))

@@ -609,23 +609,13 @@ func genQ4KTile(nb int, scShuf Mem, q5 bool, m10 Mem) {
 	DECQ(N)
 	JNZ(LabelRef("block"))
 
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		for h := range 2 {
-			if faccReg {
-				VMOVUPS(facc(h, b), M(Yp, 32*h))
-			} else {
-				VMOVUPS(fmem(h, b), tp)
-				VMOVUPS(tp, M(Yp, 32*h))
-			}
+	storeY(nb, 32, func(h, b int) reg.VecPhysical {
+		if faccReg {
+			return facc(h, b)
 		}
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+		VMOVUPS(fmem(h, b), tp)
+		return tp
+	})
 }
 
 // Q6_K tile kernel: as the Q4_K one, 16 weight rows in two 8-row halves,
@@ -838,17 +828,8 @@ func genQ6KTile(nb int, scShuf, pairShuf, m0f, m30 Mem, pre bool) {
 	DECQ(N)
 	JNZ(LabelRef("block"))
 
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		for h := range 2 {
-			VMOVUPS(fmem(h, b), t1)
-			VMOVUPS(t1, M(Yp, 32*h))
-		}
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	storeY(nb, 32, func(h, b int) reg.VecPhysical {
+		VMOVUPS(fmem(h, b), t1)
+		return t1
+	})
 }

@@ -47,6 +47,24 @@ func prefetch(pf, pfn reg.Register, lines int, label string) {
 	Label(label)
 }
 
+// storeY ends a kernel: for each of nb activation rows b it stores the two
+// 8- or 16-float halves h of the row's result, val(h, b) (which may first load
+// them into a register), to y + b·ystride + h·halfBytes; then VZEROUPPER, RET.
+func storeY(nb, halfBytes int, val func(h, b int) reg.VecPhysical) {
+	Yp := Load(Param("y"), reg.RAX)
+	YS := Load(Param("ystride"), reg.RBX)
+	for b := range nb {
+		for h := range 2 {
+			VMOVUPS(val(h, b), M(Yp, halfBytes*h))
+		}
+		if b+1 < nb {
+			ADDQ(YS, Yp)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
 // spreadPrefetch emits prefetches of lines cache lines at pf, spread over
 // the steps of a loop body: step i of n gets its share. pfAdvance then
 // moves pf on by the lines while *pfn > 0 (otherwise the same, cached,

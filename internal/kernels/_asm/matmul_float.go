@@ -103,17 +103,7 @@ func genF512(nb int, t string) {
 	DECQ(N)
 	JNZ(LabelRef("kloop"))
 
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		VMOVUPS(acc(0, b), M(Yp, 0))
-		VMOVUPS(acc(1, b), M(Yp, 64))
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	storeY(nb, 64, acc)
 }
 
 func genF2(nb int, t string) {
@@ -186,15 +176,5 @@ func genF2(nb int, t string) {
 	}
 	DECQ(N)
 	JNZ(LabelRef("kloop"))
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		VMOVUPS(acc(0, b), M(Yp, 0))
-		VMOVUPS(acc(1, b), M(Yp, 32))
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	storeY(nb, 32, acc)
 }

@@ -121,17 +121,7 @@ func genQ512(nb int, q4 bool) {
 	DECQ(N)
 	JNZ(LabelRef("block"))
 
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		VMOVUPS(facc(0, b), M(Yp, 0))
-		VMOVUPS(facc(1, b), M(Yp, 64))
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	storeY(nb, 64, facc)
 }
 
 // ---------------------------------------------------------------------------
@@ -302,23 +292,13 @@ func genQ2(nb int, q4 bool) {
 	DECQ(N)
 	JNZ(LabelRef("block"))
 
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		for h := range 2 {
-			if regAcc {
-				VMOVUPS(facc(h, b), M(Yp, 32*h))
-			} else {
-				VMOVUPS(fmem(h, b), reg.Y0)
-				VMOVUPS(reg.Y0, M(Yp, 32*h))
-			}
+	storeY(nb, 32, func(h, b int) reg.VecPhysical {
+		if regAcc {
+			return facc(h, b)
 		}
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+		VMOVUPS(fmem(h, b), reg.Y0)
+		return reg.Y0
+	})
 }
 
 // q8Regs are the registers of the AVX2 Q8_0 kernels' block loop (genQ2,
@@ -445,19 +425,10 @@ func genQ2P(nb int) {
 	DECQ(N)
 	JNZ(LabelRef("block"))
 
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		for h := range 2 {
-			VMOVUPS(fmem(h, b), reg.Y0)
-			VMOVUPS(reg.Y0, M(Yp, 32*h))
-		}
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	storeY(nb, 32, func(h, b int) reg.VecPhysical {
+		VMOVUPS(fmem(h, b), reg.Y0)
+		return reg.Y0
+	})
 }
 
 // ---------------------------------------------------------------------------
