@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -29,12 +30,25 @@ import (
 // selects is in the cache, and returns the snapshot directory and the commit
 // rev resolved to. Files already in the snapshot are not requested again: a
 // commit's files never change.
+//
+// Every name from outside is checked before it is used (names.go): repo and
+// rev, the file names want selects from the Hub's list, the commit, etags
+// and redirect Locations; a name that breaks a rule fails the snapshot with
+// an error wrapping ErrName. Error messages are bounded in length.
 func (c *Client) Snapshot(ctx context.Context, repo, rev string, want func(string) bool) (dir, commit string, err error) {
-	if !IsRepoID(repo) {
-		return "", "", fmt.Errorf("hub: %q is not a model id (Org/Name)", repo)
+	dir, commit, err = c.snapshot(ctx, repo, rev, want)
+	return dir, commit, bound(err)
+}
+
+func (c *Client) snapshot(ctx context.Context, repo, rev string, want func(string) bool) (dir, commit string, err error) {
+	if err := CheckRepoID(repo); err != nil {
+		return "", "", fmt.Errorf("hub: %w", err)
 	}
 	if rev == "" {
 		rev = "main"
+	}
+	if err := CheckRevision(rev); err != nil {
+		return "", "", fmt.Errorf("hub: %w", err)
 	}
 	if want == nil {
 		want = DefaultFiles
@@ -48,9 +62,13 @@ func (c *Client) Snapshot(ctx context.Context, repo, rev string, want func(strin
 	}
 	var need []string
 	for _, f := range files {
-		if want(f) && filepath.IsLocal(f) {
-			need = append(need, f)
+		if !want(f) {
+			continue // never used: its name does not matter
 		}
+		if err := CheckFileName(f); err != nil {
+			return "", "", fmt.Errorf("hub: the file list of %s at %s has a file draftd would download but cannot write as named: %w", repo, short(commit), err)
+		}
+		need = append(need, f)
 	}
 	slices.Sort(need)
 	if !slices.Contains(need, "config.json") {
@@ -82,6 +100,9 @@ func (c *Client) offlineSnapshot(repo, rev string) (string, string, error) {
 			return "", "", fmt.Errorf("hub: %s at %s: %w (no refs/%s under %s)", repo, rev, ErrOffline, rev, c.RepoDir(repo))
 		}
 		commit = strings.TrimSpace(string(b))
+		if err := checkCommit(commit); err != nil {
+			return "", "", fmt.Errorf("hub: %s at %s: the ref file refs/%s: %w", repo, rev, rev, err)
+		}
 	}
 	dir := filepath.Join(c.RepoDir(repo), "snapshots", commit)
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
@@ -102,7 +123,7 @@ func (c *Client) revision(ctx context.Context, repo, rev string) (string, []stri
 	err := c.retry(ctx, "resolve "+repo+"@"+rev, func() (bool, error) {
 		resp, err := c.do(ctx, http.MethodGet, u, nil)
 		if err != nil {
-			return true, err
+			return !errors.Is(err, ErrName), err
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
@@ -116,8 +137,8 @@ func (c *Client) revision(ctx context.Context, repo, rev string) (string, []stri
 	if err != nil {
 		return "", nil, err
 	}
-	if !commitRE.MatchString(info.SHA) {
-		return "", nil, fmt.Errorf("hub: %s@%s resolved to %q, not a commit hash", repo, rev, info.SHA)
+	if err := checkCommit(info.SHA); err != nil {
+		return "", nil, fmt.Errorf("hub: %s@%s resolved to %w", repo, rev, err)
 	}
 	if commitRE.MatchString(rev) && rev != info.SHA {
 		return "", nil, fmt.Errorf("hub: asked for commit %s of %s, the Hub answered %s", rev, repo, info.SHA)
@@ -149,7 +170,7 @@ func (c *Client) file(ctx context.Context, repo, commit, name string) error {
 		return err
 	}
 	if m.commit != "" && m.commit != commit {
-		return fmt.Errorf("hub: %s: the Hub answered for commit %s, not %s", resolve, m.commit, commit)
+		return fmt.Errorf("hub: %s: the Hub answered for commit %s, not %s", resolve, quote(m.commit), commit)
 	}
 	blob := filepath.Join(rd, "blobs", m.etag)
 	if st, err := os.Stat(blob); err != nil || st.Size() != m.size {
@@ -180,17 +201,17 @@ func (c *Client) head(ctx context.Context, u, repo, commit, name string) (meta, 
 		for range 5 { // relative redirects (a renamed repository) are followed
 			resp, err := c.do(ctx, http.MethodHead, target, nil)
 			if err != nil {
-				return true, err
+				return !errors.Is(err, ErrName), err
 			}
 			resp.Body.Close()
 			if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-				loc, err := url.Parse(resp.Header.Get("Location"))
+				raw := resp.Header.Get("Location")
+				loc, err := resolveLocation(resp.Request.URL, raw)
 				if err != nil {
-					return false, fmt.Errorf("hub: %s: bad redirect: %v", target, err)
+					return false, fmt.Errorf("hub: %s: %w", name, err)
 				}
-				if loc.Host == "" {
-					base, _ := url.Parse(target)
-					target = base.ResolveReference(loc).String()
+				if rel, err := url.Parse(raw); err == nil && rel.Host == "" {
+					target = loc.String()
 					continue
 				}
 			} else if resp.StatusCode != http.StatusOK {
@@ -208,14 +229,14 @@ func (c *Client) head(ctx context.Context, u, repo, commit, name string) (meta, 
 			}
 			m.size, err = strconv.ParseInt(sz, 10, 64)
 			if err != nil || m.size < 0 {
-				return false, fmt.Errorf("hub: %s: no usable size (X-Linked-Size/Content-Length %q)", target, sz)
+				return false, fmt.Errorf("hub: %s: no usable size in the HTTP %d answer (X-Linked-Size/Content-Length %s)", quote(target), resp.StatusCode, quote(sz))
 			}
-			if !validEtag(m.etag) {
-				return false, fmt.Errorf("hub: %s: no usable etag (X-Linked-Etag/ETag %q)", target, m.etag)
+			if err := checkEtag(m.etag); err != nil {
+				return false, fmt.Errorf("hub: %s: no usable etag (X-Linked-Etag/ETag): %w", quote(target), err)
 			}
 			return false, nil
 		}
-		return false, fmt.Errorf("hub: %s: too many redirects", u)
+		return false, fmt.Errorf("hub: %s: too many redirects", quote(u))
 	})
 	return m, err
 }
@@ -266,16 +287,25 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 		defer cancel()
 		resp, err := c.do(actx, http.MethodGet, u, hdr)
 		if err != nil {
-			return true, err
+			return !errors.Is(err, ErrName), err
 		}
 		defer resp.Body.Close()
-		body := &stallReader{r: resp.Body, t: time.AfterFunc(c.stall(), cancel), d: c.stall()}
-		defer body.t.Stop()
+		body := c.watch(resp.Body, cancel)
+		defer body.stop()
 		switch {
 		case resp.StatusCode == http.StatusPartialContent && have > 0:
 			if !strings.HasPrefix(resp.Header.Get("Content-Range"), fmt.Sprintf("bytes %d-", have)) {
-				return false, fmt.Errorf("hub: %s: asked for bytes %d-, got range %q", name, have, resp.Header.Get("Content-Range"))
+				return false, fmt.Errorf("hub: %s: asked for bytes %d-, got range %s", name, have, quote(resp.Header.Get("Content-Range")))
 			}
+		case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && have > 0:
+			// The server has nothing past what the part holds: the part is
+			// not a prefix of this file (a leftover of another run or a
+			// size the Hub got wrong). Discard it and start over.
+			old := have
+			if err := restart(f, &have, &h, m); err != nil {
+				return false, err
+			}
+			return true, fmt.Errorf("hub: %s: the server has no bytes past %d of the %d announced (HTTP 416); discarded the partial download", name, old, m.size)
 		case resp.StatusCode == http.StatusOK:
 			if have > 0 { // the server ignored Range: start over
 				if err := restart(f, &have, &h, m); err != nil {
@@ -298,7 +328,7 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 			if ctx.Err() != nil {
 				return false, ctx.Err()
 			}
-			return true, fmt.Errorf("hub: %s: connection dropped (or stalled %v) after %d of %d bytes: %w", name, c.stall(), have, m.size, err)
+			return true, fmt.Errorf("hub: %s: connection dropped (or slower than %d bytes/s over %v) after %d of %d bytes: %w", name, c.minSpeed(), c.stall(), have, m.size, err)
 		}
 		if have < m.size {
 			return true, fmt.Errorf("hub: %s: connection closed after %d of %d bytes", name, have, m.size)
@@ -324,19 +354,46 @@ func (c *Client) download(ctx context.Context, u, blob, name string, m meta) err
 	return nil
 }
 
-// stallReader cancels a download (through t) when no byte arrives for d.
-type stallReader struct {
-	r io.Reader
-	t *time.Timer
-	d time.Duration
+// speedWatch is the low-speed limit of one download: it cancels the
+// request (through cancel) when fewer than min bytes arrived in a window of
+// d — nothing at all (a stall) or a drip.
+type speedWatch struct {
+	r       io.Reader
+	n       atomic.Int64 // bytes read in this window
+	min     int64
+	d       time.Duration
+	t       *time.Timer
+	cancel  func()
+	stopped atomic.Bool
 }
 
-func (s *stallReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if n > 0 {
-		s.t.Reset(s.d)
+func (c *Client) watch(r io.Reader, cancel func()) *speedWatch {
+	d := c.stall()
+	w := &speedWatch{r: r, min: max(1, c.minSpeed()*int64(d)/int64(time.Second)), d: d, cancel: cancel}
+	w.t = time.AfterFunc(d, w.check)
+	return w
+}
+
+func (w *speedWatch) check() {
+	if w.stopped.Load() {
+		return
 	}
+	if w.n.Swap(0) < w.min {
+		w.cancel()
+		return
+	}
+	w.t.Reset(w.d)
+}
+
+func (w *speedWatch) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	w.n.Add(int64(n))
 	return n, err
+}
+
+func (w *speedWatch) stop() {
+	w.stopped.Store(true)
+	w.t.Stop()
 }
 
 func (c *Client) stall() time.Duration {
@@ -344,6 +401,13 @@ func (c *Client) stall() time.Duration {
 		return c.StallTimeout
 	}
 	return time.Minute
+}
+
+func (c *Client) minSpeed() int64 {
+	if c.MinSpeed > 0 {
+		return c.MinSpeed
+	}
+	return 1000
 }
 
 // freeSpace reports the bytes available in a directory (a variable for tests).
@@ -378,14 +442,6 @@ func normEtag(s string) string {
 	return strings.ToLower(strings.Trim(s, `"`))
 }
 
-func validEtag(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
-}
-
 func (c *Client) endpoint() string {
 	if c.Endpoint == "" {
 		return DefaultEndpoint
@@ -410,11 +466,13 @@ func (c *Client) do(ctx context.Context, method, u string, hdr http.Header) (*ht
 	if hc == nil {
 		hc = http.DefaultClient
 	}
+	nc := *hc
 	if method == http.MethodHead {
-		nc := *hc
 		nc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		hc = &nc
+	} else {
+		nc.CheckRedirect = checkRedirect
 	}
+	hc = &nc
 	return hc.Do(req)
 }
 
@@ -459,7 +517,10 @@ func (c *Client) statusError(resp *http.Response, repo, rev, name string) error 
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		msg = strings.TrimSpace(string(b))
 	}
-	what := resp.Request.URL.String()
+	if msg != "" {
+		msg = quote(msg)
+	}
+	what := quote(resp.Request.URL.String())
 	switch {
 	case code == "RepoNotFound" && resp.StatusCode == http.StatusUnauthorized:
 		// The Hub answers 401 for a repository it will not show to this caller.

@@ -24,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -47,9 +46,12 @@ type Client struct {
 	// retried, waiting Backoff, then twice as long each time (at most 30 s).
 	Retries int
 	Backoff time.Duration
-	// StallTimeout drops (and retries, resuming) a download that received
-	// nothing for this long; 0 means one minute.
+	// StallTimeout and MinSpeed are the low-speed limit (curl's
+	// --speed-time and --speed-limit): a download that receives fewer than
+	// MinSpeed bytes per second, averaged over StallTimeout, is dropped and
+	// retried, resuming. 0 means one minute and 1,000 bytes/s.
 	StallTimeout time.Duration
+	MinSpeed     int64
 }
 
 // ProgressWriter is where progress lines go (a terminal).
@@ -115,23 +117,20 @@ func truthy(s string) bool {
 	return false
 }
 
-var (
-	repoRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$`)
-	commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
-)
-
-// IsRepoID reports whether s has the shape of a Hub model id "Org/Name".
-func IsRepoID(s string) bool { return repoRE.MatchString(s) && !strings.Contains(s, "..") }
-
 // ParseRef splits "Org/Name[@rev]" into the repo id and revision ("" when
 // absent).
 func ParseRef(s string) (repo, rev string, err error) {
 	repo, rev, _ = strings.Cut(s, "@")
-	if !IsRepoID(repo) {
-		return "", "", fmt.Errorf("%q is not a Hugging Face model id (Org/Name, optionally @revision)", s)
+	if err := CheckRepoID(repo); err != nil {
+		return "", "", fmt.Errorf("%s is not a Hugging Face model id (Org/Name, optionally @revision): %w", quote(s), err)
 	}
 	if strings.Contains(s, "@") && rev == "" {
-		return "", "", fmt.Errorf("%q: empty revision after @", s)
+		return "", "", fmt.Errorf("%s: empty revision after @", quote(s))
+	}
+	if rev != "" {
+		if err := CheckRevision(rev); err != nil {
+			return "", "", err
+		}
 	}
 	return repo, rev, nil
 }

@@ -46,6 +46,14 @@ type Hub struct {
 	Tokens    map[string]string // repo → token required (gated)
 	// Gate, when set, holds every CDN (large file) request until it is closed.
 	Gate chan struct{}
+
+	// Hostile behaviours (issue 20), set before the requests they affect.
+	AnyRevision bool                     // the revision API and resolve accept any revision as the repo's commit
+	Location    map[string]string        // file name → HEAD and GET of it answer 302 with this Location (no X-Linked-*)
+	Etag        map[string]string        // file name → the ETag (and, for LFS files, X-Linked-Etag) sent, verbatim
+	LinkedSize  map[string]int64         // LFS file name → the X-Linked-Size sent instead of the true size
+	DripOnce    map[string]time.Duration // file sha256 → send one byte per interval until the client gives up, once
+	Overlong    map[string]int           // small file name → GET sends this many bytes past its Content-Length
 }
 
 // Repo is one served repository: its files at one commit, reachable by
@@ -58,7 +66,8 @@ type Repo struct {
 
 func New(t testing.TB) *Hub {
 	h := &Hub{repos: map[string]*Repo{}, DropOnce: map[string]int64{}, StallOnce: map[string]int64{}, Corrupt: map[string]bool{},
-		Fail503: map[string]int{}, Tokens: map[string]string{}}
+		Fail503: map[string]int{}, Tokens: map[string]string{},
+		Location: map[string]string{}, Etag: map[string]string{}, LinkedSize: map[string]int64{}, DripOnce: map[string]time.Duration{}, Overlong: map[string]int{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.Close)
 	return h
@@ -171,6 +180,9 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 	if api {
 		rev, ok := strings.CutPrefix(rest, "revision/")
 		commit, known := repo.Refs[rev]
+		if h.AnyRevision {
+			commit, known = repo.Commit, true
+		}
 		if !ok || !known {
 			hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)
 			return
@@ -185,6 +197,9 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 	p, ok := strings.CutPrefix(rest, "resolve/")
 	rev, name, _ := strings.Cut(p, "/")
 	commit, known := repo.Refs[rev]
+	if h.AnyRevision {
+		commit, known = repo.Commit, true
+	}
 	if !ok || !known {
 		hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)
 		return
@@ -194,21 +209,64 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 		hubError(w, http.StatusNotFound, "EntryNotFound", "Entry not found")
 		return
 	}
+	h.mu.Lock()
+	loc, redirect := h.Location[name]
+	etag, setEtag := h.Etag[name]
+	size, setSize := h.LinkedSize[name]
+	extra := h.Overlong[name]
+	h.mu.Unlock()
 	w.Header().Set("X-Repo-Commit", commit)
+	if redirect {
+		w.Header().Set("Location", loc)
+		w.WriteHeader(http.StatusFound)
+		return
+	}
 	if IsLFS(name) {
 		sum := SHA256(data)
-		w.Header().Set("X-Linked-Etag", `"`+sum+`"`)
-		w.Header().Set("X-Linked-Size", fmt.Sprint(len(data)))
+		if !setEtag {
+			etag = `"` + sum + `"`
+		}
+		if !setSize {
+			size = int64(len(data))
+		}
+		w.Header().Set("X-Linked-Etag", etag)
+		w.Header().Set("X-Linked-Size", fmt.Sprint(size))
 		w.Header().Set("ETag", `"`+GitSHA1([]byte("version https://git-lfs.github.com/spec/v1\noid sha256:"+sum))+`"`)
 		w.Header().Set("Location", h.URL+"/cdn/"+sum)
 		w.WriteHeader(http.StatusFound)
 		return
 	}
-	w.Header().Set("ETag", `"`+GitSHA1(data)+`"`)
-	w.Header().Set("Content-Length", fmt.Sprint(len(data)))
-	if r.Method == http.MethodGet {
-		w.Write(data)
+	if !setEtag {
+		etag = `"` + GitSHA1(data) + `"`
 	}
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+	if r.Method != http.MethodGet {
+		return
+	}
+	if extra > 0 {
+		// More bytes than the Content-Length: only a hijacked connection
+		// can send them.
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nX-Repo-Commit: %s\r\nETag: %s\r\nContent-Length: %d\r\n\r\n", commit, etag, len(data))
+		buf.Write(data)
+		junk := make([]byte, extra)
+		for i := range junk {
+			junk[i] = byte(i*7 + 1)
+		}
+		buf.Write(junk)
+		buf.Flush()
+		// Keep the connection open until the client closes it, so that the
+		// extra bytes arrive on a connection it holds as idle.
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		conn.Read(make([]byte, 1))
+		return
+	}
+	w.Write(data)
 }
 
 func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
@@ -239,6 +297,8 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 	delete(h.DropOnce, sum)
 	stallAt, stall := h.StallOnce[sum]
 	delete(h.StallOnce, sum)
+	drip, dripping := h.DripOnce[sum]
+	delete(h.DripOnce, sum)
 	if h.Corrupt[sum] {
 		data = append([]byte(nil), data...)
 		data[len(data)/2] ^= 0xff
@@ -257,6 +317,25 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 		w.Write(data[:stallAt])
 		w.(http.Flusher).Flush()
 		<-r.Context().Done() // the client's stall timeout cancels the request
+		return
+	}
+	if dripping {
+		// A byte at a time, never stalling: only a low-speed limit ends it.
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(http.StatusOK)
+		t := time.NewTicker(drip)
+		defer t.Stop()
+		for i := range data {
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				return
+			}
+			if _, err := w.Write(data[i : i+1]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
 		return
 	}
 	http.ServeContent(w, r, "", time.Time{}, strings.NewReader(string(data)))
