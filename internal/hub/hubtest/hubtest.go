@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +95,28 @@ func (h *Hub) AddDir(t testing.TB, repo, dir string) *Repo {
 	r.Commit = hex.EncodeToString(sum.Sum(nil))
 	r.Refs = map[string]string{"main": r.Commit, "v1": r.Commit, r.Commit: r.Commit}
 	h.repos[repo] = r
+	return r
+}
+
+// AddFiles serves files as repo at one commit (named by their contents),
+// reachable as main and as the commit.
+func (h *Hub) AddFiles(repo string, files map[string][]byte) *Repo {
+	r := &Repo{Files: files}
+	sum := sha1.New()
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(sum, "%d:%s:", len(name), name)
+		sum.Write(files[name])
+	}
+	r.Commit = hex.EncodeToString(sum.Sum(nil))
+	r.Refs = map[string]string{"main": r.Commit, r.Commit: r.Commit}
+	h.mu.Lock()
+	h.repos[repo] = r
+	h.mu.Unlock()
 	return r
 }
 
