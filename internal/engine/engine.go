@@ -12,6 +12,7 @@
 package engine
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -176,9 +177,9 @@ type Engine struct {
 	log   *slog.Logger
 	cache *kvcache.Cache
 
-	mu      sync.RWMutex // guards closed against sends on queue
+	mu      sync.RWMutex // guards closed against pushes on queue
 	closed  bool
-	queue   chan *request
+	queue   *queue
 	closing chan struct{} // closed by Close: drain, then stop
 	abort   chan struct{} // closed when Close's ctx ends: fail the rest, stop
 	done    chan struct{} // closed when the loop has returned
@@ -202,18 +203,8 @@ type request struct {
 	n      int   // draft tokens to produce, already shortened to fit MaxContext
 	strat  draft.Guided
 	reply  chan reply
-	state  atomic.Int32 // queued, taken by the loop, or withdrawn by Draft
+	elem   *list.Element // its place in the queue; nil once popped or withdrawn (guarded by queue.mu)
 }
-
-const (
-	stateQueued int32 = iota
-	stateTaken
-	stateWithdrawn
-)
-
-// take claims a request popped from the queue for the loop; false means
-// Draft withdrew it (queue timeout) and nobody waits for it.
-func (r *request) take() bool { return r.state.CompareAndSwap(stateQueued, stateTaken) }
 
 type reply struct {
 	res Result
@@ -280,7 +271,7 @@ func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (
 	}
 	e := &Engine{
 		m: m, opt: opt, log: log, cache: cache, fwd: fwd,
-		queue:   make(chan *request, opt.MaxQueue),
+		queue:   newQueue(opt.MaxQueue),
 		closing: make(chan struct{}),
 		abort:   make(chan struct{}),
 		done:    make(chan struct{}),
@@ -307,8 +298,11 @@ func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error)
 // once with an *InputError for bad input, ErrQueueFull when MaxQueue
 // requests wait, and ErrClosed after Close, ErrQueueTimeout when it waited
 // QueueTimeout for a place in the batch; it returns ctx.Err() when ctx ends
-// first (the request then leaves the batch at the next step boundary).
-// DraftWith keeps no reference to tokens after it returns.
+// first (a queued request then leaves the queue at once, a running one the
+// batch at the next step boundary). A request whose own context and draft
+// need more KV than the whole budget holds fails at once with an
+// *InputError (CodeContextOverKV), before it is queued. DraftWith keeps no
+// reference to tokens after it returns.
 func (e *Engine) DraftWith(ctx context.Context, tokens []int, n int, s draft.Strategy) (Result, error) {
 	if err := e.validate(tokens, n); err != nil {
 		return Result{}, err
@@ -321,6 +315,12 @@ func (e *Engine) DraftWith(ctx context.Context, tokens []int, n int, s draft.Str
 		return res, err
 	}
 	n = e.Rules().Fit(len(tokens), n)
+	// Decided from the budget alone, before admission: waiting could never
+	// make it fit, and a retryable 503 would have the caller retry forever.
+	if need, have := kvcache.BlocksFor(len(tokens)+n-1), e.cache.MaxBlocks(); need > have {
+		return Result{}, inputErr(CodeContextOverKV, "context of %d tokens plus %d draft tokens needs %d KV blocks of %d positions; the server's KV budget of %d bytes (--kv-cache-bytes) holds %d",
+			len(tokens), n, need, kvcache.BlockSize, e.opt.KVCacheBytes, have)
+	}
 	// The one copy of the context the engine keeps (the loop may still read
 	// it after we return), with room for the draft.
 	own := make([]int, len(tokens), len(tokens)+n)
@@ -331,10 +331,8 @@ func (e *Engine) DraftWith(ctx context.Context, tokens []int, n int, s draft.Str
 		e.mu.RUnlock()
 		return Result{}, ErrClosed
 	}
-	e.queued.Add(1) // before the send, so that the loop's decrement never goes first
-	select {
-	case e.queue <- r:
-	default:
+	e.queued.Add(1) // before the push, so that the loop's decrement never goes first
+	if !e.queue.push(r) {
 		e.queued.Add(-1)
 		e.mu.RUnlock()
 		return Result{}, ErrQueueFull
@@ -348,10 +346,16 @@ func (e *Engine) DraftWith(ctx context.Context, tokens []int, n int, s draft.Str
 		case rep := <-r.reply:
 			return rep.res, rep.err
 		case <-ctx.Done():
+			// Still queued: leave at once, so that a caller gone (a reset
+			// connection) holds no place. Taken by the loop: it drops the
+			// request at its next step.
+			if e.queue.withdraw(r) {
+				e.queued.Add(-1)
+			}
 			return Result{}, ctx.Err()
 		case <-timeout:
 			timeout = nil
-			if r.state.CompareAndSwap(stateQueued, stateWithdrawn) {
+			if e.queue.withdraw(r) {
 				e.queued.Add(-1)
 				return Result{}, ErrQueueTimeout
 			}

@@ -33,19 +33,16 @@ func (e *Engine) loop() {
 	var head *request // taken from the queue, waiting for KV space
 	for {
 		if len(active) == 0 && head == nil {
-			select {
-			case head = <-e.queue:
-			case <-e.abort:
-			case <-e.closing:
+			if head = e.queue.pop(); head == nil {
 				select {
-				case head = <-e.queue:
-				default:
-					return // closed and drained
+				case <-e.queue.ready:
+					continue
+				case <-e.abort:
+				case <-e.closing:
+					if head = e.queue.pop(); head == nil {
+						return // closed and drained
+					}
 				}
-			}
-			if head != nil && !head.take() {
-				head = nil // withdrawn by Draft (queue timeout)
-				continue
 			}
 		}
 		select {
@@ -91,14 +88,8 @@ func (e *Engine) iterate(active []*seq, head *request) (_ []*seq, _ *request) {
 func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
 	for len(active) < e.opt.MaxBatch {
 		if head == nil {
-			select {
-			case head = <-e.queue:
-			default:
+			if head = e.queue.pop(); head == nil {
 				return active, nil
-			}
-			if !head.take() {
-				head = nil // withdrawn by Draft (queue timeout)
-				continue
 			}
 		}
 		r := head
@@ -266,16 +257,9 @@ func (e *Engine) failAll(active []*seq, head *request, err error) {
 		e.queued.Add(-1)
 		e.respond(head, Result{}, err)
 	}
-	for {
-		select {
-		case r := <-e.queue:
-			if r.take() {
-				e.queued.Add(-1)
-				e.respond(r, Result{}, err)
-			}
-		default:
-			return
-		}
+	for r := e.queue.pop(); r != nil; r = e.queue.pop() {
+		e.queued.Add(-1)
+		e.respond(r, Result{}, err)
 	}
 }
 

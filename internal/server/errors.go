@@ -60,6 +60,10 @@ var (
 	errShuttingDown = errors.New("the server is shutting down")
 )
 
+// ErrShutdownIncomplete: Run's drain did not finish within
+// Config.ShutdownTimeout; what was still in flight was cut off.
+var ErrShutdownIncomplete = errors.New("shutdown incomplete: in-flight requests did not finish within the shutdown timeout")
+
 // apiError is what an error answers: status, body and Retry-After seconds
 // (0: no header).
 type apiError struct {

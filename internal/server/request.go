@@ -42,8 +42,9 @@ type draftRequest struct {
 	Tokens []int // (contextLen) ids in [0, vocab), 0 < contextLen < MaxContext
 	N      int   // asked draft length, 1 ≤ N ≤ MaxDraftLen
 	Fit    int   // draft length that fits before the maximum context: min(N, MaxContext−contextLen)
-	// Strategy names the drafting strategy ("": the server's); the handler
-	// checks the name.
+	// Strategy names the drafting strategy ("": the field was absent or
+	// null, the server's default; an empty string given is refused); the
+	// handler checks the name.
 	Strategy string
 }
 
@@ -170,6 +171,9 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 	if strat.present(body) {
 		if err := json.Unmarshal(body[strat.start:strat.end], &req.Strategy); err != nil {
 			return req, reqErr(CodeInvalidStrategy, `"strategy" must be a string naming a drafting strategy, got `+kindOf(body[strat.start:strat.end]))
+		}
+		if req.Strategy == "" {
+			return req, reqErr(CodeInvalidStrategy, `"strategy" is an empty string, which names no drafting strategy; name one, or leave the field out for the server's default`)
 		}
 	}
 	return req, nil

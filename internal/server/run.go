@@ -26,6 +26,20 @@ import (
 // returns nil. It returns an error if the backend cannot be opened or
 // warmed up, or if serving fails. ln is closed on return.
 //
+// The graceful shutdown (the drain): ln is closed at once (new connections
+// are refused) and GET /health answers 503 shutting_down; connections
+// already open stay open, and every answer written from then on carries
+// Connection: close. A request that arrives on an open connection — one
+// that was idle at the signal, or one whose headers were still arriving —
+// is answered 503 shutting_down (Retry-After: 1); requests in flight run to
+// their end. A request pipelined behind one answered during the drain is not
+// read (its predecessor's Connection: close tells the client to resend it).
+// When no connection is busy, the rest (idle) are closed, the backend is
+// closed and Run returns nil. If that takes longer than
+// Config.ShutdownTimeout, the backend fails what it still holds (those
+// requests are answered 503 shutting_down), connections are closed within a
+// further second, and Run returns an error wrapping ErrShutdownIncomplete.
+//
 // A cancellation while Config.Open is still loading does not wait for it:
 // Run returns at once, and a backend that Open delivers later is closed
 // as soon as it arrives.
@@ -36,6 +50,8 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		ln.Close()
 		return err
 	}
+	conns := newConnSet()
+	tl := &trackListener{Listener: ln, set: conns}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -48,10 +64,11 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		IdleTimeout:    idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes,
 		ConnContext:    withConn,
+		ConnState:      conns.connState,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(trackListener{ln}) }()
+	go func() { serveErr <- hs.Serve(tl) }()
 	s.log.Info("listening", "addr", ln.Addr().String(), "model", cfg.Name)
 
 	loadDone := make(chan error, 1)
@@ -81,22 +98,40 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 	if loadDone != nil && s.ready.Load() == nil {
 		s.log.Info("stop requested while loading the model; not waiting for the load")
 	}
-	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	s.closing.Store(true)
+	tl.Close() // refuse new connections; the open ones stay, for the drain
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		s.log.Warn("in-flight requests did not finish in time", "err", err)
-		hs.Close()
+	var incomplete error
+	drained := conns.waitQuiet(sctx)
+	if !drained {
+		n := conns.busy()
+		s.log.Warn("drain incomplete: connections still busy at the shutdown timeout; failing what remains", "busy", n, "timeout", s.cfg.ShutdownTimeout)
+		incomplete = fmt.Errorf("%w: %d connections still busy after --shutdown-timeout %v", ErrShutdownIncomplete, n, s.cfg.ShutdownTimeout)
 	}
+	// The backend finishes what it holds (nothing, after a full drain) or,
+	// its context over, fails it: those handlers answer 503 shutting_down.
 	if err := s.Close(sctx); err != nil {
-		// Requests still running at the deadline were failed; the process can
-		// exit all the same.
 		s.log.Warn("shutdown incomplete", "err", err)
+		if incomplete == nil {
+			incomplete = fmt.Errorf("%w: %v", ErrShutdownIncomplete, err)
+		}
 	}
+	if !drained {
+		gctx, gcancel := context.WithTimeout(context.Background(), closeGrace)
+		conns.waitQuiet(gctx) // let the failed requests' answers out
+		gcancel()
+	}
+	hs.Close() // the idle connections, and whatever is stuck
 	s.log.Info("stopped")
-	return runErr
+	return errors.Join(runErr, incomplete)
 }
+
+// closeGrace is how long an incomplete drain waits, after failing the
+// backend's requests, for their answers to be written before it closes
+// every connection.
+const closeGrace = time.Second
 
 // errStopped: Close ran before the backend was ready.
 var errStopped = errors.New("server stopped before the backend was ready")

@@ -262,22 +262,27 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// recorder remembers the status a handler wrote.
+// recorder remembers the status a handler wrote, and marks every answer
+// written while the server is closing Connection: close.
 type recorder struct {
 	http.ResponseWriter
-	status int
+	status  int
+	closing *atomic.Bool
 }
 
 func (w *recorder) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if w.closing.Load() {
+			w.Header().Set("Connection", "close")
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *recorder) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
 }
@@ -290,7 +295,7 @@ func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) wrap(name string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rw := &recorder{ResponseWriter: w}
+		rw := &recorder{ResponseWriter: w, closing: &s.closing}
 		x := &exchange{}
 		var ae *apiError
 		abort := false

@@ -52,6 +52,7 @@ func TestStrategySelection(t *testing.T) {
 
 	for _, body := range []string{
 		`{"tokens":[1,2],"strategy":"ngram"}`,
+		`{"tokens":[1,2],"strategy":""}`, // empty is not a name (issue 20)
 		`{"tokens":[1,2],"strategy":3}`,
 		`{"tokens":[1,2],"strategy":["lookup"]}`,
 	} {
