@@ -132,6 +132,18 @@ func openHF(dir string) (*Source, error) {
 	return s, nil
 }
 
+// maxBindErrors is how many binding errors bindHF reports before it only
+// counts the rest (as the model loader does).
+const maxBindErrors = 10
+
+// clipName shortens a tensor name from a file for a message.
+func clipName(name string) string {
+	if len(name) <= 96 {
+		return name
+	}
+	return strings.ToValidUTF8(name[:96], "") + fmt.Sprintf("… (%d bytes)", len(name))
+}
+
 func (s *Source) bindHF() error {
 	c := s.Config
 	weights, err := c.Weights()
@@ -140,22 +152,30 @@ func (s *Source) bindHF() error {
 	}
 	used := map[string]bool{}
 	var errs []error
+	dropped := 0
+	fail := func(err error) { // the first maxBindErrors, then a count: a config can claim 4,096 layers
+		if len(errs) < maxBindErrors {
+			errs = append(errs, err)
+		} else {
+			dropped++
+		}
+	}
 	types := map[string]int{}
 	for _, w := range weights {
 		name, want := w.HF, w.Shape
 		t, ok := s.dir.Tensor(name)
 		if !ok {
-			errs = append(errs, fmt.Errorf("%s: missing tensor %s", s.Path, name))
+			fail(fmt.Errorf("%s: missing tensor %s", s.Path, name))
 			continue
 		}
 		used[name] = true
 		if len(t.Shape) != len(want) || int(t.Shape[0]) != want[0] || (len(want) == 2 && int(t.Shape[1]) != want[1]) {
-			errs = append(errs, fmt.Errorf("%s: tensor %s has shape %v, want %v", t.File, name, t.Shape, want))
+			fail(fmt.Errorf("%s: tensor %s has shape %v, want %v", t.File, name, t.Shape, want))
 			continue
 		}
 		st, err := s.hfTensor(w, t, used)
 		if err != nil {
-			errs = append(errs, err)
+			fail(err)
 			continue
 		}
 		if len(want) == 2 {
@@ -178,8 +198,11 @@ func (s *Source) bindHF() error {
 		case name == "lm_head.weight" && c.TiedEmbed: // tied: the converter drops it
 		case strings.HasSuffix(name, "rotary_emb.inv_freq"): // recomputed from rope_theta
 		default:
-			errs = append(errs, fmt.Errorf("%s: tensor %s has no place in a %s GGUF", s.Path, name, c.Arch))
+			fail(fmt.Errorf("%s: tensor %s has no place in a %s GGUF", s.Path, clipName(name), c.Arch))
 		}
+	}
+	if dropped > 0 {
+		errs = append(errs, fmt.Errorf("%s: … and %d more errors", s.Path, dropped))
 	}
 	best := 0
 	for dt, n := range types {

@@ -23,8 +23,18 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/draftd/draftd/internal/fileio"
+)
+
+// MaxDims and MaxNameLen bound a tensor's shape and name: no language-model
+// weight has more than a few dimensions or a name near a kilobyte, and every
+// message that quotes them stays short.
+const (
+	MaxDims    = 8
+	MaxNameLen = 1024
 )
 
 // MaxHeaderLen is the largest JSON header accepted, as in the reference
@@ -81,6 +91,9 @@ func ElemBits(dtype string) (bits int, ok bool) {
 func ByteSize(dtype string, shape []int64) (int64, error) {
 	bits, ok := dtypeBits[dtype]
 	if !ok {
+		if len(dtype) > 32 {
+			return 0, fmt.Errorf("unknown dtype %q… (%d bytes)", strings.ToValidUTF8(dtype[:32], ""), len(dtype))
+		}
 		return 0, fmt.Errorf("unknown dtype %q", dtype)
 	}
 	n := int64(1)
@@ -114,7 +127,11 @@ type FormatError struct {
 
 func (e *FormatError) Error() string {
 	if e.Tensor != "" {
-		return fmt.Sprintf("safetensors %s: tensor %q: %s", e.Path, e.Tensor, e.Msg)
+		name := e.Tensor
+		if len(name) > 96 {
+			name = strings.ToValidUTF8(name[:96], "") + "… (" + strconv.Itoa(len(e.Tensor)) + " bytes)"
+		}
+		return fmt.Sprintf("safetensors %s: tensor %q: %s", e.Path, name, e.Msg)
 	}
 	return fmt.Sprintf("safetensors %s: %s", e.Path, e.Msg)
 }
@@ -270,6 +287,10 @@ func (f *File) tensor(name string, e headerEntry, body []byte) (Tensor, error) {
 		return Tensor{}, bad("missing data_offsets")
 	case len(*e.DataOffsets) != 2:
 		return Tensor{}, bad("data_offsets has %d values; want [begin, end]", len(*e.DataOffsets))
+	case len(*e.Shape) > MaxDims:
+		return Tensor{}, bad("shape has %d dimensions; draftd reads at most %d", len(*e.Shape), MaxDims)
+	case len(name) > MaxNameLen:
+		return Tensor{}, bad("name of %d bytes; draftd reads names of at most %d", len(name), MaxNameLen)
 	}
 	size, err := ByteSize(*e.DType, *e.Shape)
 	if err != nil {
