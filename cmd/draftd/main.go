@@ -8,10 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/draftd/draftd/internal/server"
 )
 
 // command is one subcommand: its one-line summary and its entry point.
@@ -36,6 +39,9 @@ var ErrUsage = errors.New("usage")
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Go's HTTP transport logs through the standard logger, quoting what a
+	// server sent (a hostile Hub's bytes past its Content-Length): bound it.
+	log.SetOutput(server.LimitLines(os.Stderr))
 	// Subscribe before anything runs: a signal that arrived before the
 	// goroutine got to signal.Notify would take its default action (kill).
 	sigs := make(chan os.Signal, 2)

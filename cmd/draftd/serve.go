@@ -44,9 +44,12 @@ const (
 )
 
 const serveDoc = `Listens at once; GET /health answers 503 until the model is loaded and one
-warm-up draft ran, then 200. SIGINT, SIGTERM and SIGHUP stop accepting,
-finish in-flight requests (up to --shutdown-timeout) and exit 0; a second
-signal exits 1 at once. A signal while the model loads exits at once.
+warm-up draft ran, then 200. SIGINT, SIGTERM and SIGHUP start the drain: new
+connections are refused, requests arriving on open connections get 503
+shutting_down with Connection: close, in-flight requests finish (their
+answers carry Connection: close); then serve exits 0. If the drain takes
+longer than --shutdown-timeout, what remains is cut off and serve exits 1.
+A second signal exits 1 at once. A signal while the model loads exits at once.
 Every flag's valid range is in its description; a value outside it is a
 usage error (exit 2).`
 
@@ -73,7 +76,7 @@ func runServe(ctx context.Context, args []string) error {
 		trustMatch = fs.Int("trust-match", draft.DefaultTrust, "hybrid keeps lookup tokens the model disagrees with when their match is at least this long (0: never)")
 		choice     = fs.String("lookup-choice", draft.DefaultChoice.String(), "which earlier occurrence of the longest match lookup follows: recent or frequent (most frequent continuation)")
 		minMatch   = fs.Int("min-match", draft.DefaultMinMatch, "hybrid proposes lookup tokens only after a match of at least this many tokens")
-		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, fmt.Sprintf("how long in-flight requests may take to finish on a signal; (0, %v]", server.MaxShutdownTimeout))
+		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, fmt.Sprintf("how long the drain on a signal may take (in-flight requests finishing) before what remains is cut off and serve exits 1; (0, %v]", server.MaxShutdownTimeout))
 	)
 	if stop, err := parseClientFlags(fs, args); stop {
 		return err

@@ -65,7 +65,7 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		MaxHeaderBytes: maxHeaderBytes,
 		ConnContext:    withConn,
 		ConnState:      conns.connState,
-		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:       errorLog(s.log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(tl) }()

@@ -228,7 +228,7 @@ type route struct {
 
 func (s *Server) routes() http.Handler {
 	metricsHandler := promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn), Registry: s.met.reg,
+		ErrorLog: errorLog(s.log.Handler(), slog.LevelWarn), Registry: s.met.reg,
 	})
 	table := []route{
 		{"GET", "/health", s.handleHealth},
