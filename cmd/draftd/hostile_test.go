@@ -90,6 +90,7 @@ func TestPrepareBoundedErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "missing tensor") {
 		t.Fatalf("4096 layers: have %v; want missing tensors", err)
 	}
+	t.Logf("4096 layers: %d lines, %d bytes", strings.Count(err.Error(), "\n")+1, len(err.Error()))
 	checkBounded(t, "4096 layers", err.Error(), 15, 4096)
 
 	// model.norm.weight, [64], as [64, 1, 1, …] with 100,000 dimensions: the
