@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -86,7 +87,7 @@ func IsRepoID(s string) bool { return CheckRepoID(s) == nil }
 // CheckRevision checks a branch, tag or commit name before it becomes a
 // URL and a file under refs/.
 func CheckRevision(s string) error {
-	if s == "" || len(s) > MaxRevisionLen {
+	if s == "" || len(s) > MaxRevisionLen || !filepath.IsLocal(filepath.FromSlash(s)) {
 		return errRevision(s)
 	}
 	for _, p := range strings.Split(s, "/") {
@@ -100,7 +101,9 @@ func CheckRevision(s string) error {
 // CheckFileName checks a file name of the Hub's file list that draftd is
 // about to download into the snapshot.
 func CheckFileName(s string) error {
-	if s == "" || len(s) > MaxFileNameLen {
+	// filepath.IsLocal besides the characters: on Windows it also refuses
+	// reserved names (NUL, CON, …).
+	if s == "" || len(s) > MaxFileNameLen || !filepath.IsLocal(filepath.FromSlash(s)) {
 		return errFileName(s)
 	}
 	for _, p := range strings.Split(s, "/") {
