@@ -1,4 +1,4 @@
-// draftd dataset: a real-text evaluation dataset (DESIGN §2) from text on
+// draftd dataset: a real-text evaluation dataset (docs/evaluation.md) from text on
 // this machine — Go's source tree for code, the package documentation in
 // /usr/share/doc for prose — tokenized with the real Qwen3 tokenizer; the
 // continuation is the real next text. Deterministic for the same files,

@@ -1,4 +1,4 @@
-// draftd eval: the replay client of DESIGN §2. It reads a dataset, replays it
+// draftd eval: the replay client of docs/evaluation.md. It reads a dataset, replays it
 // against a running drafter (draftd's POST /draft or llama-server's
 // POST /completion), and prints/writes τ, acceptance and latency. It is not
 // the server and starts none; the measuring lives in internal/eval.
@@ -44,7 +44,7 @@ func runEval(ctx context.Context, args []string) error {
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: draftd eval --url http://HOST:PORT --data data.jsonl [flags]\n\n"+
-			"Replays each sample as a speculative-decoding loop would (DESIGN §2) and reports\n"+
+			"Replays each sample as a speculative-decoding loop would (docs/evaluation.md) and reports\n"+
 			"τ = tokens / steps, the accepted-length histogram, acceptance by draft position\n"+
 			"(accepted at position i / drafts that had a token at i), latency and throughput.\n\nflags:")
 		fs.PrintDefaults()

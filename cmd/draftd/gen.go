@@ -1,4 +1,4 @@
-// draftd gen: builds an evaluation dataset (DESIGN §2) — the target model's
+// draftd gen: builds an evaluation dataset (docs/evaluation.md) — the target model's
 // greedy continuation of each prompt — by running many prompts concurrently
 // through the batching, prefix-caching engine (internal/engine) as chains of
 // draft requests. It does not tokenize text (prompts are token ids) or judge

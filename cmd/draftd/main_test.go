@@ -13,7 +13,7 @@ import (
 	"github.com/draftd/draftd/internal/testmodel"
 )
 
-// TestDemo runs the README's main-job command end to end (small settings):
+// TestDemo runs the README's main-job command (draftd demo) end to end (small settings):
 // models, dataset, server, replay, clean shutdown, and a report with no
 // failures and a drafter that is accepted at all.
 func TestDemo(t *testing.T) {

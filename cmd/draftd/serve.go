@@ -1,4 +1,4 @@
-// draftd serve: the drafter service of DESIGN §1 on one address. This file
+// draftd serve: the drafter service of docs/protocol.md on one address. This file
 // turns flags into a backend (backend.go) and a server.Config, and checks
 // every flag against its documented range; listening, the protocol and
 // graceful shutdown live in internal/server.

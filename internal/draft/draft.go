@@ -33,14 +33,13 @@ const (
 )
 
 // Default is the strategy a server uses unless told otherwise (see the
-// README's measurements).
+// measurements in docs/strategies.md).
 const Default = NameHybrid
 
 // Names lists the strategies New accepts.
 var Names = []string{NameModel, NameLookup, NameHybrid, NamePLD}
 
-// Defaults of Options, chosen from the measurements in the README
-// ("Drafting strategies").
+// Defaults of Options, chosen from the measurements in docs/strategies.md.
 const (
 	DefaultTrust    = 16 // hybrid keeps lookup tokens from a match of 16+ tokens even when the model disagrees
 	DefaultMinMatch = 4  // hybrid proposes after a match of four tokens or more

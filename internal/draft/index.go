@@ -12,7 +12,7 @@ package draft
 // first candidates of the 4-gram chain already hold the longest match.
 const (
 	// MaxMatch caps the length a match is measured to (longer ties). On
-	// the real-text sets of the README, caps from 16 up give the same τ.
+	// the real-text sets of docs/strategies.md, caps from 16 up give the same τ.
 	MaxMatch = 32
 	gram     = 4    // tokens of the long chain's key
 	maxLong  = 64   // candidates visited on the 4-gram chain

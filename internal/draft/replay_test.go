@@ -10,7 +10,7 @@ import (
 
 // TestReplayDatasets replays the datasets named in DRAFTD_DATASETS (comma
 // separated JSON Lines files of `draftd dataset`) with the model-free
-// strategies, by the replay definition of DESIGN §2 with n = 16, and logs τ
+// strategies, by the replay definition of docs/evaluation.md with n = 16, and logs τ
 // and how often lookup's first proposed token is right by the length of the
 // match it came from. A measurement, not a check; it skips without the
 // variable.

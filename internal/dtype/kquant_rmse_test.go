@@ -15,7 +15,8 @@ import (
 // DRAFTD_RMSE_INPUT (3 matrices of 2048×6144 f32: Gaussian, Laplace,
 // Gaussian with 0.1 % outliers ×12) and DRAFTD_RMSE_GGML (lines
 // "DIST TYPE rmse VALUE" from a program linked with ggml-quants.c; see
-// README, K-quants), which cannot be built in CI (no network).
+// docs/development.md, "Quantizer RMSE against ggml"), which cannot be
+// built in CI (no network).
 func TestRMSEAgainstGGML(t *testing.T) {
 	in, ref := os.Getenv("DRAFTD_RMSE_INPUT"), os.Getenv("DRAFTD_RMSE_GGML")
 	if in == "" || ref == "" {

@@ -118,7 +118,7 @@ var (
 	ErrInput = errors.New("engine: invalid input")
 )
 
-// The request rules of DESIGN §1, defined once: the codes of an
+// The request rules of docs/protocol.md, defined once: the codes of an
 // InputError and the checks of Rules. The server applies the same Rules
 // while it parses a body (to name the JSON field in its messages); Draft
 // applies them for every other caller.

@@ -1,5 +1,5 @@
 // This file holds the HTTP clients of the replay: one for draftd's
-// POST /draft (DESIGN §1) and one for llama.cpp's llama-server
+// POST /draft (docs/protocol.md) and one for llama.cpp's llama-server
 // POST /completion, behind the Drafter interface. It is not the server.
 
 package eval

@@ -1,9 +1,9 @@
 // Package eval replays evaluation datasets against a drafter service and
-// measures what DESIGN §2 defines: mean acceptance length τ, the acceptance
+// measures what docs/evaluation.md defines: mean acceptance length τ, the acceptance
 // histogram and per-position rates, request latency and throughput. It also
 // drives the synthetic load of `draftd bench`.
 //
-// This file is the dataset reader (JSON Lines, DESIGN §2). It is not a
+// This file is the dataset reader (JSON Lines, docs/evaluation.md). It is not a
 // tokenizer: the text form of a sample is tokenized through a TextEncoder the
 // caller supplies.
 package eval

@@ -1,4 +1,4 @@
-// This file is the replay of DESIGN §2, the definition of τ: every sample is
+// This file is the replay of docs/evaluation.md, the definition of τ: every sample is
 // walked through its continuation, one draft request per verification step,
 // samples concurrently and each sample's requests in order. It is not the
 // report's formatting (report.go) nor the HTTP clients (client.go).
@@ -64,7 +64,7 @@ func (t *tally) merge(u *tally) {
 // errInterrupted marks a sample whose replay was cut short by ctx.
 var errInterrupted = errors.New("interrupted")
 
-// Replay replays samples against d as DESIGN §2 defines:
+// Replay replays samples against d as docs/evaluation.md defines:
 //
 //	p = 0; steps = 0
 //	while p < len(continuation):

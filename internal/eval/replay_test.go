@@ -213,7 +213,7 @@ func TestDrafterErrors(t *testing.T) {
 
 // TestReplayRandom replays many random samples at concurrency 8 against a
 // server whose drafts follow a per-step rule, and compares with a direct
-// sequential simulation of DESIGN §2.
+// sequential simulation of docs/evaluation.md.
 func TestReplayRandom(t *testing.T) {
 	const n = 6
 	rng := rand.New(rand.NewPCG(7, 8))

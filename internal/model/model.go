@@ -1,8 +1,8 @@
 // Package model is draftd's decoder: one forward pass (forward.go) shared by
 // every model family, each family declared by one small file
 // (family_qwen3.go, family_qwen2.go, family_llama.go: names, config keys,
-// tensor names and forward-pass flags; DESIGN §4), bound to weights from a
-// GGUF file (load_gguf.go) or an HF safetensors directory (load_hf.go). It
+// tensor names and forward-pass flags; the numerics are stated in
+// docs/development.md), bound to weights from a GGUF file (load_gguf.go) or an HF safetensors directory (load_hf.go). It
 // does not schedule requests or own the KV cache's lifetime
 // (internal/engine and internal/kvcache do); it only reads and writes the KV
 // blocks a caller hands it.

@@ -1,4 +1,4 @@
-// Errors of the HTTP API and their one mapping to status codes (DESIGN §1).
+// Errors of the HTTP API and their one mapping to status codes (docs/protocol.md).
 // Every handler returns an error; apiErrorFor below is the only place that
 // decides which status, code and Retry-After a failure answers with. This
 // file does not detect any error itself.

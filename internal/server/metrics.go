@@ -1,4 +1,4 @@
-// Prometheus metrics of GET /metrics (DESIGN §1), on a registry of their own
+// Prometheus metrics of GET /metrics (docs/protocol.md), on a registry of their own
 // (so that tests and the in-process demo can run several servers). The
 // engine reports its steps through the Observer methods here; the server
 // reports requests. This file does not serve HTTP.

@@ -1,4 +1,4 @@
-// The body of POST /draft (DESIGN §1): decoding, validation against the
+// The body of POST /draft (docs/protocol.md): decoding, validation against the
 // model's limits, and the encoding of the answer. It reads bytes only; it
 // does not read the HTTP request (handlers.go) nor run the model.
 //

@@ -1,4 +1,4 @@
-// Package server is draftd's HTTP front end: the draft protocol of DESIGN §1
+// Package server is draftd's HTTP front end: the draft protocol of docs/protocol.md
 // (GET /health, POST /draft, GET /metrics, GET /v1/info), request limits,
 // metrics and logs, and the life cycle of a serving process (listen at once,
 // open and warm up the backend, serve, shut down gracefully). It does not

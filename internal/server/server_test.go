@@ -1,4 +1,4 @@
-// Tests of the draft protocol (DESIGN §1) against a real server on a free
+// Tests of the draft protocol (docs/protocol.md) against a real server on a free
 // loopback port serving the shipped tiny model: health, every bad input,
 // aliases, defaults, drafts near the maximum context, exactness against
 // model.Generate, and /metrics. Load tests are in load_test.go.
@@ -221,7 +221,7 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// checkError checks that an answer is the JSON error of DESIGN §1.
+// checkError checks that an answer is the JSON error of docs/protocol.md.
 func checkError(t testing.TB, status int, h http.Header, b []byte, wantStatus int, wantCode, wantMsg string) {
 	t.Helper()
 	if status != wantStatus {
