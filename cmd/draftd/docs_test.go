@@ -15,6 +15,7 @@ package main
 //   - Every command line the docs show — `draftd CMD ...` in a code block or
 //     an inline code span — names a command that exists and only flags that
 //     command has.
+//   - No page reads as a measurement diary ("third session: ...").
 //   - Nothing in the repository refers to the design notes outside it.
 
 import (
@@ -295,6 +296,7 @@ var (
 	shownFlag      = regexp.MustCompile(`(?:^|[\s\[(])--?([A-Za-z][A-Za-z0-9-]*)`)
 	segmentSep     = regexp.MustCompile(` \| |&&|\|\||;|\$\(| #`)
 	spanCommand    = regexp.MustCompile(`^\s*(?:\./)?draftd\s+[a-z]`)
+	diaryEntry     = regexp.MustCompile(`(?i)\b(?:first|second|third|fourth|fifth|[0-9]+(?:st|nd|rd|th)) session\b`)
 )
 
 // flagSections returns, for each command with a reference section in p, the
@@ -403,6 +405,11 @@ func checkDocs(pages map[string]*docPage, cli map[string][]string) []string {
 	for _, n := range names {
 		p := pages[n]
 		bad = append(bad, checkLinks(p, pageOf)...)
+		for i, l := range p.lines {
+			if m := diaryEntry.FindString(l); m != "" {
+				bad = append(bad, fmt.Sprintf("%s:%d: %q: a measurement diary; keep one current table per machine (git keeps the history)", n, i+1, m))
+			}
+		}
 		secs, where := flagSections(p)
 		for cmd, flags := range secs {
 			documented[cmd] = append(documented[cmd], flags...)
@@ -513,6 +520,10 @@ func TestDocsCheckFails(t *testing.T) {
 			p.lines = append(p.lines, "```sh", "draftd serve --model m.gguf --no-such-flag 3", "```")
 			p.code = append(p.code, true, true, true)
 		}, "draftd serve has no flag --no-such-flag"},
+		{"session diary", "docs/performance.md", func(p *docPage) {
+			p.lines = append(p.lines, "", "| decode | 3rd session: 27.7 ms | now: 24.7 ms |")
+			p.code = append(p.code, false, false)
+		}, "a measurement diary"},
 		{"unknown command", "README.md", func(p *docPage) {
 			p.lines = append(p.lines, "", "Run `draftd frobnicate --x`.")
 			p.code = append(p.code, false, false)
