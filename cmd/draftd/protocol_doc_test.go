@@ -2,13 +2,16 @@ package main
 
 // docs/protocol.md checked against a real `draftd serve`: every `$ curl`
 // example of the page is sent to the server and its answer compared with the
-// one the page shows; the error table's codes and statuses, the /v1/info
-// field table and the /metrics table are compared with what the server
-// answers and with the codes the server and engine define.
+// one the page shows; the error table's codes and statuses, the body's field
+// table, the /v1/info field table and the /metrics table are compared with
+// what the server answers and with the names the server and engine define;
+// and draftd eval's client is run against the same server.
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +26,7 @@ import (
 	"time"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/eval"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/testmodel"
 )
@@ -211,6 +215,31 @@ func TestProtocolDoc(t *testing.T) {
 			status[c] = st
 		}
 	}
+	// The body's fields: every name the parser reads (request.go's
+	// tokenFields and nFields, and "strategy") is in the field table.
+	src, err := os.ReadFile(filepath.Join(repoRoot, "internal/server/request.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed []string
+	for _, m := range regexp.MustCompile(`(?m)^var (?:tokenFields|nFields) = \[\.\.\.\]string\{(.*)\}`).FindAllStringSubmatch(string(src), -1) {
+		for _, q := range regexp.MustCompile(`"([a-z_]+)"`).FindAllStringSubmatch(m[1], -1) {
+			parsed = append(parsed, q[1])
+		}
+	}
+	if len(parsed) < 4 {
+		t.Fatalf("found the fields %v in request.go; the declarations changed?", parsed)
+	}
+	var fieldTable string
+	for _, row := range tableRows(p, "`POST /draft`") {
+		fieldTable += strings.Join(row, "|") + "\n"
+	}
+	for _, f := range append(parsed, "strategy") {
+		if !strings.Contains(fieldTable, "`"+f+"`") {
+			t.Errorf("POST /draft reads the field %q; the field table of docs/protocol.md does not name it", f)
+		}
+	}
+
 	for _, c := range definedCodes(t) {
 		if _, ok := status[c]; !ok && c != "client_closed" { // client_closed: nobody is there to read it
 			t.Errorf("error code %q is not in the errors table of docs/protocol.md", c)
@@ -292,6 +321,17 @@ func TestProtocolDoc(t *testing.T) {
 				t.Errorf("%s: the answer has the fields %v; the page shows %v", where, have, show)
 			}
 		}
+	}
+
+	// draftd eval's client speaks the page's protocol to the same server: a
+	// draft of the asked length, and an error body read into its code.
+	ec := &eval.DraftdClient{HTTP: http.DefaultClient, URL: "http://" + rec.Addr}
+	if d, err := ec.Draft(context.Background(), []int{151644, 872, 198}, 8); err != nil || len(d) != 8 {
+		t.Errorf("eval's client: draft %v, %v; want 8 tokens", d, err)
+	}
+	var se *eval.StatusError
+	if _, err := ec.Draft(context.Background(), []int{151936}, 4); !errors.As(err, &se) || se.Status != status["token_out_of_range"] || se.Code != "token_out_of_range" {
+		t.Errorf("eval's client on an id out of range: %v; want the documented %d token_out_of_range", err, status["token_out_of_range"])
 	}
 
 	// GET /v1/info: the field table names exactly the answer's fields.
