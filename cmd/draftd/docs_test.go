@@ -39,10 +39,11 @@ import (
 // repoRoot is the repository, from this package's directory.
 const repoRoot = "../.."
 
-// helpOutput runs `draftd args...` in this process and returns what it
-// printed on stderr (the commands print their usage there).
+// helpMu serializes helpOutput's swaps of os.Stderr.
 var helpMu sync.Mutex
 
+// helpOutput runs `draftd args...` in this process and returns what it
+// printed on stderr (the commands print their usage there).
 func helpOutput(t *testing.T, args ...string) string {
 	t.Helper()
 	helpMu.Lock()
@@ -470,7 +471,9 @@ func checkDocs(pages map[string]*docPage, cli map[string][]string) []string {
 	return bad
 }
 
+// loadPages reads every page the check covers.
 func loadPages(t *testing.T) map[string]*docPage {
+	t.Helper()
 	pages := map[string]*docPage{}
 	for _, rel := range docPages(t) {
 		pages[rel] = readPage(t, rel)
