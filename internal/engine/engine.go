@@ -204,6 +204,19 @@ type request struct {
 	strat  draft.Guided
 	reply  chan reply
 	elem   *list.Element // its place in the queue; nil once popped or withdrawn (guarded by queue.mu)
+	// members are the drafts of one DraftBatch call, queued as this one
+	// entry (each with its own reply) and admitted one after the other at
+	// the same step boundary; nil for one draft.
+	members []*request
+}
+
+// size is the number of drafts the entry holds (what the queue's bound and
+// QueueDepth count).
+func (r *request) size() int {
+	if r.members != nil {
+		return len(r.members)
+	}
+	return 1
 }
 
 type reply struct {
@@ -304,64 +317,127 @@ func (e *Engine) Draft(ctx context.Context, tokens []int, n int) (Result, error)
 // *InputError (CodeContextOverKV), before it is queued. DraftWith keeps no
 // reference to tokens after it returns.
 func (e *Engine) DraftWith(ctx context.Context, tokens []int, n int, s draft.Strategy) (Result, error) {
-	if err := e.validate(tokens, n); err != nil {
+	res, errs, err := e.DraftBatch(ctx, []Item{{Tokens: tokens, N: n, Strategy: s}})
+	if err != nil {
 		return Result{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
+	return res[0], errs[0]
+}
+
+// Item is one draft of a DraftBatch call.
+type Item struct {
+	Tokens   []int          // (L) the context
+	N        int            // draft tokens wanted
+	Strategy draft.Strategy // nil: Options.Strategy
+}
+
+// MaxBatchItems bounds the items of one DraftBatch call.
+const MaxBatchItems = MaxMaxQueue
+
+// DraftBatch drafts items as DraftWith drafts each, with every item that
+// needs the model entering the queue as one entry: the loop admits them one
+// after the other at the same step boundary (a call with more items than
+// free batch slots goes on at the next boundaries, before any request queued
+// after it). errs[i] is item i's own failure (an *InputError, or ctx.Err()
+// when ctx ends while it runs); err is the call's, with no results: ctx
+// ended before the call was queued or while it waited, ErrQueueFull (the
+// items do not fit in the queue beside those waiting), ErrClosed,
+// ErrQueueTimeout (the entry waited QueueTimeout before its first item was
+// admitted). DraftBatch keeps no reference to the items' tokens after it
+// returns.
+func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, errs []error, err error) {
+	if len(items) == 0 || len(items) > MaxBatchItems {
+		return nil, nil, fmt.Errorf("%w: %d items outside [1, %d]", ErrInput, len(items), MaxBatchItems)
 	}
-	g, res, err := e.route(tokens, n, s)
-	if g == nil {
-		return res, err
+	res, errs = make([]Result, len(items)), make([]error, len(items))
+	var members []*request
+	var slots []int // item index of each member
+	for i, it := range items {
+		if errs[i] = e.validate(it.Tokens, it.N); errs[i] != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		g, r, err := e.route(it.Tokens, it.N, it.Strategy)
+		if g == nil {
+			if errors.Is(err, ErrClosed) {
+				return nil, nil, err
+			}
+			res[i], errs[i] = r, err
+			continue
+		}
+		n := e.Rules().Fit(len(it.Tokens), it.N)
+		// Decided from the budget alone, before admission: waiting could
+		// never make it fit, and a retryable 503 would have the caller retry
+		// forever.
+		if need, have := kvcache.BlocksFor(len(it.Tokens)+n-1), e.cache.MaxBlocks(); need > have {
+			errs[i] = inputErr(CodeContextOverKV, "context of %d tokens plus %d draft tokens needs %d KV blocks of %d positions; the server's KV budget of %d bytes (--kv-cache-bytes) holds %d",
+				len(it.Tokens), n, need, kvcache.BlockSize, e.opt.KVCacheBytes, have)
+			continue
+		}
+		// The one copy of the context the engine keeps (the loop may still
+		// read it after we return), with room for the draft.
+		own := make([]int, len(it.Tokens), len(it.Tokens)+n)
+		copy(own, it.Tokens)
+		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, reply: make(chan reply, 1)})
+		slots = append(slots, i)
 	}
-	n = e.Rules().Fit(len(tokens), n)
-	// Decided from the budget alone, before admission: waiting could never
-	// make it fit, and a retryable 503 would have the caller retry forever.
-	if need, have := kvcache.BlocksFor(len(tokens)+n-1), e.cache.MaxBlocks(); need > have {
-		return Result{}, inputErr(CodeContextOverKV, "context of %d tokens plus %d draft tokens needs %d KV blocks of %d positions; the server's KV budget of %d bytes (--kv-cache-bytes) holds %d",
-			len(tokens), n, need, kvcache.BlockSize, e.opt.KVCacheBytes, have)
+	if len(members) == 0 {
+		return res, errs, nil
 	}
-	// The one copy of the context the engine keeps (the loop may still read
-	// it after we return), with room for the draft.
-	own := make([]int, len(tokens), len(tokens)+n)
-	copy(own, tokens)
-	r := &request{ctx: ctx, tokens: own, n: n, strat: g, reply: make(chan reply, 1)}
+	entry := members[0]
+	if len(members) > 1 {
+		entry = &request{ctx: ctx, members: members}
+	}
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()
-		return Result{}, ErrClosed
+		return nil, nil, ErrClosed
 	}
-	e.queued.Add(1) // before the push, so that the loop's decrement never goes first
-	if !e.queue.push(r) {
-		e.queued.Add(-1)
+	e.queued.Add(int64(entry.size())) // before the push, so that the loop's decrement never goes first
+	if !e.queue.push(entry) {
+		e.queued.Add(-int64(entry.size()))
 		e.mu.RUnlock()
-		return Result{}, ErrQueueFull
+		return nil, nil, ErrQueueFull
 	}
 	e.mu.RUnlock()
 	t := time.NewTimer(e.opt.QueueTimeout)
 	defer t.Stop()
 	timeout := t.C
-	for {
-		select {
-		case rep := <-r.reply:
-			return rep.res, rep.err
-		case <-ctx.Done():
-			// Still queued: leave at once, so that a caller gone (a reset
-			// connection) holds no place. Taken by the loop: it drops the
-			// request at its next step.
-			if e.queue.withdraw(r) {
-				e.queued.Add(-1)
+	for k, m := range members {
+		for done := false; !done; {
+			select {
+			case rep := <-m.reply:
+				res[slots[k]], errs[slots[k]] = rep.res, rep.err
+				done = true
+			case <-ctx.Done():
+				// Still queued: leave at once, so that a caller gone (a
+				// reset connection) holds no place. Taken by the loop: it
+				// drops the members at its next step.
+				if e.queue.withdraw(entry) {
+					e.queued.Add(-int64(entry.size()))
+					return nil, nil, ctx.Err()
+				}
+				if k == 0 {
+					return nil, nil, ctx.Err()
+				}
+				for _, j := range slots[k:] {
+					errs[j] = ctx.Err()
+				}
+				return res, errs, nil
+			case <-timeout:
+				timeout = nil
+				if e.queue.withdraw(entry) {
+					e.queued.Add(-int64(entry.size()))
+					return nil, nil, ErrQueueTimeout
+				}
+				// Taken by the loop just now: it runs to the end.
 			}
-			return Result{}, ctx.Err()
-		case <-timeout:
-			timeout = nil
-			if e.queue.withdraw(r) {
-				e.queued.Add(-1)
-				return Result{}, ErrQueueTimeout
-			}
-			// Taken by the loop just now: it runs to the end.
 		}
+		timeout = nil // the entry was taken: no more queue timeout
 	}
+	return res, errs, nil
 }
 
 func (e *Engine) validate(tokens []int, n int) error {

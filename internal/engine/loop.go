@@ -26,41 +26,66 @@ type seq struct {
 	strategyState
 }
 
-// loop runs until Close has drained the queue (or aborted it).
+// loop runs until Close has drained the queue (or aborted it). pend holds
+// the drafts taken from the queue and not yet admitted, in order: the head
+// waiting for KV space, and the rest of a DraftBatch entry whose first
+// drafts were admitted.
 func (e *Engine) loop() {
 	defer close(e.done)
 	var active []*seq
-	var head *request // taken from the queue, waiting for KV space
+	var pend []*request
 	for {
-		if len(active) == 0 && head == nil {
-			if head = e.queue.pop(); head == nil {
+		if len(active) == 0 && len(pend) == 0 {
+			r := e.queue.pop()
+			if r == nil {
 				select {
 				case <-e.queue.ready:
 					continue
 				case <-e.abort:
 				case <-e.closing:
-					if head = e.queue.pop(); head == nil {
+					if r = e.queue.pop(); r == nil {
 						return // closed and drained
 					}
 				}
 			}
+			pend = expand(pend, r)
 		}
 		select {
 		case <-e.abort:
-			e.failAll(active, head, ErrClosed)
+			e.failAll(active, pend, ErrClosed)
 			return
 		default:
 		}
-		active, head = e.iterate(active, head)
+		active, pend = e.iterate(active, pend)
 		e.active.Store(int64(len(active)))
 	}
 }
 
+// expand appends the drafts of an entry popped from the queue (nil: none).
+func expand(pend []*request, r *request) []*request {
+	switch {
+	case r == nil:
+		return pend
+	case r.members != nil:
+		return append(pend, r.members...)
+	}
+	return append(pend, r)
+}
+
+// pop removes the first of pend (clearing its slot for the collector).
+func pop(pend []*request) []*request {
+	pend[0] = nil
+	if len(pend) == 1 {
+		return nil
+	}
+	return pend[1:]
+}
+
 // iterate admits what fits, drops cancelled requests and runs one step. A
 // panic outside the forward pass (a bug in the bookkeeping) fails every
-// active request and the one waiting for KV space, and resets the cache,
+// active request and those waiting to be admitted, and resets the cache,
 // whose state can no longer be trusted.
-func (e *Engine) iterate(active []*seq, head *request) (_ []*seq, _ *request) {
+func (e *Engine) iterate(active []*seq, pend []*request) (_ []*seq, _ []*request) {
 	defer func() {
 		if p := recover(); p != nil {
 			err := fmt.Errorf("%w: panic in the engine loop: %v", ErrInternal, p)
@@ -68,33 +93,36 @@ func (e *Engine) iterate(active []*seq, head *request) (_ []*seq, _ *request) {
 			for _, s := range active {
 				e.respond(s.req, Result{}, err)
 			}
-			if head != nil {
+			for _, r := range pend {
 				e.queued.Add(-1)
-				e.respond(head, Result{}, err)
+				e.respond(r, Result{}, err)
 			}
 			e.cache.Reset()
-			// The blank results return (nil, nil): an empty batch, no head.
+			// The blank results return (nil, nil): an empty batch, nothing pending.
 		}
 	}()
-	active, head = e.admit(active, head)
+	active, pend = e.admit(active, pend)
 	active = e.dropCancelled(active)
 	if len(active) > 0 {
 		active = e.step(active)
 	}
-	return active, head
+	return active, pend
 }
 
-// admit moves requests from the queue into the batch while they fit.
-func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
+// admit moves requests from pend, then from the queue, into the batch while
+// they fit.
+func (e *Engine) admit(active []*seq, pend []*request) ([]*seq, []*request) {
 	for len(active) < e.opt.MaxBatch {
-		if head == nil {
-			if head = e.queue.pop(); head == nil {
+		if len(pend) == 0 {
+			r := e.queue.pop()
+			if r == nil {
 				return active, nil
 			}
+			pend = expand(pend, r)
 		}
-		r := head
+		r := pend[0]
 		if err := r.ctx.Err(); err != nil {
-			head = nil
+			pend = pop(pend)
 			e.queued.Add(-1)
 			e.respond(r, Result{}, err)
 			continue
@@ -103,11 +131,11 @@ func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
 		lease, err := e.cache.Acquire(r.tokens, L+r.n-1)
 		if errors.Is(err, kvcache.ErrNoSpace) {
 			if len(active) > 0 {
-				return active, head // wait for a running sequence to free blocks
+				return active, pend // wait for a running sequence to free blocks
 			}
 			err = fmt.Errorf("%w: %v with no active sequence", ErrInternal, err)
 		}
-		head = nil
+		pend = pop(pend)
 		e.queued.Add(-1)
 		if errors.Is(err, kvcache.ErrTooLarge) {
 			err = inputErr(CodeContextOverKV, "context of %d tokens plus %d draft tokens needs more KV cache than the server's budget of %d bytes holds",
@@ -127,7 +155,7 @@ func (e *Engine) admit(active []*seq, head *request) ([]*seq, *request) {
 		}
 		active = append(active, s)
 	}
-	return active, head
+	return active, pend
 }
 
 // dropCancelled removes sequences whose caller has gone, keeping the KV
@@ -246,20 +274,23 @@ func (e *Engine) finish(s *seq) {
 	e.respond(s.req, res, nil)
 }
 
-// failAll answers every active and queued request with err (on abort).
-func (e *Engine) failAll(active []*seq, head *request, err error) {
+// failAll answers every active, pending and queued request with err (on
+// abort).
+func (e *Engine) failAll(active []*seq, pend []*request, err error) {
 	for _, s := range active {
 		e.cache.Release(s.lease)
 		e.respond(s.req, Result{}, err)
 	}
 	e.active.Store(0)
-	if head != nil {
-		e.queued.Add(-1)
-		e.respond(head, Result{}, err)
-	}
-	for r := e.queue.pop(); r != nil; r = e.queue.pop() {
+	for _, r := range pend {
 		e.queued.Add(-1)
 		e.respond(r, Result{}, err)
+	}
+	for q := e.queue.pop(); q != nil; q = e.queue.pop() {
+		for _, r := range expand(nil, q) {
+			e.queued.Add(-1)
+			e.respond(r, Result{}, err)
+		}
 	}
 }
 

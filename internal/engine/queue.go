@@ -13,6 +13,7 @@ import (
 type queue struct {
 	mu    sync.Mutex
 	l     list.List // of *request, oldest first
+	n     int       // drafts in l (a DraftBatch entry counts its members)
 	max   int
 	ready chan struct{} // (cap 1) a push since the loop last looked
 }
@@ -23,13 +24,14 @@ func newQueue(max int) *queue {
 	return q
 }
 
-// push appends r; false when max requests wait.
+// push appends r; false when its drafts do not fit beside the max waiting.
 func (q *queue) push(r *request) bool {
 	q.mu.Lock()
-	if q.l.Len() >= q.max {
+	if q.n+r.size() > q.max {
 		q.mu.Unlock()
 		return false
 	}
+	q.n += r.size()
 	r.elem = q.l.PushBack(r)
 	q.mu.Unlock()
 	select {
@@ -50,6 +52,7 @@ func (q *queue) pop() *request {
 	q.l.Remove(e)
 	r := e.Value.(*request)
 	r.elem = nil
+	q.n -= r.size()
 	return r
 }
 
@@ -62,5 +65,6 @@ func (q *queue) withdraw(r *request) bool {
 	}
 	q.l.Remove(r.elem)
 	r.elem = nil
+	q.n -= r.size()
 	return true
 }

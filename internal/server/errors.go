@@ -37,6 +37,10 @@ const (
 	CodeTimeout          = "timeout"                  // the work hit a deadline
 	CodeClientClosed     = "client_closed"            // the client went away; nobody reads this
 	CodeInternal         = "internal"                 // a bug
+	// DESIGN §1b.
+	CodeUnknownSession  = "unknown_session"  // no such session (never made, deleted, evicted, expired, or another replica's): resend tokens
+	CodeInvalidAccepted = "invalid_accepted" // "accepted" not an integer in [0, length of the session's last draft]
+	CodeTooManyItems    = "too_many_items"   // a /v1/drafts call over --max-batch-items
 )
 
 // StatusClientClosed is the status recorded (in logs and metrics, never seen
@@ -89,6 +93,9 @@ var codeStatus = map[string]int{
 	CodeBodyTooLarge:     http.StatusRequestEntityTooLarge,
 	CodeNotFound:         http.StatusNotFound,
 	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
+	CodeUnknownSession:   http.StatusConflict,
+	CodeInvalidAccepted:  http.StatusBadRequest,
+	CodeTooManyItems:     http.StatusBadRequest,
 }
 
 // apiErrorFor maps any error a handler returns to its answer. It is the only

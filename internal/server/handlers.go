@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -65,31 +66,28 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
-	// The body is read and parsed before anything is asked of the engine:
-	// a slow upload holds its bytes (bounded by MaxInflightBodyBytes) and
-	// its own deadline, never a place in the queue.
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	body, held, err := s.readBody(w, r)
-	// No deadline after the body: net/http's read of the idle connection
-	// would hit it while the draft waits for the engine, and cancel it.
-	rc.SetReadDeadline(time.Time{})
-	if err != nil {
-		s.releaseBody(held)
+	var req draftRequest
+	err = s.parseBody(w, r, "/draft", func(body []byte) (err error) {
+		req, err = parseDraftRequest(body, b.lim)
 		return err
-	}
-	req, err := parseDraftRequest(body, b.lim)
-	body = nil
-	s.releaseBody(held)
+	})
 	if err != nil {
 		return err
 	}
-	x.add(slog.Int("context", len(req.Tokens)), slog.Int("n", req.N))
-
+	if err := checkSessionHeader(r, []draftRequest{req}); err != nil {
+		return err
+	}
 	ctx, stop := workContext(r)
 	defer stop()
 	var res engine.Result
 	switch {
+	case req.Session != "":
+		reqs, errs := []draftRequest{req}, []error{nil}
+		var all []engine.Result
+		if all, errs, err = s.draftItems(ctx, b, reqs, errs); err == nil {
+			res, err = all[0], errs[0]
+		}
+		req = reqs[0]
 	case req.Strategy == "":
 		res, err = b.d.Draft(ctx, req.Tokens, req.Fit)
 	case slices.Contains(b.strs, req.Strategy):
@@ -97,15 +95,51 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 	default:
 		err = reqErr(CodeInvalidStrategy, (&draft.UnknownError{Name: req.Strategy}).Error())
 	}
+	x.add(slog.Int("context", len(req.Tokens)), slog.Int("n", req.N))
+	if req.Session != "" {
+		x.add(slog.String("session", req.Session))
+	}
 	if err != nil {
 		return err
 	}
-	s.met.sources(res)
-	x.add(slog.Int("draft", len(res.Draft)), slog.Int("prefill", res.PrefillTokens), slog.Int("cached", res.CachedTokens))
-	s.met.draftTokens.Add(float64(len(res.Draft)))
-	s.met.reqPrefill.Observe(float64(res.PrefillTokens))
+	s.served(res, x)
 	writeJSON(w, http.StatusOK, appendDraft(make([]byte, 0, 16+8*len(res.Draft)), res.Draft))
 	return nil
+}
+
+// served counts one draft in the metrics and the log line.
+func (s *Server) served(res engine.Result, x *exchange) {
+	s.met.sources(res)
+	if x != nil {
+		x.add(slog.Int("draft", len(res.Draft)), slog.Int("prefill", res.PrefillTokens), slog.Int("cached", res.CachedTokens))
+	}
+	s.met.draftTokens.Add(float64(len(res.Draft)))
+	s.met.reqPrefill.Observe(float64(res.PrefillTokens))
+}
+
+// parseBody reads r's body and hands it to parse, timing the parse (the
+// Server-Timing header of the answer and the route's parse histogram). The
+// body is read and parsed before anything is asked of the engine: a slow
+// upload holds its bytes (bounded by MaxInflightBodyBytes) and its own
+// deadline, never a place in the queue. The body is released when parse
+// returns: parse must not keep it.
+func (s *Server) parseBody(w http.ResponseWriter, r *http.Request, route string, parse func([]byte) error) error {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	body, held, err := s.readBody(w, r)
+	// No deadline after the body: net/http's read of the idle connection
+	// would hit it while the draft waits for the engine, and cancel it.
+	rc.SetReadDeadline(time.Time{})
+	defer s.releaseBody(held)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	err = parse(body)
+	d := time.Since(t0)
+	s.met.parse.WithLabelValues(route).Observe(d.Seconds())
+	w.Header().Set("Server-Timing", "parse;dur="+strconv.FormatFloat(float64(d.Nanoseconds())/1e6, 'f', 3, 64))
+	return err
 }
 
 // errBodyBudget: the bodies being read already hold MaxInflightBodyBytes.

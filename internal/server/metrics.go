@@ -13,6 +13,7 @@ import (
 
 	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/session"
 )
 
 // metrics holds every collector of one server.
@@ -31,11 +32,14 @@ type metrics struct {
 	startup       prometheus.Gauge
 	bySource      *prometheus.CounterVec // source: model, lookup
 	proposals     *prometheus.CounterVec // outcome: kept, rejected
+	parse         *prometheus.HistogramVec // route: time to parse a body
+	batchItems    prometheus.Histogram     // items per POST /v1/drafts call
+	sessionReqs   *prometheus.CounterVec   // form: tokens, accepted; outcome: ok, unknown
 }
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
 // false while there is no engine.
-func newMetrics(stats func() (engine.Stats, bool)) *metrics {
+func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats) *metrics {
 	const ns = "draftd"
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -77,6 +81,22 @@ func newMetrics(stats func() (engine.Stats, bool)) *metrics {
 	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "lookup_proposal_tokens_total", Help: "Lookup proposal tokens of the hybrid strategy run through the model, by outcome: kept in the draft or rejected.",
 	}, []string{"outcome"})
+	m.parse = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "request_parse_seconds", Help: "Time to parse and validate a request body (also in each answer's Server-Timing header), by route.",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 22), // 1 µs … 2 s
+	}, []string{"route"})
+	m.batchItems = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: ns, Name: "batch_items", Help: "Items per POST /v1/drafts call.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
+	})
+	m.sessionReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "session_requests_total", Help: "Session drafts asked for, by form (tokens: context established; accepted: extended) and outcome (ok, unknown_session, error).",
+	}, []string{"form", "outcome"})
+	for _, f := range []string{"tokens", "accepted"} {
+		for _, o := range []string{"ok", "unknown_session", "error"} {
+			m.sessionReqs.WithLabelValues(f, o)
+		}
+	}
 	for _, l := range []string{"model", "lookup"} {
 		m.bySource.WithLabelValues(l)
 	}
@@ -94,6 +114,19 @@ func newMetrics(stats func() (engine.Stats, bool)) *metrics {
 	m.reg.MustRegister(
 		m.requests, m.latency, m.draftTokens, m.reqPrefill, m.panics,
 		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup, m.bySource, m.proposals,
+		m.parse, m.batchItems, m.sessionReqs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "sessions", Help: "Sessions held (--max-sessions).",
+		}, func() float64 { return float64(sessions().Sessions) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "session_tokens", Help: "Context and last-draft tokens held by sessions (--max-session-tokens), 4 bytes each.",
+		}, func() float64 { return float64(sessions().Tokens) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "session_bytes", Help: "Bytes of token ids held by sessions (4 per token).",
+		}, func() float64 { return float64(sessions().Tokens * session.TokenBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "sessions_deleted_total", Help: "Sessions deleted by DELETE /v1/sessions/ID.",
+		}, func() float64 { return float64(sessions().Deleted) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "queue_depth", Help: "Draft requests waiting for a batch slot.",
 		}, stat(func(s engine.Stats) float64 { return float64(s.QueueDepth) })),
@@ -106,6 +139,7 @@ func newMetrics(stats func() (engine.Stats, bool)) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget (--kv-cache-bytes).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget) })),
+		sessionEvictions(ns, sessions),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -143,4 +177,26 @@ func (m *metrics) sources(res engine.Result) {
 func (m *metrics) request(route string, status int, d time.Duration) {
 	m.requests.WithLabelValues(route, itoa(int64(status))).Inc()
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// evictionCollector exports the session store's evictions by reason.
+type evictionCollector struct {
+	desc  *prometheus.Desc
+	stats func() session.Stats
+}
+
+func sessionEvictions(ns string, stats func() session.Stats) prometheus.Collector {
+	return evictionCollector{
+		desc: prometheus.NewDesc(ns+"_session_evictions_total",
+			"Sessions evicted, by reason: count (--max-sessions), tokens (--max-session-tokens), idle (--session-ttl).", []string{"reason"}, nil),
+		stats: stats,
+	}
+}
+
+func (c evictionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c evictionCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range []string{session.ReasonCount, session.ReasonTokens, session.ReasonIdle} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.stats().Evicted[r]), r)
+	}
 }

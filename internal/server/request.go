@@ -22,6 +22,7 @@ import (
 	"strconv"
 
 	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/session"
 )
 
 // tokenFields are the names of the context field, canonical first.
@@ -46,6 +47,17 @@ type draftRequest struct {
 	// null, the server's default; an empty string given is refused); the
 	// handler checks the name.
 	Strategy string
+
+	// DESIGN §1b. ID is the item's "id" as written in the body (a JSON
+	// string, echoed as is; nil when absent). Session is the session id
+	// ("": none); with Incremental the request is "accepted"+"bonus"
+	// instead of "tokens" (Tokens and Fit are then set by the handler from
+	// the session's state).
+	ID          []byte
+	Session     string
+	Incremental bool
+	Accepted    int // 0 ≤ Accepted; its upper bound is the session's last draft
+	Bonus       int // an id in [0, vocab)
 }
 
 // span is where a field's value lies in the body; end 0: absent.
@@ -70,21 +82,14 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 		return req, reqErr(CodeInvalidJSON, `request body is empty; want a JSON object such as {"tokens":[1,2,3],"n":16}`)
 	}
 	if !json.Valid(body) {
-		// Only on this error path: the decoder's message and offset.
-		var v struct{}
-		err := json.Unmarshal(body, &v)
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return req, reqErr(CodeInvalidJSON, fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se))
-		}
-		return req, reqErr(CodeInvalidJSON, "invalid JSON")
+		return req, syntaxError(body)
 	}
 	if body[i] != '{' {
 		return req, reqErr(CodeInvalidJSON, "request body must be a JSON object, got "+kindOf(body[i:]))
 	}
 	var toks [len(tokenFields)]span
 	var ns [len(nFields)]span
-	var strat span // "strategy"
+	var strat, id, sess, acc, bonus span // "strategy", "id", "session", "accepted", "bonus"
 	i = skipSpace(body, i+1)
 	for body[i] != '}' {
 		kEnd := skipString(body, i)
@@ -106,12 +111,36 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 				ns[f] = span{i, vEnd}
 			}
 		}
-		if string(key) == "strategy" {
+		switch string(key) {
+		case "strategy":
 			strat = span{i, vEnd}
+		case "id":
+			id = span{i, vEnd}
+		case "session":
+			sess = span{i, vEnd}
+		case "accepted":
+			acc = span{i, vEnd}
+		case "bonus":
+			bonus = span{i, vEnd}
 		}
 		i = skipSpace(body, vEnd)
 		if body[i] == ',' {
 			i = skipSpace(body, i+1)
+		}
+	}
+
+	if id.present(body) {
+		if body[id.start] != '"' {
+			return req, reqErr(CodeInvalidRequest, `"id" must be a string, got `+kindOf(body[id.start:id.end]))
+		}
+		req.ID = bytes.Clone(body[id.start:id.end]) // the body is released before the answer
+	}
+	if sess.present(body) || acc.present(body) || bonus.present(body) {
+		if err := parseSession(&req, body, sess, acc, bonus, toks[:], lim); err != nil || req.Incremental {
+			if err != nil {
+				return req, err
+			}
+			return req, parseRest(&req, body, ns[:], strat, lim)
 		}
 	}
 
@@ -150,33 +179,115 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 		req.Tokens = append(req.Tokens, int(v))
 	}
 
-	// The draft length.
+	if err := parseRest(&req, body, ns[:], strat, lim); err != nil {
+		return req, err
+	}
+	req.Fit = lim.Fit(len(req.Tokens), req.N)
+	return req, nil
+}
+
+// parseRest reads the draft length and the strategy.
+func parseRest(req *draftRequest, body []byte, ns []span, strat span, lim limits) error {
 	req.N = lim.DraftLen
-	first = -1
+	first := -1
 	for f, sp := range ns {
 		if !sp.present(body) {
 			continue
 		}
 		n, err := parseN(nFields[f], body[sp.start:sp.end], lim)
 		if err != nil {
-			return req, err
+			return err
 		}
 		if first < 0 {
 			first, req.N = f, n
 		} else if n != req.N {
-			return req, reqErr(CodeInvalidRequest, fmt.Sprintf("%q and %q are both given, with different values; give one", nFields[first], nFields[f]))
+			return reqErr(CodeInvalidRequest, fmt.Sprintf("%q and %q are both given, with different values; give one", nFields[first], nFields[f]))
 		}
 	}
-	req.Fit = lim.Fit(len(req.Tokens), req.N)
 	if strat.present(body) {
 		if err := json.Unmarshal(body[strat.start:strat.end], &req.Strategy); err != nil {
-			return req, reqErr(CodeInvalidStrategy, `"strategy" must be a string naming a drafting strategy, got `+kindOf(body[strat.start:strat.end]))
+			return reqErr(CodeInvalidStrategy, `"strategy" must be a string naming a drafting strategy, got `+kindOf(body[strat.start:strat.end]))
 		}
 		if req.Strategy == "" {
-			return req, reqErr(CodeInvalidStrategy, `"strategy" is an empty string, which names no drafting strategy; name one, or leave the field out for the server's default`)
+			return reqErr(CodeInvalidStrategy, `"strategy" is an empty string, which names no drafting strategy; name one, or leave the field out for the server's default`)
 		}
 	}
-	return req, nil
+	return nil
+}
+
+// parseSession reads "session", "accepted" and "bonus" (DESIGN §1b): a
+// session item has exactly one of a context (tokens or an alias) and the
+// pair accepted+bonus.
+func parseSession(req *draftRequest, body []byte, sess, acc, bonus span, toks []span, lim limits) error {
+	if !sess.present(body) {
+		return reqErr(CodeInvalidRequest, `"accepted" and "bonus" need a "session"`)
+	}
+	raw := body[sess.start:sess.end]
+	if raw[0] != '"' || json.Unmarshal(raw, &req.Session) != nil || !session.ValidID(req.Session) {
+		req.Session = ""
+		return reqErr(CodeInvalidRequest, fmt.Sprintf(`"session" must be a string of 1 to %d bytes of [A-Za-z0-9._:-], got %s`, session.MaxIDLen, kindOfID(raw)))
+	}
+	hasTokens := false
+	for _, sp := range toks {
+		hasTokens = hasTokens || sp.present(body)
+	}
+	hasAcc, hasBonus := acc.present(body), bonus.present(body)
+	switch {
+	case hasTokens && (hasAcc || hasBonus):
+		return reqErr(CodeInvalidRequest, `a session request gives either "tokens" or "accepted" and "bonus", not both`)
+	case !hasTokens && !hasAcc && !hasBonus:
+		return reqErr(CodeInvalidRequest, `a session request needs "tokens" (to establish its context) or "accepted" and "bonus" (to extend it)`)
+	case hasTokens:
+		return nil
+	case !hasAcc || !hasBonus:
+		return reqErr(CodeInvalidRequest, `"accepted" and "bonus" go together; give both`)
+	}
+	b := body[acc.start:acc.end]
+	v, ok, why := int64(0), false, "not a number"
+	if isNumByte(b[0]) {
+		v, ok, why = parseInt(b)
+	}
+	if why != "" || !ok || v < 0 {
+		return reqErr(CodeInvalidAccepted, fmt.Sprintf(`"accepted" must be an integer ≥ 0 (at most the length of the session's last draft), got %s`, clip(string(b))))
+	}
+	req.Accepted = int(min(v, 1<<31))
+	b = body[bonus.start:bonus.end]
+	if !isNumByte(b[0]) {
+		return reqErr(CodeInvalidToken, fmt.Sprintf(`"bonus" is %s; token ids must be integers`, kindOf(b)))
+	}
+	v, ok, why = parseInt(b)
+	if why != "" {
+		return reqErr(CodeInvalidToken, fmt.Sprintf(`"bonus" = %s is not an integer; token ids must be integers (%s)`, clip(string(b)), why))
+	}
+	if !ok || !lim.TokenOK(v) {
+		return reqErr(CodeTokenOutOfRange, fmt.Sprintf(`"bonus" = %s is outside the vocabulary [0, %d)`, clip(string(b)), lim.Vocab))
+	}
+	req.Bonus, req.Incremental = int(v), true
+	return nil
+}
+
+// kindOfID describes a bad session id for an error message.
+func kindOfID(raw []byte) string {
+	var s string
+	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return kindOf(raw)
+	}
+	if s == "" {
+		return "an empty string"
+	}
+	return strconv.Quote(clip(s))
+}
+
+// syntaxError describes the first syntax error of body (only on this error
+// path: the decoder's message and offset).
+func syntaxError(body []byte) error {
+	var v struct{}
+	err := json.Unmarshal(body, &v)
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return reqErr(CodeInvalidJSON, fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se))
+	}
+	return reqErr(CodeInvalidJSON, "invalid JSON")
 }
 
 // checkIDs checks the array of token ids b (a valid JSON value) of field

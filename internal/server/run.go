@@ -151,6 +151,11 @@ func (s *Server) Load(ctx context.Context) error {
 		d.Close(ctx)
 		return fmt.Errorf("%w: draft length %d > max draft length %d", ErrConfig, s.cfg.DraftLen, bi.Rules.MaxDraftLen)
 	}
+	if need := int64(bi.Rules.MaxContext + bi.Rules.MaxDraftLen); s.cfg.MaxSessionTokens < need {
+		d.Close(ctx)
+		return fmt.Errorf("%w: max session tokens %d cannot hold one session of the model's maximum context %d plus a draft of %d",
+			ErrConfig, s.cfg.MaxSessionTokens, bi.Rules.MaxContext, bi.Rules.MaxDraftLen)
+	}
 	b := &backend{d: d, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}, strs: bi.Strategies}
 	s.mu.Lock()
 	if s.stopped {

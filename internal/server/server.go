@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/session"
 )
 
 // Backend is what the server drafts with: the model and its engine, built
@@ -35,6 +36,10 @@ type Backend interface {
 	// DraftStrategy is Draft with the named drafting strategy, one of
 	// Info().Strategies, instead of the backend's default.
 	DraftStrategy(ctx context.Context, tokens []int, n int, strategy string) (engine.Result, error)
+	// DraftBatch is engine.Engine.DraftBatch with strategies by name (one
+	// of Info().Strategies, "" for the backend's default): the items enter
+	// the engine together; errs[i] is item i's failure, err the call's.
+	DraftBatch(ctx context.Context, items []BatchItem) (res []engine.Result, errs []error, err error)
 	// Stats is a snapshot of the engine's gauges, for /metrics.
 	Stats() engine.Stats
 	// Info describes the model and engine, for /v1/info and validation.
@@ -78,6 +83,13 @@ type BackendInfo struct {
 	MaxQueue      int                    `json:"max_queue"`
 }
 
+// BatchItem is one draft of Backend.DraftBatch.
+type BatchItem struct {
+	Tokens   []int  // (L) the context
+	N        int    // draft tokens wanted (already shortened to fit)
+	Strategy string // "" for the backend's default
+}
+
 // WeightShare is one storage type's part of the weights (a K-quant mix such
 // as Q4_K_M holds several).
 type WeightShare struct {
@@ -101,6 +113,13 @@ type Config struct {
 	BodyTimeout          time.Duration // time to receive one request body (408 after)
 	ShutdownTimeout      time.Duration // how long in-flight requests may take to finish
 	Logger               *slog.Logger
+
+	// DESIGN §1b.
+	MaxBatchItems    int              // items of one POST /v1/drafts call
+	MaxSessions      int              // sessions held at once (LRU eviction beyond)
+	MaxSessionTokens int64            // context + last-draft tokens held over all sessions (LRU eviction beyond)
+	SessionTTL       time.Duration    // a session unused this long is gone
+	Now              func() time.Time // the sessions' clock (nil: time.Now); tests inject one
 }
 
 // Defaults are the values zero Config fields take (and the defaults of the
@@ -111,6 +130,10 @@ var Defaults = Config{
 	MaxInflightBodyBytes: 128 << 20,
 	BodyTimeout:          10 * time.Second,
 	ShutdownTimeout:      30 * time.Second,
+	MaxBatchItems:        256,
+	MaxSessions:          4096,
+	MaxSessionTokens:     1 << 23,
+	SessionTTL:           10 * time.Minute,
 }
 
 // Bounds of the Config fields (and of their serve flags). DraftLen is
@@ -124,6 +147,10 @@ const (
 	readHeaderTimeout    = 10 * time.Second
 	idleTimeout          = 120 * time.Second
 	maxHeaderBytes       = 64 << 10
+	MaxMaxBatchItems     = engine.MaxBatchItems
+	MaxMaxSessions       = 1 << 20
+	MaxMaxSessionTokens  = 1 << 32
+	MaxSessionTTL        = 24 * time.Hour
 )
 
 // ErrConfig marks an unusable Config.
@@ -148,6 +175,18 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MaxBatchItems == 0 {
+		c.MaxBatchItems = Defaults.MaxBatchItems
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = Defaults.MaxSessions
+	}
+	if c.MaxSessionTokens == 0 {
+		c.MaxSessionTokens = Defaults.MaxSessionTokens
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = Defaults.SessionTTL
+	}
 	switch {
 	case c.Open == nil:
 		return fmt.Errorf("%w: no Open function", ErrConfig)
@@ -161,6 +200,14 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: body timeout %v outside (0, %v]", ErrConfig, c.BodyTimeout, MaxBodyTimeout)
 	case c.ShutdownTimeout < 0 || c.ShutdownTimeout > MaxShutdownTimeout:
 		return fmt.Errorf("%w: shutdown timeout %v outside (0, %v]", ErrConfig, c.ShutdownTimeout, MaxShutdownTimeout)
+	case c.MaxBatchItems < 1 || c.MaxBatchItems > MaxMaxBatchItems:
+		return fmt.Errorf("%w: max batch items %d outside [1, %d]", ErrConfig, c.MaxBatchItems, MaxMaxBatchItems)
+	case c.MaxSessions < 1 || c.MaxSessions > MaxMaxSessions:
+		return fmt.Errorf("%w: max sessions %d outside [1, %d]", ErrConfig, c.MaxSessions, MaxMaxSessions)
+	case c.MaxSessionTokens < 1 || c.MaxSessionTokens > MaxMaxSessionTokens:
+		return fmt.Errorf("%w: max session tokens %d outside [1, %d]", ErrConfig, c.MaxSessionTokens, int64(MaxMaxSessionTokens))
+	case c.SessionTTL < 0 || c.SessionTTL > MaxSessionTTL:
+		return fmt.Errorf("%w: session TTL %v outside (0, %v]", ErrConfig, c.SessionTTL, MaxSessionTTL)
 	}
 	return nil
 }
@@ -173,6 +220,7 @@ type Server struct {
 	met     *metrics
 	handler http.Handler
 
+	sessions  *session.Store
 	ready     atomic.Pointer[backend] // nil while loading
 	closing   atomic.Bool
 	bodyBytes atomic.Int64 // bytes of request bodies being read or parsed
@@ -195,13 +243,17 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	st, err := session.New(session.Options{MaxSessions: cfg.MaxSessions, MaxTokens: cfg.MaxSessionTokens, TTL: cfg.SessionTTL, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, sessions: st}
 	s.met = newMetrics(func() (engine.Stats, bool) {
 		if b := s.ready.Load(); b != nil {
 			return b.d.Stats(), true
 		}
 		return engine.Stats{}, false
-	})
+	}, st.Stats)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -238,6 +290,8 @@ func (s *Server) routes() http.Handler {
 			return nil
 		}},
 		{"GET", "/v1/info", s.handleInfo},
+		{"POST", "/v1/drafts", s.handleDrafts},
+		{"DELETE", "/v1/sessions/{id}", s.handleDeleteSession},
 	}
 	mux := http.NewServeMux()
 	allow := map[string][]string{}
@@ -253,7 +307,11 @@ func (s *Server) routes() http.Handler {
 	routesText := strings.Join(list, ", ")
 	// Everything else: a JSON 405 for a known path, a JSON 404 otherwise.
 	mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
-		if methods, ok := allow[r.URL.Path]; ok {
+		path := r.URL.Path
+		if strings.HasPrefix(path, "/v1/sessions/") {
+			path = "/v1/sessions/{id}"
+		}
+		if methods, ok := allow[path]; ok {
 			w.Header().Set("Allow", strings.Join(methods, ", "))
 			return reqErr(CodeMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s; allowed: %s", clip(r.Method), r.URL.Path, strings.Join(methods, ", ")))
 		}

@@ -66,6 +66,21 @@ func (b *engineBackend) DraftStrategy(ctx context.Context, tokens []int, n int, 
 	return b.Engine.DraftWith(ctx, tokens, n, st)
 }
 
+func (b *engineBackend) DraftBatch(ctx context.Context, items []BatchItem) ([]engine.Result, []error, error) {
+	ei := make([]engine.Item, len(items))
+	for i, it := range items {
+		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N}
+		if it.Strategy != "" {
+			st, err := draft.New(it.Strategy, draft.DefaultOptions())
+			if err != nil {
+				return nil, nil, err
+			}
+			ei[i].Strategy = st
+		}
+	}
+	return b.Engine.DraftBatch(ctx, ei)
+}
+
 func (b *engineBackend) Close(ctx context.Context) error {
 	err := b.Engine.Close(ctx)
 	return errors.Join(err, b.m.Close())

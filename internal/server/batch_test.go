@@ -1,0 +1,183 @@
+// Tests of POST /v1/drafts (DESIGN §1b) on a real server over loopback: every
+// item equals the single /draft answer for its body, a bad item fails only
+// itself with §1's codes, and a malformed envelope is a 400 for the call.
+
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// batchResult is one RESULT of a /v1/drafts answer.
+type batchResult struct {
+	ID    *string `json:"id"`
+	Draft *[]int  `json:"draft"`
+	Error *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// postBatch sends a /v1/drafts body and decodes a 200 answer.
+func (ts *testServer) postBatch(body string, header ...string) []batchResult {
+	ts.t.Helper()
+	req, err := http.NewRequest("POST", ts.URL+"/v1/drafts", strings.NewReader(body))
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	st, h, b := ts.send(req)
+	if st != http.StatusOK {
+		ts.t.Fatalf("POST /v1/drafts: status %d: %s", st, b)
+	}
+	if !strings.HasPrefix(h.Get("Server-Timing"), "parse;dur=") {
+		ts.t.Errorf("Server-Timing: have %q; want parse;dur=…", h.Get("Server-Timing"))
+	}
+	var out struct {
+		Drafts []batchResult `json:"drafts"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		ts.t.Fatalf("bad /v1/drafts answer %q: %v", b, err)
+	}
+	return out.Drafts
+}
+
+func TestBatchItemsEqualDraft(t *testing.T) {
+	ts := startHealthy(t, Config{})
+	r := rand.New(rand.NewPCG(7, 8))
+	type item struct {
+		body     string
+		id       string // "" : none
+		tokens   []int
+		n        int
+		strategy string
+		code     string // the item's error code; "" : a draft
+	}
+	var items []item
+	for i := range 40 {
+		it := item{tokens: randIDs(r, 1+r.IntN(120)), n: 1 + r.IntN(24), strategy: []string{"", "model", "lookup", "hybrid"}[r.IntN(4)]}
+		if i%3 != 0 {
+			it.id = fmt.Sprintf("item-%d", i)
+		}
+		fields := []string{`"tokens":` + idsJSON(it.tokens), fmt.Sprintf(`"n":%d`, it.n)}
+		if it.id != "" {
+			fields = append(fields, fmt.Sprintf(`"id":%q`, it.id))
+		}
+		if it.strategy != "" {
+			fields = append(fields, fmt.Sprintf(`"strategy":%q`, it.strategy))
+		}
+		switch i {
+		case 4:
+			fields[0] = `"tokens":[1,2,512]`
+			it.code = CodeTokenOutOfRange
+		case 9:
+			fields[1] = `"n":0`
+			it.code = CodeInvalidN
+		case 13:
+			fields = append(fields, `"strategy":"nope"`)
+			it.code = CodeInvalidStrategy
+		case 17:
+			fields[0] = `"tokens":[]`
+			it.code = CodeMissingTokens
+		case 21:
+			fields[0] = `"tokens":` + idsJSON(make([]int, tinyMax))
+			it.code = CodeContextTooLong
+		case 25:
+			fields[0] = `"tokens":[1,2.5]`
+			it.code = CodeInvalidToken
+		}
+		it.body = "{" + strings.Join(fields, ",") + "}"
+		items = append(items, it)
+	}
+	// Not an object, and an id that is not a string: item errors too.
+	items = append(items, item{body: `[1,2,3]`, code: CodeInvalidRequest}, item{body: `{"tokens":[1],"id":7}`, code: CodeInvalidRequest})
+	bodies := make([]string, len(items))
+	for i, it := range items {
+		bodies[i] = it.body
+	}
+	got := ts.postBatch(`{"requests":[` + strings.Join(bodies, ",") + `]}`)
+	if len(got) != len(items) {
+		t.Fatalf("have %d results; want %d", len(got), len(items))
+	}
+	for i, it := range items {
+		g := got[i]
+		switch {
+		case it.id == "" && g.ID != nil:
+			t.Errorf("item %d: id %q; want null", i, *g.ID)
+		case it.id != "" && (g.ID == nil || *g.ID != it.id):
+			t.Errorf("item %d: id %v; want %q", i, g.ID, it.id)
+		}
+		if it.code != "" {
+			if g.Error == nil || g.Error.Code != it.code || g.Error.Message == "" || g.Draft != nil {
+				t.Errorf("item %d (%s): have %+v; want error %s", i, it.body[:min(40, len(it.body))], g, it.code)
+			}
+			continue
+		}
+		if g.Error != nil || g.Draft == nil {
+			t.Errorf("item %d: have error %+v; want a draft", i, g.Error)
+			continue
+		}
+		// The reference: the same body alone at /draft.
+		st, _, b := ts.do("POST", "/draft", it.body)
+		if st != http.StatusOK {
+			t.Fatalf("item %d alone: status %d %s", i, st, b)
+		}
+		if want := decodeDraft(t, b); !slices.Equal(*g.Draft, want) {
+			t.Errorf("item %d: batch draft %v; /draft %v", i, *g.Draft, want)
+		}
+	}
+	fams := scrape(t, ts)
+	if v, _ := value(fams, "draftd_batch_items"); v != 1 {
+		t.Errorf("draftd_batch_items observations: have %v; want 1", v)
+	}
+	if v, _ := value(fams, "draftd_request_parse_seconds", "route", "/v1/drafts"); v != 1 {
+		t.Errorf("draftd_request_parse_seconds{route=/v1/drafts}: have %v; want 1", v)
+	}
+}
+
+func TestBatchEnvelope(t *testing.T) {
+	ts := startHealthy(t, Config{MaxBatchItems: 3, MaxBodyBytes: 4096})
+	one := `{"tokens":[1,2,3]}`
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code, msg  string
+	}{
+		{"empty", ``, 400, CodeInvalidJSON, "empty"},
+		{"not JSON", `{"requests":[`, 400, CodeInvalidJSON, "invalid JSON"},
+		{"array", `[` + one + `]`, 400, CodeInvalidJSON, "must be a JSON object"},
+		{"no requests", `{"tokens":[1,2,3]}`, 400, CodeInvalidRequest, `missing "requests"`},
+		{"null requests", `{"requests":null}`, 400, CodeInvalidRequest, `missing "requests"`},
+		{"requests not array", `{"requests":{"tokens":[1]}}`, 400, CodeInvalidRequest, "must be an array"},
+		{"no items", `{"requests":[]}`, 400, CodeInvalidRequest, "empty"},
+		{"too many", `{"requests":[` + strings.Repeat(one+",", 3) + one + `]}`, 400, CodeTooManyItems, "--max-batch-items"},
+		{"over body limit", `{"requests":[{"tokens":` + idsJSON(seq(100, 1500)) + `}]}`, 413, CodeBodyTooLarge, "--max-body-bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, h, b := ts.do("POST", "/v1/drafts", tc.body)
+			checkError(t, st, h, b, tc.status, tc.code, tc.msg)
+		})
+	}
+	// At the limit it is served.
+	if got := ts.postBatch(`{"requests":[` + one + "," + one + "," + one + `]}`); len(got) != 3 || got[2].Draft == nil {
+		t.Errorf("3 items at --max-batch-items 3: have %+v", got)
+	}
+	st, h, b := ts.do("GET", "/v1/drafts", "")
+	checkError(t, st, h, b, 405, CodeMethodNotAllowed, "POST")
+}
+
+func randIDs(r *rand.Rand, n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = r.IntN(tinyVocab)
+	}
+	return s
+}

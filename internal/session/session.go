@@ -1,0 +1,263 @@
+// Package session is the store of draftd's incremental drafting sessions
+// (DESIGN §1b): per session id, the context the client established and the
+// last draft returned, so that a request can say "k tokens of your last
+// draft were accepted and the target added t" instead of resending the whole
+// context. The store is bounded by a session count, a total of stored tokens
+// and an idle time, evicting the least recently used session first; a
+// per-session lock serializes the requests of one session. It does not draft
+// (the engine does) nor speak HTTP (internal/server does).
+package session
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MaxIDLen is the longest session id; ids are 1–MaxIDLen bytes of
+// [A-Za-z0-9._:-].
+const MaxIDLen = 128
+
+// ValidID reports whether id is a valid session id.
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// TokenBytes is what the store holds per token (ids are kept as int32).
+const TokenBytes = 4
+
+// Options bound a Store.
+type Options struct {
+	MaxSessions int              // sessions held at once (≥ 1)
+	MaxTokens   int64            // context and last-draft tokens held, summed over sessions (≥ 1)
+	TTL         time.Duration    // a session unused this long is gone (> 0)
+	Now         func() time.Time // the clock (nil: time.Now); tests inject one
+}
+
+// Eviction reasons, the labels of Stats.Evicted.
+const (
+	ReasonCount  = "count"  // MaxSessions reached
+	ReasonTokens = "tokens" // MaxTokens reached
+	ReasonIdle   = "idle"   // unused for TTL
+)
+
+// Stats is a snapshot of a store.
+type Stats struct {
+	Sessions int               // sessions held
+	Tokens   int64             // tokens held (× TokenBytes bytes)
+	Evicted  map[string]uint64 // sessions evicted, by reason
+	Deleted  uint64            // sessions deleted by their client
+}
+
+// ErrUnknown: no such session (never established, deleted, evicted or
+// expired).
+var ErrUnknown = errors.New("unknown session")
+
+// AcceptedError: accepted is more than the last draft's length.
+type AcceptedError struct {
+	Accepted, DraftLen int
+}
+
+func (e *AcceptedError) Error() string {
+	return fmt.Sprintf("accepted = %d is outside [0, %d], the length of the session's last draft", e.Accepted, e.DraftLen)
+}
+
+// Store holds sessions. It is safe for concurrent use.
+type Store struct {
+	opt Options
+
+	mu      sync.Mutex
+	byID    map[string]*list.Element // of *entry
+	lru     *list.List               // front: most recently used
+	tokens  int64
+	locks   map[string]*lock
+	evicted map[string]uint64
+	deleted uint64
+}
+
+type entry struct {
+	id   string
+	ctx  []int32 // (L) the session's context
+	last []int32 // (≤ n) the last draft returned
+	used time.Time
+}
+
+func (e *entry) size() int64 { return int64(len(e.ctx) + len(e.last)) }
+
+type lock struct {
+	ch   chan struct{} // holds one value while locked
+	refs int           // holders and waiters
+}
+
+// New returns an empty store; options out of range are an error.
+func New(opt Options) (*Store, error) {
+	switch {
+	case opt.MaxSessions < 1:
+		return nil, fmt.Errorf("session: max sessions %d < 1", opt.MaxSessions)
+	case opt.MaxTokens < 1:
+		return nil, fmt.Errorf("session: max tokens %d < 1", opt.MaxTokens)
+	case opt.TTL <= 0:
+		return nil, fmt.Errorf("session: TTL %v ≤ 0", opt.TTL)
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	return &Store{
+		opt: opt, byID: map[string]*list.Element{}, lru: list.New(), locks: map[string]*lock{},
+		evicted: map[string]uint64{ReasonCount: 0, ReasonTokens: 0, ReasonIdle: 0},
+	}, nil
+}
+
+// Options returns the store's bounds.
+func (s *Store) Options() Options { return s.opt }
+
+// Lock waits until the caller holds session id's lock (or ctx ends) and
+// returns its release. Requests of one session run one at a time; a caller
+// holding several locks must take them in sorted id order.
+func (s *Store) Lock(ctx context.Context, id string) (unlock func(), err error) {
+	s.mu.Lock()
+	l := s.locks[id]
+	if l == nil {
+		l = &lock{ch: make(chan struct{}, 1)}
+		s.locks[id] = l
+	}
+	l.refs++
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, id)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+}
+
+// Extend returns the context of session id after its client accepted the
+// first accepted tokens of the last draft and the target added bonus:
+// context + last[:accepted] + [bonus], a new slice. It fails with ErrUnknown
+// or an *AcceptedError; it does not change the session (Put does, once the
+// draft from it is made).
+func (s *Store) Extend(id string, accepted, bonus int) ([]int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opt.Now()
+	s.expire(now)
+	el := s.byID[id]
+	if el == nil {
+		return nil, ErrUnknown
+	}
+	e := el.Value.(*entry)
+	if accepted < 0 || accepted > len(e.last) {
+		return nil, &AcceptedError{Accepted: accepted, DraftLen: len(e.last)}
+	}
+	e.used = now
+	s.lru.MoveToFront(el)
+	full := make([]int, 0, len(e.ctx)+accepted+1) // (L + accepted + 1)
+	for _, t := range e.ctx {
+		full = append(full, int(t))
+	}
+	for _, t := range e.last[:accepted] {
+		full = append(full, int(t))
+	}
+	return append(full, bonus), nil
+}
+
+// Put makes context and draft the state of session id (creating it), then
+// evicts least recently used other sessions until the bounds hold. A state
+// larger than MaxTokens by itself is not kept (false); the session is then
+// gone.
+func (s *Store) Put(id string, context, draft []int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opt.Now()
+	s.expire(now)
+	if el := s.byID[id]; el != nil {
+		s.remove(el)
+	}
+	size := int64(len(context) + len(draft))
+	if size > s.opt.MaxTokens {
+		s.evicted[ReasonTokens]++
+		return false
+	}
+	e := &entry{id: id, ctx: make([]int32, len(context)), last: make([]int32, len(draft)), used: now}
+	for i, t := range context {
+		e.ctx[i] = int32(t)
+	}
+	for i, t := range draft {
+		e.last[i] = int32(t)
+	}
+	for s.lru.Len() >= s.opt.MaxSessions {
+		s.remove(s.lru.Back())
+		s.evicted[ReasonCount]++
+	}
+	for s.tokens+size > s.opt.MaxTokens {
+		s.remove(s.lru.Back())
+		s.evicted[ReasonTokens]++
+	}
+	s.byID[id] = s.lru.PushFront(e)
+	s.tokens += size
+	return true
+}
+
+// Delete removes session id; false when there was none.
+func (s *Store) Delete(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(s.opt.Now())
+	el := s.byID[id]
+	if el == nil {
+		return false
+	}
+	s.remove(el)
+	s.deleted++
+	return true
+}
+
+// Stats returns a snapshot (expiring idle sessions first).
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(s.opt.Now())
+	ev := make(map[string]uint64, len(s.evicted))
+	for k, v := range s.evicted {
+		ev[k] = v
+	}
+	return Stats{Sessions: s.lru.Len(), Tokens: s.tokens, Evicted: ev, Deleted: s.deleted}
+}
+
+// expire drops the sessions unused for TTL: the least recently used ones,
+// at the back.
+func (s *Store) expire(now time.Time) {
+	for el := s.lru.Back(); el != nil; el = s.lru.Back() {
+		if now.Sub(el.Value.(*entry).used) < s.opt.TTL {
+			return
+		}
+		s.remove(el)
+		s.evicted[ReasonIdle]++
+	}
+}
+
+func (s *Store) remove(el *list.Element) {
+	e := s.lru.Remove(el).(*entry)
+	delete(s.byID, e.id)
+	s.tokens -= e.size()
+}
