@@ -41,6 +41,8 @@ func runEval(ctx context.Context, args []string) error {
 		plotPath    = fs.String("plot", "", "draw the acceptance histogram and per-position rates to this file (.png, .svg, .pdf)")
 		backend     = fs.String("backend", eval.BackendDraftd, "server kind: draftd (POST /draft) or llama-server (POST /completion)")
 		tokPath     = fs.String("tokenizer", "", "tokenizer for text-form samples: tokenizer.json, its model directory, or a GGUF file")
+		protocol    = fs.String("protocol", eval.ProtocolFull, "how drafts are asked (draftd only): full (POST /draft, whole context), session (the context once, then accepted+bonus), batch (one POST /v1/drafts per round of the samples in flight, session items)")
+		targetLat   = fs.Duration("target-latency", 0, "wait this long after each draft (each round for --protocol batch), as the target's verification would")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: draftd eval --url http://HOST:PORT --data data.jsonl [flags]\n\n"+
@@ -65,6 +67,12 @@ func runEval(ctx context.Context, args []string) error {
 		return clientUsageError(fs, "--limit must not be negative")
 	case *project < 0:
 		return clientUsageError(fs, "--project-tokens must not be negative")
+	case *protocol != eval.ProtocolFull && *protocol != eval.ProtocolSession && *protocol != eval.ProtocolBatch:
+		return clientUsageError(fs, "--protocol must be full, session or batch")
+	case *protocol != eval.ProtocolFull && (*backend != eval.BackendDraftd || len(rawURLs) > 1):
+		return clientUsageError(fs, "--protocol session and batch need --backend draftd and one --url (a proxy routes sessions)")
+	case *targetLat < 0 || *targetLat > time.Minute:
+		return clientUsageError(fs, "--target-latency must be in [0, 1m]")
 	}
 	hc := eval.NewHTTPClient(*concurrency)
 	var bases []string
@@ -119,12 +127,16 @@ func runEval(ctx context.Context, args []string) error {
 	bar := eval.NewProgress(total, fmt.Sprintf("replaying %d samples", len(samples)))
 	report, err := eval.Replay(ctx, drafter, samples, eval.ReplayOptions{
 		N: *n, Concurrency: *concurrency, Timeout: *timeout, Progress: bar.Add,
+		Protocol: *protocol, TargetLatency: *targetLat, SessionPrefix: fmt.Sprintf("eval-%x-", time.Now().UnixNano()),
 	})
 	bar.Done()
 	if report == nil {
 		return err
 	}
 	report.Backend, report.URL, report.Data, report.ServerInfo = *backend, strings.Join(bases, ","), *dataPath, serverInfo
+	if dc, ok := routed[0].(*eval.DraftdClient); ok && len(routed) == 1 {
+		report.AddWire(dc.Wire)
+	}
 	report.Project(*project)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "draftd eval: interrupted; the report covers %d of %d samples\n", report.Samples, report.SamplesTotal)

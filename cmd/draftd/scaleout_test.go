@@ -136,6 +136,47 @@ func TestScaleOut(t *testing.T) {
 		}
 	}
 
+	// Sessions (DESIGN §1b) are keyed by their body "session", the same key
+	// as the header: the accepted/bonus requests carry no tokens to hash,
+	// and reach the replica that holds the session (anything else is a 409).
+	sessionsAt := map[string]bool{}
+	for i := range 8 {
+		id := fmt.Sprintf("sess-%d", i)
+		body := fmt.Sprintf(`{"session":%q,"tokens":[%d,%d,%d,%d],"n":4}`, id, 11+i, 5*i, 7, 9)
+		var at []string
+		for step := range 5 {
+			if step == 4 { // the last through /v1/drafts, header and body agreeing
+				body = `{"requests":[` + body + `]}`
+			}
+			path := map[bool]string{false: "/draft", true: "/v1/drafts"}[step == 4]
+			req, _ := http.NewRequest("POST", proxy+path, strings.NewReader(body))
+			if step == 4 {
+				req.Header.Set("X-Draftd-Session", id)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || bytes.Contains(b, []byte("error")) {
+				t.Fatalf("session %s step %d: HTTP %d %s", id, step, resp.StatusCode, b)
+			}
+			at = append(at, resp.Header.Get("X-Draftd-Replica"))
+			body = fmt.Sprintf(`{"session":%q,"accepted":1,"bonus":%d,"n":4}`, id, 3+step)
+		}
+		for _, s := range at[1:] {
+			if s != at[0] {
+				t.Errorf("session %s served by %v; want one replica", id, at)
+				break
+			}
+		}
+		sessionsAt[at[0]] = true
+	}
+	if len(sessionsAt) < 2 {
+		t.Errorf("8 sessions all on %v: the session key is not hashed", sessionsAt)
+	}
+
 	// 3. Kill the busiest replica a third of the way into a new replay.
 	rec = newRecorder(proxy)
 	var total int

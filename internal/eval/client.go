@@ -89,7 +89,7 @@ func NormalizeURL(raw string) (string, error) {
 func NewDrafter(backend string, hc *http.Client, base string) (Drafter, error) {
 	switch backend {
 	case BackendDraftd, "":
-		return &DraftdClient{HTTP: hc, URL: base}, nil
+		return &DraftdClient{HTTP: hc, URL: base, Wire: &Wire{}}, nil
 	case BackendLlamaServer:
 		return &LlamaServerClient{HTTP: hc, URL: base}, nil
 	}
@@ -101,6 +101,7 @@ func NewDrafter(backend string, hc *http.Client, base string) (Drafter, error) {
 type DraftdClient struct {
 	HTTP *http.Client
 	URL  string // base URL, no trailing slash
+	Wire *Wire  // what was sent and parsed (nil: not counted)
 }
 
 // Draft implements Drafter.
@@ -114,7 +115,7 @@ func (c *DraftdClient) Draft(ctx context.Context, tokens []int, n int) ([]int, e
 	var out struct {
 		Draft *[]int `json:"draft"`
 	}
-	if err := postJSON(ctx, c.HTTP, c.URL+"/draft", body, &out); err != nil {
+	if err := c.post(ctx, "/draft", body, "", &out); err != nil {
 		return nil, err
 	}
 	if out.Draft == nil {

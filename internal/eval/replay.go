@@ -8,6 +8,7 @@ package eval
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -20,6 +21,16 @@ type ReplayOptions struct {
 	// Progress, if set, is called (from many goroutines) with the number of
 	// continuation tokens each step covered; they sum to Σ len(continuation).
 	Progress func(tokens int)
+	// Protocol is how drafts are asked for (DESIGN §1b): ProtocolFull (""
+	// too: POST /draft with the whole context), ProtocolSession or
+	// ProtocolBatch; the last two need a *DraftdClient.
+	Protocol string
+	// SessionPrefix starts every session id (the sample id follows), so
+	// that two replays against one server do not share sessions.
+	SessionPrefix string
+	// TargetLatency is waited after each draft (after each round of
+	// ProtocolBatch), as a target's verification would take.
+	TargetLatency time.Duration
 }
 
 // SampleResult is the replay of one sample.
@@ -40,6 +51,7 @@ type tally struct {
 	accepted      []int64 // (n) steps whose draft token at position i was accepted
 	latencies     []time.Duration
 	fails         failures
+	resends       int64 // 409 unknown_session answered by resending the context
 }
 
 func newTally(n int) *tally {
@@ -59,6 +71,7 @@ func (t *tally) merge(u *tally) {
 	}
 	t.latencies = append(t.latencies, u.latencies...)
 	t.fails.merge(u.fails)
+	t.resends += u.resends
 }
 
 // errInterrupted marks a sample whose replay was cut short by ctx.
@@ -87,6 +100,22 @@ func Replay(ctx context.Context, d Drafter, samples []Sample, opt ReplayOptions)
 	progress := opt.Progress
 	if progress == nil {
 		progress = func(int) {}
+	}
+	dc, isDraftd := d.(*DraftdClient)
+	switch opt.Protocol {
+	case "", ProtocolFull:
+	case ProtocolSession, ProtocolBatch:
+		if !isDraftd {
+			return nil, fmt.Errorf("protocol %s needs a draftd server (one --url, --backend draftd)", opt.Protocol)
+		}
+	default:
+		return nil, fmt.Errorf("unknown protocol %q (want %s, %s or %s)", opt.Protocol, ProtocolFull, ProtocolSession, ProtocolBatch)
+	}
+	if opt.Protocol == ProtocolBatch {
+		start := time.Now()
+		total := newTally(opt.N)
+		results, err := replayBatch(ctx, dc, samples, opt, total, progress)
+		return finishReport(total, results, time.Since(start), opt, len(samples)), err
 	}
 
 	jobs := make(chan int)
@@ -126,8 +155,14 @@ feed:
 	for _, t := range tallies {
 		total.merge(t)
 	}
+	return finishReport(total, results, wall, opt, len(samples)), ctx.Err()
+}
+
+// finishReport makes the report of a replay: the merged tally and the
+// samples replayed to the end (nil entries were interrupted).
+func finishReport(total *tally, results []*SampleResult, wall time.Duration, opt ReplayOptions, samplesTotal int) *Report {
 	r := newReport(total, wall, opt)
-	r.SamplesTotal = len(samples)
+	r.SamplesTotal = samplesTotal
 	var tauSum float64
 	for _, sr := range results {
 		if sr != nil {
@@ -139,7 +174,7 @@ feed:
 	if r.Samples > 0 {
 		r.TauMacro = tauSum / float64(r.Samples)
 	}
-	return r, ctx.Err()
+	return r
 }
 
 // replaySample replays one sample into t. It returns errInterrupted when
@@ -148,6 +183,8 @@ func replaySample(ctx context.Context, d Drafter, s Sample, opt ReplayOptions, t
 	cont := s.Continuation
 	full := make([]int, 0, len(s.Prompt)+len(cont)) // (promptLen+contLen) prompt, then continuation
 	full = append(append(full, s.Prompt...), cont...)
+	dc, _ := d.(*DraftdClient)
+	st := sessionState{id: opt.SessionPrefix + s.ID}
 	for p := 0; p < len(cont); {
 		if ctx.Err() != nil {
 			return errInterrupted
@@ -157,34 +194,58 @@ func replaySample(ctx context.Context, d Drafter, s Sample, opt ReplayOptions, t
 			rctx, cancel = context.WithTimeout(ctx, opt.Timeout)
 		}
 		t0 := time.Now()
-		draft, err := d.Draft(rctx, full[:len(s.Prompt)+p], opt.N)
+		var draft []int
+		var err error
+		if opt.Protocol == ProtocolSession {
+			draft, err = sessionDraft(rctx, dc, &st, full, len(s.Prompt)+p, opt.N, &t.resends)
+		} else {
+			draft, err = d.Draft(rctx, full[:len(s.Prompt)+p], opt.N)
+		}
 		lat := time.Since(t0)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
+			return errInterrupted
+		}
+		a := scoreStep(t, draft, err, lat, cont, p, opt.N, progress)
+		if p+a < len(cont) {
+			st.accepted, st.bonus = a, cont[p+a]
+		}
+		p += a + 1
+		if opt.TargetLatency > 0 && p < len(cont) {
+			select {
+			case <-time.After(opt.TargetLatency):
+			case <-ctx.Done():
 				return errInterrupted
 			}
-			t.fails.add(err)
-			draft = nil
-		} else {
-			t.latencies = append(t.latencies, lat)
-			draft = draft[:min(len(draft), opt.N)]
-			t.draftTokens += int64(len(draft))
 		}
-		a := commonPrefix(draft, cont[p:])
-		t.hist[a]++
-		for i := range draft {
-			t.reached[i]++
-		}
-		for i := range a {
-			t.accepted[i]++
-		}
-		progress(min(a+1, len(cont)-p))
-		p += a + 1
-		t.steps++
 	}
 	t.tokens = int64(len(cont))
 	return nil
+}
+
+// scoreStep scores one verification step at position p of cont into t and
+// returns the accepted length: a failed request (err) is an empty draft, a
+// draft is clipped to n.
+func scoreStep(t *tally, draft []int, err error, lat time.Duration, cont []int, p, n int, progress func(int)) int {
+	if err != nil {
+		t.fails.add(err)
+		draft = nil
+	} else {
+		t.latencies = append(t.latencies, lat)
+		draft = draft[:min(len(draft), n)]
+		t.draftTokens += int64(len(draft))
+	}
+	a := commonPrefix(draft, cont[p:])
+	t.hist[a]++
+	for i := range draft {
+		t.reached[i]++
+	}
+	for i := range a {
+		t.accepted[i]++
+	}
+	progress(min(a+1, len(cont)-p))
+	t.steps++
+	return a
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.

@@ -68,6 +68,17 @@ type Report struct {
 	PositionReached  []int64   `json:"position_reached"`   // (n)
 	PositionAccepted []int64   `json:"position_accepted"`  // (n)
 
+	// DESIGN §1b: how drafts were asked for, and what it cost on the wire.
+	Protocol        string  `json:"protocol"`          // full, session or batch
+	TargetLatencyMS float64 `json:"target_latency_ms"` // waited after each draft (round, for batch)
+	Resends         int64   `json:"session_resends"`   // 409 unknown_session answered by resending the context
+	HTTPRequests    int64   `json:"http_requests,omitempty"`
+	BytesSent       int64   `json:"bytes_sent,omitempty"`     // request body bytes
+	BytesPerStep    float64 `json:"bytes_per_step,omitempty"` // BytesSent / steps
+	// ServerParseMS is the server's mean time to parse one request body
+	// (its Server-Timing header); a batch call is one body.
+	ServerParseMS float64 `json:"server_parse_ms_mean,omitempty"`
+
 	Projection *Projection `json:"projection,omitempty"`
 
 	ServerInfo json.RawMessage `json:"server_info,omitempty"`
@@ -103,6 +114,12 @@ func newReport(t *tally, wall time.Duration, opt ReplayOptions) *Report {
 		PositionReached:    t.reached,
 		PositionAccepted:   t.accepted,
 		AcceptByPosition:   make([]float64, len(t.reached)),
+		Protocol:           opt.Protocol,
+		TargetLatencyMS:    float64(opt.TargetLatency) / 1e6,
+		Resends:            t.resends,
+	}
+	if r.Protocol == "" {
+		r.Protocol = ProtocolFull
 	}
 	if t.steps > 0 {
 		r.Tau = float64(t.tokens) / float64(t.steps)
@@ -134,6 +151,20 @@ func (r *Report) Project(tokens int64) {
 }
 
 // WriteText prints the report for people.
+// AddWire adds a client's wire counters to the report.
+func (r *Report) AddWire(w *Wire) {
+	if w == nil {
+		return
+	}
+	r.HTTPRequests, r.BytesSent = w.Requests.Load(), w.BytesSent.Load()
+	if r.Steps > 0 {
+		r.BytesPerStep = float64(r.BytesSent) / float64(r.Steps)
+	}
+	if n := w.Parsed.Load(); n > 0 {
+		r.ServerParseMS = float64(w.ParseNS.Load()) / 1e6 / float64(n)
+	}
+}
+
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "replayed %d of %d samples", r.Samples, r.SamplesTotal)
@@ -146,6 +177,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "  requests         %d   failures %d", r.Requests, r.Failures)
 	if r.Requests > 0 && r.Failures > 0 {
 		fmt.Fprintf(&b, " (%.2f%%)", 100*float64(r.Failures)/float64(r.Requests))
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "  protocol         %s, target latency %.1f ms", r.Protocol, r.TargetLatencyMS)
+	if r.BytesSent > 0 {
+		fmt.Fprintf(&b, ", %.0f bytes sent per step, server parse %.3f ms per body, %d HTTP requests, %d session resends",
+			r.BytesPerStep, r.ServerParseMS, r.HTTPRequests, r.Resends)
 	}
 	b.WriteString("\n")
 	if r.Failures > 0 {

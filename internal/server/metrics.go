@@ -30,8 +30,8 @@ type metrics struct {
 	decodeTokens  prometheus.Counter
 	cacheHit      prometheus.Counter
 	startup       prometheus.Gauge
-	bySource      *prometheus.CounterVec // source: model, lookup
-	proposals     *prometheus.CounterVec // outcome: kept, rejected
+	bySource      *prometheus.CounterVec   // source: model, lookup
+	proposals     *prometheus.CounterVec   // outcome: kept, rejected
 	parse         *prometheus.HistogramVec // route: time to parse a body
 	batchItems    prometheus.Histogram     // items per POST /v1/drafts call
 	sessionReqs   *prometheus.CounterVec   // form: tokens, accepted; outcome: ok, unknown

@@ -1,0 +1,280 @@
+// Tests of sessions (DESIGN §1b) on a real server over loopback: drafts of
+// session requests equal model.Generate on the full context through chains
+// of accepted/bonus steps (in /draft and /v1/drafts, concurrently), the
+// errors of the contract, eviction by count and by tokens, idle expiry on an
+// injected clock, and a replica restart (409, then resend).
+
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/model"
+)
+
+// sessionPost sends a /draft body with the session header h ("": none).
+func (ts *testServer) sessionPost(body, h string) (int, http.Header, []byte) {
+	req, err := http.NewRequest("POST", ts.URL+"/draft", strings.NewReader(body))
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	if h != "" {
+		req.Header.Set(SessionHeader, h)
+	}
+	return ts.send(req)
+}
+
+// chain drives one session for steps steps: establish with ctx, then each
+// step accepts a random prefix of the last draft and adds a random bonus;
+// every draft is checked against m.Generate on the full context. viaBatch
+// sends every other step through /v1/drafts.
+func chain(t *testing.T, ts *testServer, m *model.Model, r *rand.Rand, id string, ctx []int, steps, n int, viaBatch bool) {
+	t.Helper()
+	body := fmt.Sprintf(`{"session":%q,"tokens":%s,"n":%d}`, id, idsJSON(ctx), n)
+	for step := 0; step < steps; step++ {
+		var have []int
+		if viaBatch && step%2 == 1 {
+			res := ts.postBatch(`{"requests":[`+body+`]}`, SessionHeader, id)
+			if len(res) != 1 || res[0].Draft == nil {
+				t.Fatalf("%s step %d: batch answer %+v", id, step, res)
+			}
+			have = *res[0].Draft
+		} else {
+			st, _, b := ts.sessionPost(body, id)
+			if st != http.StatusOK {
+				t.Fatalf("%s step %d: status %d %s", id, step, st, b)
+			}
+			have = decodeDraft(t, b)
+		}
+		want, err := m.Generate(ctx, min(n, tinyMax-len(ctx)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(have, want) {
+			t.Fatalf("%s step %d (context %d): session draft %v; Generate %v", id, step, len(ctx), have, want)
+		}
+		k := r.IntN(len(have) + 1)
+		bonus := r.IntN(tinyVocab)
+		if len(ctx)+k+1 >= tinyMax {
+			return
+		}
+		ctx = append(append(slices.Clip(ctx), have[:k]...), bonus)
+		body = fmt.Sprintf(`{"session":%q,"accepted":%d,"bonus":%d,"n":%d}`, id, k, bonus, n)
+	}
+}
+
+func TestSessionChainsEqualGenerate(t *testing.T) {
+	m := loadModel(t)
+	ts := startHealthy(t, Config{})
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 99))
+			chain(t, ts, m, r, fmt.Sprintf("conv-%d", g), randIDs(r, 5+r.IntN(60)), 12, 4+g, g%2 == 0)
+		})
+	}
+	wg.Wait()
+	fams := scrape(t, ts)
+	if v, _ := value(fams, "draftd_sessions"); v != 6 {
+		t.Errorf("draftd_sessions: have %v; want 6", v)
+	}
+	if v, _ := value(fams, "draftd_session_requests_total", "form", "accepted", "outcome", "ok"); v < 6 {
+		t.Errorf("accepted-form requests: have %v; want ≥ 6", v)
+	}
+	if v, _ := value(fams, "draftd_session_tokens"); v <= 0 {
+		t.Errorf("draftd_session_tokens: have %v; want > 0", v)
+	}
+}
+
+func TestSessionErrors(t *testing.T) {
+	ts := startHealthy(t, Config{})
+	st, _, b := ts.sessionPost(`{"session":"s1","tokens":[1,2,3,4],"n":4}`, "")
+	if st != 200 {
+		t.Fatalf("establish: %d %s", st, b)
+	}
+	last := decodeDraft(t, b)
+	for _, tc := range []struct {
+		name, body, header string
+		status             int
+		code, msg          string
+	}{
+		{"unknown session", `{"session":"nope","accepted":0,"bonus":1}`, "", 409, CodeUnknownSession, "resend"},
+		{"accepted over draft", fmt.Sprintf(`{"session":"s1","accepted":%d,"bonus":1}`, len(last)+1), "", 400, CodeInvalidAccepted, "outside [0, 4]"},
+		{"accepted negative", `{"session":"s1","accepted":-1,"bonus":1}`, "", 400, CodeInvalidAccepted, "≥ 0"},
+		{"accepted not integer", `{"session":"s1","accepted":1.5,"bonus":1}`, "", 400, CodeInvalidAccepted, "integer"},
+		{"bonus out of range", `{"session":"s1","accepted":1,"bonus":512}`, "", 400, CodeTokenOutOfRange, "bonus"},
+		{"bonus not integer", `{"session":"s1","accepted":1,"bonus":"7"}`, "", 400, CodeInvalidToken, "bonus"},
+		{"both forms", `{"session":"s1","tokens":[1],"accepted":0,"bonus":1}`, "", 400, CodeInvalidRequest, "not both"},
+		{"neither form", `{"session":"s1","n":4}`, "", 400, CodeInvalidRequest, "needs"},
+		{"accepted without bonus", `{"session":"s1","accepted":0}`, "", 400, CodeInvalidRequest, "together"},
+		{"accepted without session", `{"tokens":[1],"accepted":0,"bonus":1}`, "", 400, CodeInvalidRequest, "need a \"session\""},
+		{"empty id", `{"session":"","tokens":[1]}`, "", 400, CodeInvalidRequest, "empty string"},
+		{"bad byte in id", `{"session":"a/b","tokens":[1]}`, "", 400, CodeInvalidRequest, "[A-Za-z0-9._:-]"},
+		{"id too long", `{"session":"` + strings.Repeat("x", 129) + `","tokens":[1]}`, "", 400, CodeInvalidRequest, "128"},
+		{"id not a string", `{"session":5,"tokens":[1]}`, "", 400, CodeInvalidRequest, "a number"},
+		{"header differs", `{"session":"s1","tokens":[1]}`, "s2", 400, CodeInvalidRequest, SessionHeader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, h, b := ts.sessionPost(tc.body, tc.header)
+			checkError(t, st, h, b, tc.status, tc.code, tc.msg)
+		})
+	}
+	// None of the failures changed s1: accepting all of its draft still
+	// continues the established context.
+	st, _, b = ts.sessionPost(fmt.Sprintf(`{"session":"s1","accepted":%d,"bonus":9,"n":4}`, len(last)), "s1")
+	if st != 200 {
+		t.Fatalf("after the errors: %d %s", st, b)
+	}
+	if want := ts.draft(append([]int{1, 2, 3, 4}, append(last, 9)...), 4); !slices.Equal(decodeDraft(t, b), want) {
+		t.Errorf("after the errors: have %s; want %v", b, want)
+	}
+	// The header without a body session is only a routing key.
+	if st, _, b := ts.sessionPost(`{"tokens":[1,2]}`, "any"); st != 200 {
+		t.Errorf("header without a body session: %d %s", st, b)
+	}
+	// A batch with one session twice: the second item fails alone.
+	res := ts.postBatch(`{"requests":[{"session":"d","tokens":[1,2]},{"session":"d","tokens":[3]},{"tokens":[5]}]}`)
+	if res[0].Draft == nil || res[1].Error == nil || res[1].Error.Code != CodeInvalidRequest || res[2].Draft == nil {
+		t.Errorf("duplicate session in a batch: have %+v", res)
+	}
+	// DELETE: 204, then the session is unknown; 204 for an unknown one too.
+	for range 2 {
+		if st, _, b := ts.do("DELETE", "/v1/sessions/s1", ""); st != http.StatusNoContent || len(b) != 0 {
+			t.Errorf("DELETE: have %d %q; want 204 and no body", st, b)
+		}
+	}
+	st, h, b := ts.sessionPost(`{"session":"s1","accepted":0,"bonus":1}`, "")
+	checkError(t, st, h, b, 409, CodeUnknownSession, "s1")
+	st, h, b = ts.do("DELETE", "/v1/sessions/a%2Fb", "")
+	checkError(t, st, h, b, 400, CodeInvalidRequest, "[A-Za-z0-9._:-]")
+	st, h, b = ts.do("GET", "/v1/sessions/s1", "")
+	checkError(t, st, h, b, 405, CodeMethodNotAllowed, "DELETE")
+	if v, _ := value(scrape(t, ts), "draftd_sessions_deleted_total"); v != 1 {
+		t.Errorf("draftd_sessions_deleted_total: have %v; want 1", v)
+	}
+}
+
+// establish starts session id with ctx and returns its draft.
+func establish(t *testing.T, ts *testServer, id string, ctx []int, n int) []int {
+	t.Helper()
+	st, _, b := ts.sessionPost(fmt.Sprintf(`{"session":%q,"tokens":%s,"n":%d}`, id, idsJSON(ctx), n), id)
+	if st != 200 {
+		t.Fatalf("establish %s: %d %s", id, st, b)
+	}
+	return decodeDraft(t, b)
+}
+
+// extend sends accepted/bonus for id and returns the status and body.
+func extend(ts *testServer, id string, k, bonus, n int) (int, http.Header, []byte) {
+	return ts.sessionPost(fmt.Sprintf(`{"session":%q,"accepted":%d,"bonus":%d,"n":%d}`, id, k, bonus, n), id)
+}
+
+func TestSessionEviction(t *testing.T) {
+	t.Run("count", func(t *testing.T) {
+		ts := startHealthy(t, Config{MaxSessions: 2})
+		establish(t, ts, "a", []int{1, 2, 3}, 4)
+		establish(t, ts, "b", []int{4, 5, 6}, 4)
+		if st, _, b := extend(ts, "a", 0, 7, 4); st != 200 { // a is now the most recent
+			t.Fatalf("a: %d %s", st, b)
+		}
+		establish(t, ts, "c", []int{7, 8, 9}, 4) // evicts b, the least recently used
+		st, h, b := extend(ts, "b", 0, 1, 4)
+		checkError(t, st, h, b, 409, CodeUnknownSession, "b")
+		for _, id := range []string{"a", "c"} {
+			if st, _, b := extend(ts, id, 1, 2, 4); st != 200 {
+				t.Errorf("%s after evicting b: %d %s", id, st, b)
+			}
+		}
+		if v, _ := value(scrape(t, ts), "draftd_session_evictions_total", "reason", "count"); v != 1 {
+			t.Errorf("evictions{reason=count}: have %v; want 1", v)
+		}
+	})
+	t.Run("tokens", func(t *testing.T) {
+		// The smallest budget the tiny model allows: one full context plus a
+		// draft (256 + 64).
+		ts := startHealthy(t, Config{MaxSessionTokens: tinyMax + 64})
+		establish(t, ts, "long", seq(1, 200), 16) // 216 tokens
+		establish(t, ts, "short", seq(1, 90), 16) // 106: 322 > 320 evicts "long"
+		st, h, b := extend(ts, "long", 0, 1, 16)
+		checkError(t, st, h, b, 409, CodeUnknownSession, "long")
+		fams := scrape(t, ts)
+		if v, _ := value(fams, "draftd_session_evictions_total", "reason", "tokens"); v != 1 {
+			t.Errorf("evictions{reason=tokens}: have %v; want 1", v)
+		}
+		if v, _ := value(fams, "draftd_session_tokens"); v != 106 {
+			t.Errorf("draftd_session_tokens: have %v; want 106", v)
+		}
+		// Resending the context brings the evicted session back, exact.
+		if have, want := establish(t, ts, "long", seq(1, 200), 16), ts.draft(seq(1, 200), 16); !slices.Equal(have, want) {
+			t.Errorf("re-established: have %v; want %v", have, want)
+		}
+	})
+	t.Run("budget below one context", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{MaxSessionTokens: tinyMax, Open: tinyOpen(engine.Options{}, nil), Logger: slog.New(slog.DiscardHandler)}
+		if err := Run(context.Background(), ln, cfg); err == nil || !strings.Contains(err.Error(), "max session tokens") {
+			t.Errorf("Run: have %v; want a max session tokens error", err)
+		}
+	})
+}
+
+func TestSessionIdleExpiry(t *testing.T) {
+	var now atomic.Int64 // nanoseconds on the injected clock
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	ts := startHealthy(t, Config{SessionTTL: 10 * time.Minute, Now: clock})
+	d := establish(t, ts, "idle", []int{1, 2, 3}, 4)
+	establish(t, ts, "busy", []int{4, 5, 6}, 4)
+	now.Add(int64(9 * time.Minute))
+	if st, _, b := extend(ts, "busy", len(d), 1, 4); st != 200 { // used: its idle time restarts
+		t.Fatalf("busy at 9 min: %d %s", st, b)
+	}
+	now.Add(int64(time.Minute))
+	st, h, b := extend(ts, "idle", 0, 1, 4) // 10 min unused: gone
+	checkError(t, st, h, b, 409, CodeUnknownSession, "--session-ttl")
+	if st, _, b := extend(ts, "busy", 0, 1, 4); st != 200 {
+		t.Errorf("busy at 10 min (used 1 min ago): %d %s", st, b)
+	}
+	if v, _ := value(scrape(t, ts), "draftd_session_evictions_total", "reason", "idle"); v != 1 {
+		t.Errorf("evictions{reason=idle}: have %v; want 1", v)
+	}
+}
+
+func TestSessionReplicaRestart(t *testing.T) {
+	m := loadModel(t)
+	ctx := seq(10, 30)
+	a := startHealthy(t, Config{})
+	d := establish(t, a, "conv", ctx, 8)
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b := startHealthy(t, Config{}) // the replica again, fresh: no sessions
+	st, h, body := extend(b, "conv", 3, 77, 8)
+	checkError(t, st, h, body, 409, CodeUnknownSession, "resend")
+	full := append(append(slices.Clip(ctx), d[:3]...), 77)
+	have := establish(t, b, "conv", full, 8)
+	want, err := m.Generate(full, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(have, want) {
+		t.Errorf("resent after restart: have %v; want %v", have, want)
+	}
+	// ... and it goes on incrementally.
+	chain(t, b, m, rand.New(rand.NewPCG(1, 1)), "conv", full, 4, 8, true)
+}
