@@ -48,23 +48,18 @@ func (b *engineBackend) DraftStrategy(ctx context.Context, tokens []int, n int, 
 // DraftBatch implements server.Backend: the items with their named
 // strategies (the backend's lookup options), in one engine call.
 func (b *engineBackend) DraftBatch(ctx context.Context, items []server.BatchItem) ([]engine.Result, []error, error) {
-	return draftBatch(ctx, b.Engine, items, b.lookup)
-}
-
-// draftBatch is DraftBatch on e, strategies named with lookup's options.
-func draftBatch(ctx context.Context, e *engine.Engine, items []server.BatchItem, lookup draft.Options) ([]engine.Result, []error, error) {
 	ei := make([]engine.Item, len(items))
 	for i, it := range items {
 		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N}
 		if it.Strategy != "" {
-			s, err := draft.New(it.Strategy, lookup)
+			s, err := draft.New(it.Strategy, b.lookup)
 			if err != nil {
 				return nil, nil, err
 			}
 			ei[i].Strategy = s
 		}
 	}
-	return e.DraftBatch(ctx, ei)
+	return b.Engine.DraftBatch(ctx, ei)
 }
 
 var _ server.Backend = (*engineBackend)(nil)

@@ -196,7 +196,8 @@ func sessionEvictions(ns string, stats func() session.Stats) prometheus.Collecto
 func (c evictionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c evictionCollector) Collect(ch chan<- prometheus.Metric) {
+	ev := c.stats().Evicted
 	for _, r := range []string{session.ReasonCount, session.ReasonTokens, session.ReasonIdle} {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.stats().Evicted[r]), r)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(ev[r]), r)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/session"
 )
 
 var testLimits = limits{Rules: engine.Rules{Vocab: 512, MaxContext: 256, MaxDraftLen: 64}, DraftLen: 16}
@@ -113,6 +114,59 @@ func referenceParse(body []byte, lim limits) (tokens []int, n int, code string) 
 		}
 		return i, ""
 	}
+	present := func(k string) bool { x, ok := obj[k]; return ok && x != nil }
+	if present("id") {
+		if _, ok := obj["id"].(string); !ok {
+			return nil, 0, CodeInvalidRequest
+		}
+	}
+	nOf := func() (int, string) {
+		n, seen := lim.DraftLen, false
+		for _, name := range nFields {
+			if !present(name) {
+				continue
+			}
+			i, why := integer(obj[name])
+			if why != "" || i < 1 || i > int64(lim.MaxDraftLen) {
+				return 0, CodeInvalidN
+			}
+			if !seen {
+				n, seen = int(i), true
+			} else if int(i) != n {
+				return 0, CodeInvalidRequest
+			}
+		}
+		return n, ""
+	}
+	if present("session") || present("accepted") || present("bonus") {
+		id, ok := obj["session"].(string)
+		if !present("session") || !ok || !session.ValidID(id) {
+			return nil, 0, CodeInvalidRequest
+		}
+		hasTokens := false
+		for _, name := range tokenFields {
+			hasTokens = hasTokens || present(name)
+		}
+		switch {
+		case hasTokens && (present("accepted") || present("bonus")):
+			return nil, 0, CodeInvalidRequest
+		case !hasTokens && (!present("accepted") || !present("bonus")):
+			return nil, 0, CodeInvalidRequest
+		case !hasTokens:
+			if k, why := integer(obj["accepted"]); why != "" || k < 0 {
+				return nil, 0, CodeInvalidAccepted
+			}
+			b, why := integer(obj["bonus"])
+			switch {
+			case why == "type" || why == "fraction":
+				return nil, 0, CodeInvalidToken
+			case why == "range" || b < 0 || b >= int64(lim.Vocab):
+				return nil, 0, CodeTokenOutOfRange
+			}
+			n, code := nOf()
+			return nil, n, code
+		}
+	}
 	var first []int
 	seen := false
 	for _, name := range tokenFields {
@@ -147,21 +201,8 @@ func referenceParse(body []byte, lim limits) (tokens []int, n int, code string) 
 	case len(first) >= lim.MaxContext:
 		return nil, 0, CodeContextTooLong
 	}
-	n, seen = lim.DraftLen, false
-	for _, name := range nFields {
-		x, ok := obj[name]
-		if !ok || x == nil {
-			continue
-		}
-		i, why := integer(x)
-		if why == "type" || why == "fraction" || why == "range" || i < 1 || i > int64(lim.MaxDraftLen) {
-			return nil, 0, CodeInvalidN
-		}
-		if !seen {
-			n, seen = int(i), true
-		} else if int(i) != n {
-			return nil, 0, CodeInvalidRequest
-		}
+	if n, code = nOf(); code != "" {
+		return nil, 0, code
 	}
 	return first, n, ""
 }
@@ -173,6 +214,9 @@ func FuzzParseDraftRequest(f *testing.F) {
 		`{"tokens":[1],"input_ids":[2]}`, `{"tokens":[1],"n":0}`, `{"n":3}`, `[1]`, `null`, ``, `{`,
 		`{"tokens":[1]} {}`, `{"tokens":[ 1 , 2 ],"n":null,"x":{"y":[]}}`, `{"prompt_token_ids":[99999999999999999999]}`,
 		`{"tokens":` + idsJSON(seq(0, 255)) + `,"n":2}`, `{"tokens":` + idsJSON(seq(0, 256)) + `}`,
+		`{"session":"a.b:c-1","tokens":[1,2]}`, `{"session":"s","accepted":2,"bonus":7,"n":3}`, `{"session":"s","accepted":-1,"bonus":7}`,
+		`{"session":"s","accepted":1}`, `{"session":"","tokens":[1]}`, `{"accepted":1,"bonus":2}`, `{"session":"s","accepted":1,"bonus":512}`,
+		`{"session":"s","tokens":[1],"bonus":1}`, `{"session":"s"}`, `{"tokens":[1],"id":"x"}`, `{"tokens":[1],"id":3}`, `{"session":"s\u0041","tokens":[1]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -200,6 +244,12 @@ func FuzzParseDraftRequest(f *testing.F) {
 		}
 		if !slices.Equal(req.Tokens, wantTokens) || req.N != wantN {
 			t.Fatalf("%q: have %v n %d; reference %v n %d", body, req.Tokens, req.N, wantTokens, wantN)
+		}
+		if req.Incremental {
+			if req.Session == "" || req.Accepted < 0 || req.Bonus < 0 || req.Bonus >= testLimits.Vocab || req.N < 1 {
+				t.Fatalf("%q: incremental request broken: %+v", body, req)
+			}
+			return
 		}
 		if len(req.Tokens) == 0 || len(req.Tokens) >= testLimits.MaxContext ||
 			req.N < 1 || req.N > testLimits.MaxDraftLen ||

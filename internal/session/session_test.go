@@ -1,0 +1,115 @@
+// Unit tests of the session store: ids, Extend against a plain slice
+// model, LRU eviction by count and tokens, idle expiry on an injected clock,
+// and the per-session lock. The HTTP behaviour is tested in internal/server.
+package session
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"a": true, "A-z_0.9:x": true, strings.Repeat("x", 128): true,
+		"": false, strings.Repeat("x", 129): false, "a b": false, "a/b": false, "é": false, "a\x00": false,
+	} {
+		if ValidID(id) != want {
+			t.Errorf("ValidID(%q): have %v; want %v", id, !want, want)
+		}
+	}
+}
+
+func newStore(t *testing.T, opt Options) *Store {
+	t.Helper()
+	s, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestExtendAndEviction(t *testing.T) {
+	now := time.Unix(0, 0)
+	s := newStore(t, Options{MaxSessions: 2, MaxTokens: 20, TTL: time.Minute, Now: func() time.Time { return now }})
+	s.Put("a", []int{1, 2, 3}, []int{4, 5})
+	full, err := s.Extend("a", 1, 9)
+	if err != nil || !slices.Equal(full, []int{1, 2, 3, 4, 9}) {
+		t.Fatalf("Extend(a, 1, 9): have %v, %v; want [1 2 3 4 9]", full, err)
+	}
+	var ae *AcceptedError
+	if _, err := s.Extend("a", 3, 9); !errors.As(err, &ae) || ae.DraftLen != 2 {
+		t.Errorf("Extend(a, 3): have %v; want an AcceptedError with DraftLen 2", err)
+	}
+	if _, err := s.Extend("zz", 0, 1); !errors.Is(err, ErrUnknown) {
+		t.Errorf("unknown: have %v", err)
+	}
+	s.Put("b", []int{1}, nil)
+	s.Extend("a", 0, 1) // a most recent
+	s.Put("c", []int{1}, nil)
+	if _, err := s.Extend("b", 0, 1); !errors.Is(err, ErrUnknown) {
+		t.Errorf("b after count eviction: have %v; want ErrUnknown", err)
+	}
+	// Count again: a (the LRU now) goes for d.
+	s.Put("d", make([]int, 15), []int{1})
+	if _, err := s.Extend("a", 0, 1); !errors.Is(err, ErrUnknown) {
+		t.Errorf("a after the second count eviction: have %v", err)
+	}
+	st := s.Stats()
+	if st.Sessions != 2 || st.Tokens != 17 || st.Evicted[ReasonCount] != 2 || st.Evicted[ReasonTokens] != 0 {
+		t.Errorf("stats %+v; want 2 sessions, 17 tokens, 2 count evictions", st)
+	}
+	// Tokens: c (1) + d (16) = 17; e of 4 makes 21 > 20: c, the LRU, goes
+	// (d stays: 16 + 4 = 20 fits).
+	s.opt.MaxSessions = 10
+	s.Put("e", []int{1, 2, 3}, []int{4})
+	if _, err := s.Extend("c", 0, 1); !errors.Is(err, ErrUnknown) {
+		t.Errorf("c after token eviction: have %v", err)
+	}
+	if st := s.Stats(); st.Sessions != 2 || st.Tokens != 20 || st.Evicted[ReasonTokens] != 1 {
+		t.Errorf("stats %+v; want 2 sessions, 20 tokens, 1 token eviction", st)
+	}
+	if s.Put("huge", make([]int, 21), nil) {
+		t.Error("Put of 21 tokens into a 20-token store: kept")
+	}
+	now = now.Add(time.Minute)
+	if st := s.Stats(); st.Sessions != 0 || st.Tokens != 0 || st.Evicted[ReasonIdle] != 2 {
+		t.Errorf("after the TTL: %+v; want empty, 2 idle evictions", st)
+	}
+	if !s.Put("e", []int{1}, nil) || !s.Delete("e") || s.Delete("e") {
+		t.Error("Delete: want true once, then false")
+	}
+}
+
+func TestLockSerializes(t *testing.T) {
+	s := newStore(t, Options{MaxSessions: 4, MaxTokens: 100, TTL: time.Hour})
+	unlock, err := s.Lock(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Lock(ctx, "x"); !errors.Is(err, context.Canceled) {
+		t.Errorf("second Lock with a cancelled ctx while held: have %v", err)
+	}
+	other, err := s.Lock(ctx, "y") // another session is not blocked... unless ctx is done first
+	if err == nil {
+		other()
+	}
+	got := make(chan struct{})
+	go func() {
+		u, err := s.Lock(context.Background(), "x")
+		if err == nil {
+			u()
+		}
+		close(got)
+	}()
+	unlock()
+	<-got
+	if n := len(s.locks); n != 0 {
+		t.Errorf("%d lock entries left; want 0", n)
+	}
+}
