@@ -6,6 +6,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -180,4 +181,43 @@ func randIDs(r *rand.Rand, n int) []int {
 		s[i] = r.IntN(tinyVocab)
 	}
 	return s
+}
+
+// FuzzParseBatch checks the envelope parser on any bytes: no panic, an error
+// is a 400 RequestError, and an accepted envelope has 1..max items each
+// either failed with a 400 or holding a valid draft request whose tokens
+// equal parseDraftRequest's for the same item bytes.
+func FuzzParseBatch(f *testing.F) {
+	for _, s := range []string{
+		`{"requests":[{"tokens":[1,2,3],"n":4,"id":"a"}]}`, `{"requests":[]}`, `{"requests":null}`, `{"requests":{}}`,
+		`{"requests":[1,"x",[],{"tokens":[1]}]}`, `{"requests":[{"session":"s","accepted":1,"bonus":2}]}`, `[]`, ``, `{`,
+		`{"requests":[{"tokens":[1]},{"tokens":[2]},{"tokens":[3]},{"tokens":[4]},{"tokens":[5]}]}`, `{"requests":[{"id":7,"tokens":[1]}],"x":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	const maxItems = 4
+	f.Fuzz(func(t *testing.T, body []byte) {
+		reqs, errs, err := parseBatch(body, testLimits, maxItems)
+		if err != nil {
+			var re *RequestError
+			if !errors.As(err, &re) || apiErrorFor(err).Status != 400 || re.Message == "" {
+				t.Fatalf("%q: envelope error %v; want a 400 RequestError", body, err)
+			}
+			return
+		}
+		if len(reqs) < 1 || len(reqs) > maxItems || len(errs) != len(reqs) {
+			t.Fatalf("%q: %d items, %d errors", body, len(reqs), len(errs))
+		}
+		for i, e := range errs {
+			if e != nil {
+				if apiErrorFor(e).Status != 400 {
+					t.Fatalf("%q: item %d error %v is not a 400", body, i, e)
+				}
+				continue
+			}
+			if !reqs[i].Incremental && (len(reqs[i].Tokens) == 0 || len(reqs[i].Tokens) >= testLimits.MaxContext) {
+				t.Fatalf("%q: item %d accepted with %d tokens", body, i, len(reqs[i].Tokens))
+			}
+		}
+	})
 }
