@@ -77,7 +77,7 @@ func runServe(ctx context.Context, args []string) error {
 		choice     = fs.String("lookup-choice", draft.DefaultChoice.String(), "which earlier occurrence of the longest match lookup follows: recent or frequent (most frequent continuation)")
 		minMatch   = fs.Int("min-match", draft.DefaultMinMatch, "hybrid proposes lookup tokens only after a match of at least this many tokens")
 		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, fmt.Sprintf("how long the drain on a signal may take (in-flight requests finishing) before what remains is cut off and serve exits 1; (0, %v]", server.MaxShutdownTimeout))
-		batchItems = fs.Int("max-batch-items", d.MaxBatchItems, "items of one POST /v1/drafts call (400 too_many_items above); [1, --max-queue]")
+		batchItems = fs.Int("max-batch-items", 0, fmt.Sprintf("items of one POST /v1/drafts call (400 too_many_items above); [0, --max-queue], 0: %d or --max-queue when smaller", d.MaxBatchItems))
 		maxSess    = fs.Int("max-sessions", d.MaxSessions, fmt.Sprintf("sessions held at once; beyond, the least recently used is evicted; [1, %d]", server.MaxMaxSessions))
 		sessTokens = fs.Int64("max-session-tokens", d.MaxSessionTokens, fmt.Sprintf("context + last-draft tokens held over all sessions (4 bytes each); beyond, the least recently used session is evicted; [max context + --max-draft-len, %d]", int64(server.MaxMaxSessionTokens)))
 		sessTTL    = fs.Duration("session-ttl", d.SessionTTL, fmt.Sprintf("a session unused this long is dropped (409 unknown_session after); (0, %v]", server.MaxSessionTTL))
@@ -120,7 +120,7 @@ func runServe(ctx context.Context, args []string) error {
 		{*maxInfl < *maxBody || *maxInfl > server.MaxInflightBodyBytes, outside("max-inflight-body-bytes", *maxInfl, fmt.Sprintf("--max-body-bytes %d", *maxBody), int64(server.MaxInflightBodyBytes))},
 		{*bodyTO <= 0 || *bodyTO > server.MaxBodyTimeout, fmt.Sprintf("--body-timeout %v outside (0, %v]", *bodyTO, server.MaxBodyTimeout)},
 		{*shutdownTO <= 0 || *shutdownTO > server.MaxShutdownTimeout, fmt.Sprintf("--shutdown-timeout %v outside (0, %v]", *shutdownTO, server.MaxShutdownTimeout)},
-		{*batchItems < 1 || *batchItems > *maxQueue, outside("max-batch-items", *batchItems, 1, fmt.Sprintf("--max-queue %d", *maxQueue))},
+		{*batchItems < 0 || *batchItems > *maxQueue, outside("max-batch-items", *batchItems, 0, fmt.Sprintf("--max-queue %d", *maxQueue))},
 		{*maxSess < 1 || *maxSess > server.MaxMaxSessions, outside("max-sessions", *maxSess, 1, server.MaxMaxSessions)},
 		{*sessTokens < 1 || *sessTokens > server.MaxMaxSessionTokens, outside("max-session-tokens", *sessTokens, 1, int64(server.MaxMaxSessionTokens))},
 		{*sessTTL <= 0 || *sessTTL > server.MaxSessionTTL, fmt.Sprintf("--session-ttl %v outside (0, %v]", *sessTTL, server.MaxSessionTTL)},

@@ -5,14 +5,19 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/draftd/draftd/internal/engine"
 )
 
 // batchResult is one RESULT of a /v1/drafts answer.
@@ -220,4 +225,21 @@ func FuzzParseBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestBatchItemsFollowQueue: a call is queued whole, so the default item
+// limit follows a smaller --max-queue, and a larger explicit one is refused
+// at start-up.
+func TestBatchItemsFollowQueue(t *testing.T) {
+	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{MaxQueue: 2}, nil)})
+	st, h, b := ts.do("POST", "/v1/drafts", `{"requests":[{"tokens":[1]},{"tokens":[2]},{"tokens":[3]}]}`)
+	checkError(t, st, h, b, 400, CodeTooManyItems, "limit of 2")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{MaxBatchItems: 3, Open: tinyOpen(engine.Options{MaxQueue: 2}, nil), Logger: slog.New(slog.DiscardHandler)}
+	if err := Run(context.Background(), ln, cfg); err == nil || !strings.Contains(err.Error(), "max batch items 3") {
+		t.Errorf("Run with 3 batch items over a queue of 2: have %v; want a config error", err)
+	}
 }

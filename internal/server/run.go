@@ -156,11 +156,21 @@ func (s *Server) Load(ctx context.Context) error {
 		return fmt.Errorf("%w: max session tokens %d cannot hold one session of the model's maximum context %d plus a draft of %d",
 			ErrConfig, s.cfg.MaxSessionTokens, bi.Rules.MaxContext, bi.Rules.MaxDraftLen)
 	}
-	if bi.MaxQueue > 0 && s.cfg.MaxBatchItems > bi.MaxQueue {
-		d.Close(ctx)
-		return fmt.Errorf("%w: max batch items %d > the engine's max queue %d: such a call could never be queued", ErrConfig, s.cfg.MaxBatchItems, bi.MaxQueue)
+	// A call is queued whole: more items than the queue holds could never
+	// be. The default follows a smaller queue; a larger explicit value is an
+	// error.
+	maxItems := s.cfg.MaxBatchItems
+	if maxItems == 0 {
+		maxItems = Defaults.MaxBatchItems
+		if bi.MaxQueue > 0 {
+			maxItems = min(maxItems, bi.MaxQueue)
+		}
 	}
-	b := &backend{d: d, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}, strs: bi.Strategies}
+	if bi.MaxQueue > 0 && maxItems > bi.MaxQueue {
+		d.Close(ctx)
+		return fmt.Errorf("%w: max batch items %d > the engine's max queue %d: such a call could never be queued", ErrConfig, maxItems, bi.MaxQueue)
+	}
+	b := &backend{d: d, maxItems: maxItems, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}, strs: bi.Strategies}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()

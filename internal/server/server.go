@@ -115,7 +115,7 @@ type Config struct {
 	Logger               *slog.Logger
 
 	// DESIGN §1b.
-	MaxBatchItems    int              // items of one POST /v1/drafts call
+	MaxBatchItems    int              // items of one POST /v1/drafts call (0: Defaults', or the engine's max queue when smaller)
 	MaxSessions      int              // sessions held at once (LRU eviction beyond)
 	MaxSessionTokens int64            // context + last-draft tokens held over all sessions (LRU eviction beyond)
 	SessionTTL       time.Duration    // a session unused this long is gone
@@ -175,9 +175,6 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.MaxBatchItems == 0 {
-		c.MaxBatchItems = Defaults.MaxBatchItems
-	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = Defaults.MaxSessions
 	}
@@ -200,7 +197,7 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: body timeout %v outside (0, %v]", ErrConfig, c.BodyTimeout, MaxBodyTimeout)
 	case c.ShutdownTimeout < 0 || c.ShutdownTimeout > MaxShutdownTimeout:
 		return fmt.Errorf("%w: shutdown timeout %v outside (0, %v]", ErrConfig, c.ShutdownTimeout, MaxShutdownTimeout)
-	case c.MaxBatchItems < 1 || c.MaxBatchItems > MaxMaxBatchItems:
+	case c.MaxBatchItems < 0 || c.MaxBatchItems > MaxMaxBatchItems:
 		return fmt.Errorf("%w: max batch items %d outside [1, %d]", ErrConfig, c.MaxBatchItems, MaxMaxBatchItems)
 	case c.MaxSessions < 1 || c.MaxSessions > MaxMaxSessions:
 		return fmt.Errorf("%w: max sessions %d outside [1, %d]", ErrConfig, c.MaxSessions, MaxMaxSessions)
@@ -232,10 +229,11 @@ type Server struct {
 
 // backend is the loaded backend and what the server derived from it.
 type backend struct {
-	d    Backend
-	lim  limits
-	info []byte   // GET /v1/info answer
-	strs []string // the strategies a request may name
+	d        Backend
+	maxItems int // items of one POST /v1/drafts call
+	lim      limits
+	info     []byte   // GET /v1/info answer
+	strs     []string // the strategies a request may name
 }
 
 // New returns a server in the loading state.

@@ -278,3 +278,52 @@ func TestSessionReplicaRestart(t *testing.T) {
 	// ... and it goes on incrementally.
 	chain(t, b, m, rand.New(rand.NewPCG(1, 1)), "conv", full, 4, 8, true)
 }
+
+// TestSessionBatchesShareSessions: calls carrying the same sessions in
+// opposite orders run concurrently without deadlock (locks in sorted id
+// order), and each session's final state is one a call left: the next
+// accepted=0 draft equals Generate on one of the contexts sent plus the bonus.
+func TestSessionBatchesShareSessions(t *testing.T) {
+	m := loadModel(t)
+	ts := startHealthy(t, Config{})
+	ctxs := map[string][][]int{"A": {{1, 2, 3}, {4, 5}}, "B": {{6, 7, 8}, {9}}}
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			order := []string{"A", "B"}
+			if g == 1 {
+				order = []string{"B", "A"}
+			}
+			for range 10 {
+				var items []string
+				for _, id := range order {
+					items = append(items, fmt.Sprintf(`{"id":%q,"session":%q,"tokens":%s,"n":3}`, id, id, idsJSON(ctxs[id][g])))
+				}
+				for _, r := range ts.postBatch(`{"requests":[` + strings.Join(items, ",") + `]}`) {
+					if r.Draft == nil {
+						t.Errorf("item %v failed: %+v", r.ID, r.Error)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for id, cs := range ctxs {
+		st, _, b := extend(ts, id, 0, 11, 3)
+		if st != 200 {
+			t.Fatalf("%s: %d %s", id, st, b)
+		}
+		have := decodeDraft(t, b)
+		ok := false
+		for _, c := range cs {
+			want, err := m.Generate(append(slices.Clip(c), 11), 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok = ok || slices.Equal(have, want)
+		}
+		if !ok {
+			t.Errorf("%s: draft %v matches no context that was sent", id, have)
+		}
+	}
+}
