@@ -1,5 +1,6 @@
-// Package server is draftd's HTTP front end: the draft protocol of docs/protocol.md
-// (GET /health, POST /draft, GET /metrics, GET /v1/info), request limits,
+// Package server is draftd's HTTP front end: the draft protocol of
+// docs/protocol.md (GET /health, POST /draft, GET /metrics, GET /v1/info,
+// POST /v1/drafts, sessions, DELETE /v1/sessions/ID), request limits,
 // metrics and logs, and the life cycle of a serving process (listen at once,
 // open and warm up the backend, serve, shut down gracefully). It does not
 // load, batch, cache or run the model: the Backend it is handed does
