@@ -153,6 +153,10 @@ func unknownSession(err error) bool {
 	return errors.As(err, &se) && se.Code == "unknown_session"
 }
 
+// sessionID is the session of sample i: the prefix and the sample's index
+// (sample ids may hold bytes a session id may not, such as '/').
+func sessionID(prefix string, i int) string { return prefix + strconv.Itoa(i) }
+
 // sessionState is the client side of one sample's session.
 type sessionState struct {
 	id          string
@@ -201,7 +205,7 @@ func replayBatch(ctx context.Context, c *DraftdClient, samples []Sample, opt Rep
 		for len(active) < max(opt.Concurrency, 1) && next < len(samples) {
 			s := samples[next]
 			full := append(append(make([]int, 0, len(s.Prompt)+len(s.Continuation)), s.Prompt...), s.Continuation...)
-			active = append(active, &slot{i: next, full: full, st: sessionState{id: opt.SessionPrefix + s.ID}, s: newTally(opt.N)})
+			active = append(active, &slot{i: next, full: full, st: sessionState{id: sessionID(opt.SessionPrefix, next)}, s: newTally(opt.N)})
 			next++
 		}
 	}

@@ -25,8 +25,9 @@ type ReplayOptions struct {
 	// too: POST /draft with the whole context), ProtocolSession or
 	// ProtocolBatch; the last two need a *DraftdClient.
 	Protocol string
-	// SessionPrefix starts every session id (the sample id follows), so
-	// that two replays against one server do not share sessions.
+	// SessionPrefix starts every session id (the sample's index follows),
+	// so that two replays against one server do not share sessions; at
+	// most 100 bytes of [A-Za-z0-9._:-].
 	SessionPrefix string
 	// TargetLatency is waited after each draft (after each round of
 	// ProtocolBatch), as a target's verification would take.
@@ -128,7 +129,7 @@ func Replay(ctx context.Context, d Drafter, samples []Sample, opt ReplayOptions)
 		wg.Go(func() {
 			for i := range jobs {
 				s := newTally(opt.N)
-				if err := replaySample(ctx, d, samples[i], opt, s, progress); err != nil {
+				if err := replaySample(ctx, d, samples[i], sessionID(opt.SessionPrefix, i), opt, s, progress); err != nil {
 					continue // interrupted: the partial sample is dropped
 				}
 				tallies[w].merge(s)
@@ -179,12 +180,12 @@ func finishReport(total *tally, results []*SampleResult, wall time.Duration, opt
 
 // replaySample replays one sample into t. It returns errInterrupted when
 // ctx ends first.
-func replaySample(ctx context.Context, d Drafter, s Sample, opt ReplayOptions, t *tally, progress func(int)) error {
+func replaySample(ctx context.Context, d Drafter, s Sample, session string, opt ReplayOptions, t *tally, progress func(int)) error {
 	cont := s.Continuation
 	full := make([]int, 0, len(s.Prompt)+len(cont)) // (promptLen+contLen) prompt, then continuation
 	full = append(append(full, s.Prompt...), cont...)
 	dc, _ := d.(*DraftdClient)
-	st := sessionState{id: opt.SessionPrefix + s.ID}
+	st := sessionState{id: session}
 	for p := 0; p < len(cont); {
 		if ctx.Err() != nil {
 			return errInterrupted

@@ -16,6 +16,7 @@ import (
 
 func TestReplayProtocolsSameTau(t *testing.T) {
 	data := soakData(t, 8, 80)
+	data[3].ID = "go/net/lookup_test.go@1875" // not a valid session id: the client must not use it as one
 	for _, tc := range []struct {
 		name        string
 		maxSessions int
