@@ -136,7 +136,7 @@ func TestScaleOut(t *testing.T) {
 		}
 	}
 
-	// Sessions (DESIGN §1b) are keyed by their body "session", the same key
+	// Sessions (docs/protocol.md, batched and incremental drafting) are keyed by their body "session", the same key
 	// as the header: the accepted/bonus requests carry no tokens to hash,
 	// and reach the replica that holds the session (anything else is a 409).
 	sessionsAt := map[string]bool{}

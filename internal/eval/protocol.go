@@ -1,4 +1,4 @@
-// The protocols of DESIGN §1b on the client side of the replay: "session"
+// The protocols of docs/protocol.md's batched and incremental drafting on the client side of the replay: "session"
 // (one /draft per step, the context sent once and then only
 // "accepted"+"bonus") and "batch" (the samples in flight drafted in lockstep,
 // one POST /v1/drafts per round carrying a session item per sample), and the

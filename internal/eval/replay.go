@@ -21,7 +21,7 @@ type ReplayOptions struct {
 	// Progress, if set, is called (from many goroutines) with the number of
 	// continuation tokens each step covered; they sum to Σ len(continuation).
 	Progress func(tokens int)
-	// Protocol is how drafts are asked for (DESIGN §1b): ProtocolFull (""
+	// Protocol is how drafts are asked for (docs/protocol.md, batched and incremental drafting): ProtocolFull (""
 	// too: POST /draft with the whole context), ProtocolSession or
 	// ProtocolBatch; the last two need a *DraftdClient.
 	Protocol string

@@ -68,7 +68,7 @@ type Report struct {
 	PositionReached  []int64   `json:"position_reached"`   // (n)
 	PositionAccepted []int64   `json:"position_accepted"`  // (n)
 
-	// DESIGN §1b: how drafts were asked for, and what it cost on the wire.
+	// Batched and incremental drafting (docs/protocol.md): how drafts were asked for, and what it cost on the wire.
 	Protocol        string  `json:"protocol"`          // full, session or batch
 	TargetLatencyMS float64 `json:"target_latency_ms"` // waited after each draft (round, for batch)
 	Resends         int64   `json:"session_resends"`   // 409 unknown_session answered by resending the context

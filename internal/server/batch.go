@@ -1,4 +1,4 @@
-// Batched and incremental drafting (DESIGN §1b): POST /v1/drafts, the
+// Batched and incremental drafting (docs/protocol.md, batched and incremental drafting): POST /v1/drafts, the
 // session forms of a draft item ("session" with "tokens", or with
 // "accepted" and "bonus") in /draft and /v1/drafts, and
 // DELETE /v1/sessions/ID. The items of a call are resolved against the

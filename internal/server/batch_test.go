@@ -1,4 +1,4 @@
-// Tests of POST /v1/drafts (DESIGN §1b) on a real server over loopback: every
+// Tests of POST /v1/drafts (docs/protocol.md, batched and incremental drafting) on a real server over loopback: every
 // item equals the single /draft answer for its body, a bad item fails only
 // itself with §1's codes, and a malformed envelope is a 400 for the call.
 

@@ -37,7 +37,7 @@ const (
 	CodeTimeout          = "timeout"                  // the work hit a deadline
 	CodeClientClosed     = "client_closed"            // the client went away; nobody reads this
 	CodeInternal         = "internal"                 // a bug
-	// DESIGN §1b.
+	// Batched and incremental drafting (docs/protocol.md).
 	CodeUnknownSession  = "unknown_session"  // no such session (never made, deleted, evicted, expired, or another replica's): resend tokens
 	CodeInvalidAccepted = "invalid_accepted" // "accepted" not an integer in [0, length of the session's last draft]
 	CodeTooManyItems    = "too_many_items"   // a /v1/drafts call over --max-batch-items

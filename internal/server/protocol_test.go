@@ -1,4 +1,4 @@
-// The eval client's protocols (DESIGN §1b) against a real server: the same
+// The eval client's protocols (docs/protocol.md, batched and incremental drafting) against a real server: the same
 // replay over full, session and batch gives the same τ, histogram and
 // per-sample steps (the drafts are the same), session and batch send fewer
 // bytes per step, and sessions evicted mid-replay (--max-sessions below the

@@ -48,7 +48,7 @@ type draftRequest struct {
 	// handler checks the name.
 	Strategy string
 
-	// DESIGN §1b. ID is the item's "id" as written in the body (a JSON
+	// Batched and incremental drafting (docs/protocol.md). ID is the item's "id" as written in the body (a JSON
 	// string, echoed as is; nil when absent). Session is the session id
 	// ("": none); with Incremental the request is "accepted"+"bonus"
 	// instead of "tokens" (Tokens and Fit are then set by the handler from
@@ -215,7 +215,7 @@ func parseRest(req *draftRequest, body []byte, ns []span, strat span, lim limits
 	return nil
 }
 
-// parseSession reads "session", "accepted" and "bonus" (DESIGN §1b): a
+// parseSession reads "session", "accepted" and "bonus" (docs/protocol.md, batched and incremental drafting): a
 // session item has exactly one of a context (tokens or an alias) and the
 // pair accepted+bonus.
 func parseSession(req *draftRequest, body []byte, sess, acc, bonus span, toks []span, lim limits) error {

@@ -115,7 +115,7 @@ type Config struct {
 	ShutdownTimeout      time.Duration // how long in-flight requests may take to finish
 	Logger               *slog.Logger
 
-	// DESIGN §1b.
+	// Batched and incremental drafting (docs/protocol.md).
 	MaxBatchItems    int              // items of one POST /v1/drafts call (0: Defaults', or the engine's max queue when smaller)
 	MaxSessions      int              // sessions held at once (LRU eviction beyond)
 	MaxSessionTokens int64            // context + last-draft tokens held over all sessions (LRU eviction beyond)

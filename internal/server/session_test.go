@@ -1,4 +1,4 @@
-// Tests of sessions (DESIGN §1b) on a real server over loopback: drafts of
+// Tests of sessions (docs/protocol.md, batched and incremental drafting) on a real server over loopback: drafts of
 // session requests equal model.Generate on the full context through chains
 // of accepted/bonus steps (in /draft and /v1/drafts, concurrently), the
 // errors of the contract, eviction by count and by tokens, idle expiry on an

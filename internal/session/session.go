@@ -1,5 +1,5 @@
 // Package session is the store of draftd's incremental drafting sessions
-// (DESIGN §1b): per session id, the context the client established and the
+// (docs/protocol.md, batched and incremental drafting): per session id, the context the client established and the
 // last draft returned, so that a request can say "k tokens of your last
 // draft were accepted and the target added t" instead of resending the whole
 // context. The store is bounded by a session count, a total of stored tokens
