@@ -32,6 +32,14 @@ func AttendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n 
 	attendF32(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
 
+// AttendQ8_0 is AttendF16 for a q8_0 cache: position p's key is the row
+// keys[p/bs][(p%bs)*rb:][:rb] of rb = headDim/32·34 bytes, headDim/32 ggml
+// block_q8_0 (an f16 scale d, then 32 int8 q; element d·q), its value
+// likewise in vals. headDim must be a multiple of 32.
+func AttendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
+	attendQ8_0(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
 // AttendCausalF16 is AttendF16 for nt consecutive query tokens of one
 // sequence (a prefill chunk): token i is at position p0+i and sees positions
 // [0, p0+i]. Its nq query heads are q[i*stride:][:nq*headDim] and its
@@ -48,12 +56,23 @@ func AttendCausalF32(out, q []float32, stride, nt, nq, headDim int, keys, vals [
 	attendCausalF32(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 }
 
+// AttendCausalQ8_0 is AttendCausalF16 for a q8_0 cache (see AttendQ8_0).
+func AttendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
+	attendCausalQ8_0(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}
+
 // attendCausalGeneric is the reference of AttendCausalF16/F32: one
 // attendGeneric per token.
-func attendCausalGeneric[T uint16 | float32](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
+func attendCausalGeneric[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
 	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
 	for i := range nt {
 		attendGeneric(out[i*stride:], q[i*stride:], nq, headDim, keys, vals, bs, p0+i+1, scale)
+	}
+}
+
+func checkQ8Head(headDim int) {
+	if headDim <= 0 || headDim%dtype.QK != 0 {
+		panic("kernels.AttendQ8_0: head size not a multiple of 32")
 	}
 }
 
@@ -69,14 +88,19 @@ func attendF16Generic(out, q []float32, nq, headDim int, keys, vals [][]uint16, 
 	attendGeneric(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
 
+func attendQ8_0Generic(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
+	attendGeneric(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
 func attendF32Generic(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
 	attendGeneric(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
 
-// attendGeneric is the reference of AttendF16/AttendF32: each cached row is
-// widened to f32, then scores, online softmax and the weighted sum are
-// taken in f32.
-func attendGeneric[T uint16 | float32](out, q []float32, nq, headDim int, keys, vals [][]T, bs, n int, scale float32) {
+// attendGeneric is the reference of AttendF16/AttendQ8_0/AttendF32: each
+// cached row is widened to f32 (a q8_0 element to d·q), then scores, online
+// softmax and the weighted sum are taken in f32.
+func attendGeneric[T uint16 | float32 | byte](out, q []float32, nq, headDim int, keys, vals [][]T, bs, n int, scale float32) {
+	rl := rowLen[T](headDim) // stored elements of one row
 	var kbuf, vbuf [256]float32
 	kf, vf := kbuf[:], vbuf[:] // (headDim) the widened key and value
 	if headDim > len(kbuf) {
@@ -89,8 +113,8 @@ func attendGeneric[T uint16 | float32](out, q []float32, nq, headDim int, keys, 
 		clear(acc)
 		m, l := float32(math.Inf(-1)), float32(0)
 		for p := range n {
-			widenRow(kf, keys[p/bs][(p%bs)*headDim:][:headDim])
-			widenRow(vf, vals[p/bs][(p%bs)*headDim:][:headDim])
+			widenRow(kf, keys[p/bs][(p%bs)*rl:][:rl])
+			widenRow(vf, vals[p/bs][(p%bs)*rl:][:rl])
 			var s float32
 			for i, kv := range kf {
 				s += qh[i] * kv
@@ -116,8 +140,19 @@ func attendGeneric[T uint16 | float32](out, q []float32, nq, headDim int, keys, 
 	}
 }
 
-// widenRow sets dst to src as f32 (f16 bits through f16Table).
-func widenRow[T uint16 | float32](dst []float32, src []T) {
+// rowLen is the number of stored T of one cached row of headDim elements:
+// headDim, or for the q8_0 bytes headDim/32 blocks of 34.
+func rowLen[T uint16 | float32 | byte](headDim int) int {
+	var z T
+	if _, ok := any(z).(byte); ok {
+		return headDim / dtype.QK * (2 + dtype.QK)
+	}
+	return headDim
+}
+
+// widenRow sets dst to src as f32 (f16 bits through f16Table; q8_0 blocks
+// as d·q, d through f16Table).
+func widenRow[T uint16 | float32 | byte](dst []float32, src []T) {
 	switch src := any(src).(type) {
 	case []uint16:
 		for i, v := range src {
@@ -125,5 +160,13 @@ func widenRow[T uint16 | float32](dst []float32, src []T) {
 		}
 	case []float32:
 		copy(dst, src)
+	case []byte:
+		for b := range len(src) / (2 + dtype.QK) {
+			blk := src[b*(2+dtype.QK) : (b+1)*(2+dtype.QK)] // (34): d f16, q [32]int8
+			d := f16Table[uint16(blk[0])|uint16(blk[1])<<8]
+			for j, v := range blk[2:] {
+				dst[b*dtype.QK+j] = d * float32(int8(v))
+			}
+		}
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/draftd/draftd/internal/cputime"
 	"github.com/draftd/draftd/internal/dtype"
@@ -16,7 +19,7 @@ import (
 
 // benchModel returns a random model of the given shape, written once to the
 // user cache directory (about 20 s and 0.6–2 GB per file) and reused.
-func benchModel(b *testing.B, spec testmodel.Spec) *model.Model {
+func benchModel(b *testing.B, spec testmodel.Spec, kv model.KVType) *model.Model {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
@@ -32,7 +35,7 @@ func benchModel(b *testing.B, spec testmodel.Spec) *model.Model {
 			b.Fatal(err)
 		}
 	}
-	m, err := model.Load(path, model.Options{Threads: benchThreads(b)})
+	m, err := model.Load(path, model.Options{Threads: benchThreads(b), KV: kv})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,62 +44,242 @@ func benchModel(b *testing.B, spec testmodel.Spec) *model.Model {
 
 // BenchmarkDecodeStep times one decode step (one new token per sequence) of
 // a batch of sequences that each already hold ctx positions of KV cache
-// (random f16 values: attention cost does not depend on them).
+// (valid random encodings: attention cost does not depend on the values).
+// Names: BenchmarkDecodeStep/<model>/<type>/ctx=<N>/B=<b> for the default
+// f16 cache, …/<type>/kv=<kv>/ctx=<N>/B=<b> for another cache type.
+//
+// Before the timer starts every KV block has been written and read once
+// (the first steps after allocation otherwise run up to 2× slower), and
+// the step's streaming floor is measured beside it: floor-ms = weight
+// bytes / stream bandwidth + KV bytes read / KV bandwidth, where the stream
+// bandwidth is the best of 3 passes of all threads over 256 MiB (as
+// BenchmarkMemBandwidth) and the KV bandwidth the best of 3 passes of all
+// threads over the step's own KV segments in attention's order (one
+// (layer, sequence, KV head) task at a time, every block's segment copied
+// into an L1-resident buffer). x-floor is ms/step over floor-ms.
+//
+// At B > 8 and more than 512 positions the sequences share 8 distinct sets
+// of KV blocks (sequence i reads set i mod 8; DRAFTD_BENCH_KV_SETS changes
+// the 8): 32 × 4,096 positions of distinct f16 KV would be 15 GB. Between
+// two reads of one set attention reads the other 7, ≥ 7 × 16 MiB per layer
+// at 4,096 positions and 7 × 2 MiB at 512 — well past the 32 MB L3 at long
+// contexts, so the KV still streams from DRAM (the KV-bandwidth pass reads
+// the same blocks in the same order).
 func BenchmarkDecodeStep(b *testing.B) {
+	type kvCase struct {
+		kv   model.KVType
+		ctxs []int
+	}
+	long := []int{512, 2048, 4096}
 	cases := []struct {
 		name string
 		spec testmodel.Spec
 		bs   []int
+		kvs  []kvCase
 	}{
-		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0), []int{1, 8, 32}},
-		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.BF16), []int{1, 32}},
-		{"qwen3-1.7b", testmodel.Qwen3_17B(dtype.Q4_0), []int{1, 32}},
-		{"qwen3-1.7b", q4km(testmodel.Qwen3_17B(dtype.Q4_K)), []int{1, 8, 32}},
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0), []int{1, 8, 32}, []kvCase{{model.KVF16, long}, {model.KVQ8_0, long}}},
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.BF16), []int{1, 32}, []kvCase{{model.KVF16, []int{512}}}},
+		{"qwen3-1.7b", testmodel.Qwen3_17B(dtype.Q4_0), []int{1, 32}, []kvCase{{model.KVF16, []int{512}}}},
+		{"qwen3-1.7b", q4km(testmodel.Qwen3_17B(dtype.Q4_K)), []int{1, 8, 32}, []kvCase{{model.KVF16, []int{512}}}},
 	}
-	const ctx = 512
+	sets := 8
+	if s := os.Getenv("DRAFTD_BENCH_KV_SETS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("DRAFTD_BENCH_KV_SETS=%q: want a positive integer", s)
+		}
+		sets = n
+	}
 	for _, c := range cases {
 		typ := lowerType(c.spec.Type)
 		if c.spec.Recipe != "" {
 			typ = c.spec.Recipe
 		}
 		b.Run(fmt.Sprintf("%s/%s", c.name, typ), func(b *testing.B) {
-			m := benchModel(b, c.spec)
-			defer m.Close()
-			r := rand.New(rand.NewPCG(1, 2))
-			for _, batch := range c.bs {
-				b.Run(fmt.Sprintf("B=%d", batch), func(b *testing.B) {
-					seqs := make([]*model.Seq, batch)
-					for i := range seqs {
-						nb := (ctx + 1 + model.BlockSize - 1) / model.BlockSize
-						blocks := make([]*model.Block, nb)
-						for j := range blocks {
-							blk := m.NewBlock()
-							for k := range blk.K {
-								blk.K[k] = dtype.F32ToF16(float32(r.NormFloat64()))
-								blk.V[k] = dtype.F32ToF16(float32(r.NormFloat64()))
+			var m *model.Model
+			defer func() {
+				if m != nil {
+					m.Close()
+				}
+			}()
+			for _, kc := range c.kvs {
+				kvName := ""
+				if kc.kv != model.KVF16 {
+					kvName = "kv=" + kc.kv.String() + "/"
+				}
+				for _, ctx := range kc.ctxs {
+					for _, batch := range c.bs {
+						b.Run(fmt.Sprintf("%sctx=%d/B=%d", kvName, ctx, batch), func(b *testing.B) {
+							if m == nil || m.KVType() != kc.kv {
+								if m != nil {
+									m.Close()
+								}
+								m = benchModel(b, c.spec, kc.kv)
 							}
-							blocks[j] = blk
-						}
-						seqs[i] = &model.Seq{Tokens: []int{r.IntN(m.Vocab)}, Pos: ctx, Blocks: blocks}
+							distinct := batch
+							if ctx > 512 {
+								distinct = min(batch, sets)
+							}
+							seqs := decodeSeqs(m, batch, distinct, ctx)
+							pool := kernels.NewPool(m.Threads())
+							kvBytes, kvBW := kvReadBandwidth(pool, m, seqs)
+							seqBW := streamBandwidth(pool)
+							pool.Close()
+							if err := m.Forward(seqs); err != nil { // warm-up: every block read once more
+								b.Fatal(err)
+							}
+							b.ResetTimer()
+							cpu0 := cputime.Process()
+							for b.Loop() {
+								if err := m.Forward(seqs); err != nil {
+									b.Fatal(err)
+								}
+							}
+							ms := b.Elapsed().Seconds() * 1000 / float64(b.N)
+							floor := (float64(m.WeightBytes)/seqBW + float64(kvBytes)/kvBW) * 1000
+							b.ReportMetric(ms, "ms/step")
+							b.ReportMetric(float64(batch)*1000/ms, "tok/s")
+							b.ReportMetric(float64(m.WeightBytes)/1e9/(ms/1000), "wGB/s")
+							b.ReportMetric(float64(kvBytes)/1e9, "kvGB/step")
+							b.ReportMetric(seqBW/1e9, "bwGB/s")
+							b.ReportMetric(kvBW/1e9, "kvbwGB/s")
+							b.ReportMetric(floor, "floor-ms")
+							b.ReportMetric(ms/floor, "x-floor")
+							if cpu0 != 0 {
+								b.ReportMetric(float64(cputime.Process()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+							}
+						})
 					}
-					b.ResetTimer()
-					cpu0 := cputime.Process()
-					for b.Loop() {
-						if err := m.Forward(seqs); err != nil {
-							b.Fatal(err)
-						}
-					}
-					ms := b.Elapsed().Seconds() * 1000 / float64(b.N)
-					b.ReportMetric(ms, "ms/step")
-					b.ReportMetric(float64(batch)*1000/ms, "tok/s")
-					b.ReportMetric(float64(m.WeightBytes)/1e9/(ms/1000), "wGB/s")
-					if cpu0 != 0 {
-						b.ReportMetric(float64(cputime.Process()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
-					}
-				})
+				}
 			}
 		})
 	}
+}
+
+// decodeSeqs returns batch sequences of ctx cached positions and one new
+// token each, over `distinct` sets of KV blocks (sequence i uses set
+// i mod distinct), every block filled with valid encodings of random values.
+func decodeSeqs(m *model.Model, batch, distinct, ctx int) []*model.Seq {
+	r := rand.New(rand.NewPCG(1, 2))
+	nb := (ctx + 1 + model.BlockSize - 1) / model.BlockSize
+	pattern := m.NewBlock()
+	fillBlock(r, pattern)
+	blockSets := make([][]*model.Block, distinct)
+	for i := range blockSets {
+		blockSets[i] = make([]*model.Block, nb)
+		for j := range nb {
+			blk := m.NewBlock()
+			model.CopyPositions(blk, pattern, model.BlockSize, m.HeadDim)
+			blockSets[i][j] = blk
+		}
+	}
+	seqs := make([]*model.Seq, batch)
+	for i := range seqs {
+		seqs[i] = &model.Seq{Tokens: []int{r.IntN(m.Vocab)}, Pos: ctx, Blocks: blockSets[i%distinct]}
+	}
+	return seqs
+}
+
+// fillBlock sets every position of blk to random normal keys and values in
+// the block's cache type.
+func fillBlock(r *rand.Rand, blk *model.Block) {
+	switch {
+	case blk.K != nil:
+		for k := range blk.K {
+			blk.K[k] = dtype.F32ToF16(float32(r.NormFloat64()))
+			blk.V[k] = dtype.F32ToF16(float32(r.NormFloat64()))
+		}
+	case blk.K32 != nil:
+		for k := range blk.K32 {
+			blk.K32[k] = float32(r.NormFloat64())
+			blk.V32[k] = float32(r.NormFloat64())
+		}
+	default:
+		for _, dst := range [][]byte{blk.K8, blk.V8} {
+			x := randVecF(r, len(dst)/dtype.Q8_0.BlockBytes()*dtype.QK)
+			q, err := dtype.Quantize(dtype.Q8_0, nil, x)
+			if err != nil {
+				panic(err)
+			}
+			copy(dst, q)
+		}
+	}
+}
+
+// kvReadBandwidth reads the KV segments one decode step's attention reads
+// (positions [0, Pos+1) of every sequence, layer by layer, one task per
+// (sequence, KV head) claimed by the pool's threads, each block's segment
+// copied into a per-thread L1-sized buffer), three times, and returns the
+// bytes of one pass and the best bandwidth in bytes/s.
+func kvReadBandwidth(pool *kernels.Pool, m *model.Model, seqs []*model.Seq) (int64, float64) {
+	posBytes := int64(m.BlockBytes() / model.BlockSize / m.Layers / m.KVHeads) // K and V of one position of one (layer, head)
+	var total int64
+	for _, s := range seqs {
+		total += int64(s.Pos+1) * posBytes * int64(m.Layers*m.KVHeads)
+	}
+	free := make(chan []byte, pool.Threads())
+	for range pool.Threads() {
+		free <- make([]byte, 16<<10)
+	}
+	best := 0.0
+	for range 3 {
+		t0 := time.Now()
+		for li := range m.Layers {
+			pool.ForEach(len(seqs)*m.KVHeads, 1, func(lo, hi int) {
+				d := <-free
+				for t := lo; t < hi; t++ {
+					s, g := seqs[t/m.KVHeads], t%m.KVHeads
+					n := s.Pos + 1
+					for bi, blk := range s.Blocks[:(n+model.BlockSize-1)/model.BlockSize] {
+						np := min(model.BlockSize, n-bi*model.BlockSize)
+						k, v := m.Segment(blk, li, g)
+						seg := len(k) / model.BlockSize * np
+						copy(d, k[:seg])
+						copy(d[len(d)/2:], v[:seg])
+					}
+				}
+				free <- d
+			})
+		}
+		best = max(best, float64(total)/time.Since(t0).Seconds())
+	}
+	return total, best
+}
+
+var (
+	streamOnce sync.Once
+	streamSrc  []byte // (256 MiB) read by streamBandwidth
+)
+
+// streamBandwidth is the best of three passes of the pool's threads over
+// 256 MiB in 16 KiB pieces copied into an L1-sized buffer (as
+// BenchmarkMemBandwidth), in bytes/s: the weight stream's bandwidth.
+func streamBandwidth(pool *kernels.Pool) float64 {
+	streamOnce.Do(func() {
+		streamSrc = make([]byte, 256<<20)
+		for i := range streamSrc {
+			streamSrc[i] = byte(i)
+		}
+	})
+	src := streamSrc
+	const piece = 16 << 10
+	free := make(chan []byte, pool.Threads())
+	for range pool.Threads() {
+		free <- make([]byte, piece)
+	}
+	best := 0.0
+	for range 3 {
+		t0 := time.Now()
+		pool.ForEach(len(src)/piece, 64, func(lo, hi int) {
+			d := <-free
+			for i := lo; i < hi; i++ {
+				copy(d, src[i*piece:(i+1)*piece])
+			}
+			free <- d
+		})
+		best = max(best, float64(len(src))/time.Since(t0).Seconds())
+	}
+	return best
 }
 
 // q4km is s in llama.cpp's Q4_K_M mix.
@@ -127,7 +310,7 @@ func lowerType(t dtype.Type) string {
 // BenchmarkDecodeStep for the matmul share); T=512 and T=4096 (the latter
 // with DRAFTD_LONG=1) are one cold prompt's prefill.
 func BenchmarkStepMatmuls(b *testing.B) {
-	m := benchModel(b, testmodel.Qwen3_06B(dtype.Q8_0))
+	m := benchModel(b, testmodel.Qwen3_06B(dtype.Q8_0), model.KVF16)
 	defer m.Close()
 	pool := kernels.NewPool(2)
 	defer pool.Close()

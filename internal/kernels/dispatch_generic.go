@@ -43,6 +43,16 @@ func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n i
 	attendF16Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
 
+func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
+	checkQ8Head(headDim)
+	attendQ8_0Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
+}
+
+func attendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
+	checkQ8Head(headDim)
+	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+}
+
 func attendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
 	attendF32Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 }

@@ -47,7 +47,7 @@ func BenchmarkPrefill(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(fmt.Sprintf("%s/%s", c.name, lowerType(c.spec.Type)), func(b *testing.B) {
-			m := benchModel(b, c.spec)
+			m := benchModel(b, c.spec, model.KVF16)
 			defer m.Close()
 			r := rand.New(rand.NewPCG(7, 8))
 			for _, n := range []int{512, 4096} {

@@ -79,7 +79,7 @@ func (m *Model) check(seqs []*Seq) (total, end int, err error) {
 			return 0, 0, fmt.Errorf("%w: sequence %d has %d KV blocks for %d positions; need %d", ErrInput, i, len(s.Blocks), s.Pos+n, need)
 		}
 		for _, b := range s.Blocks {
-			if b == nil || (m.kvF32 && b.K32 == nil) || (!m.kvF32 && b.K == nil) {
+			if b == nil || !m.ownBlock(b) {
 				return 0, 0, fmt.Errorf("%w: sequence %d has a missing or wrong-type KV block", ErrInput, i)
 			}
 		}
@@ -246,15 +246,35 @@ func outRows(s *Seq) int {
 	return 1
 }
 
+// ownBlock reports whether b holds the model's cache type.
+func (m *Model) ownBlock(b *Block) bool {
+	switch m.kv {
+	case KVF32:
+		return b.K32 != nil
+	case KVQ8_0:
+		return b.K8 != nil
+	}
+	return b.K != nil
+}
+
 // storeKV writes one position's k and v (kvHeads, headDim) into block b at
 // offset slot of layer li.
 func (m *Model) storeKV(b *Block, li, slot int, k, v []float32) {
 	hd := m.HeadDim
 	for g := range m.KVHeads {
 		off := ((li*m.KVHeads+g)*BlockSize + slot) * hd
-		if m.kvF32 {
+		switch m.kv {
+		case KVF32:
 			copy(b.K32[off:off+hd], k[g*hd:(g+1)*hd])
 			copy(b.V32[off:off+hd], v[g*hd:(g+1)*hd])
+			continue
+		case KVQ8_0:
+			rb := kvRowBytes(KVQ8_0, hd)
+			o8 := off / hd * rb
+			// Quantized once, here, as ggml's quantize_row_q8_0_ref (in place:
+			// the slices have exactly rb bytes of capacity).
+			dtype.Quantize(dtype.Q8_0, b.K8[o8:o8:o8+rb], k[g*hd:(g+1)*hd])
+			dtype.Quantize(dtype.Q8_0, b.V8[o8:o8:o8+rb], v[g*hd:(g+1)*hd])
 			continue
 		}
 		kernels.F32ToF16(b.K[off:off+hd], k[g*hd:(g+1)*hd])

@@ -24,8 +24,9 @@ import (
 
 // Options tune how a model is loaded and run.
 type Options struct {
-	Threads int  // worker goroutines for kernels; ≤ 0 means all cores
-	KVF32   bool // keep the KV cache in f32 instead of f16
+	Threads int    // worker goroutines for kernels; ≤ 0 means all cores
+	KV      KVType // the KV cache's storage type (default f16)
+	KVF32   bool   // keep the KV cache in f32 (the same as KV: KVF32)
 }
 
 // tensor is one stored tensor as the binder sees it: shape in HF order
@@ -125,7 +126,14 @@ func bind(c *Config, src source, opt Options) (*Model, error) {
 	if err := checkCounts(c, src); err != nil {
 		return nil, err
 	}
-	m := &Model{Config: *c, src: src, kvF32: opt.KVF32}
+	kv := opt.KV
+	if opt.KVF32 {
+		kv = KVF32
+	}
+	if err := checkKVType(kv, c.HeadDim); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: *c, src: src, kv: kv}
 	var errs []error
 	dropped := 0
 	fail := func(err error) {

@@ -11,6 +11,7 @@ package model
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/kernels"
@@ -47,7 +48,7 @@ type Model struct {
 	Tensors     []TensorInfo   // every bound tensor, in binding order
 
 	src     source
-	kvF32   bool
+	kv      KVType
 	pool    *kernels.Pool
 	invFreq []float32          // (headDim/2) RoPE inverse frequencies
 	rope    *kernels.RoPETable // cos/sin of the positions used so far (ropeUpTo)
@@ -74,8 +75,11 @@ func (m *Model) Path() string { return m.src.path() }
 // Threads is the number of kernel workers.
 func (m *Model) Threads() int { return m.pool.Threads() }
 
-// KVF32 reports whether the KV cache is kept in f32 (else f16).
-func (m *Model) KVF32() bool { return m.kvF32 }
+// KVF32 reports whether the KV cache is kept in f32.
+func (m *Model) KVF32() bool { return m.kv == KVF32 }
+
+// KVType is the KV cache's storage type.
+func (m *Model) KVType() KVType { return m.kv }
 
 // TensorInfo describes one stored tensor of a loaded model (HF name).
 type TensorInfo struct {
@@ -111,28 +115,52 @@ func (m *Model) Mix() map[string]TypeShare {
 func (m *Model) BitsPerWeight() float64 { return 8 * float64(m.WeightBytes) / float64(m.Params) }
 
 // Block holds the keys and values of BlockSize consecutive positions for
-// every layer. Exactly one of the f16 pair and the f32 pair is allocated.
+// every layer. Exactly one of the f16, the q8_0 and the f32 pair is
+// allocated.
 type Block struct {
 	K, V     []uint16  // f16 bits: (layers, kvHeads, BlockSize, headDim)
+	K8, V8   []byte    // q8_0: (layers, kvHeads, BlockSize, headDim/32, 34) ggml block_q8_0
 	K32, V32 []float32 // f32: (layers, kvHeads, BlockSize, headDim)
 }
 
 // BlockBytes is the memory one Block takes.
 func (m *Model) BlockBytes() int {
-	n := 2 * m.Layers * m.KVHeads * BlockSize * m.HeadDim
-	if m.kvF32 {
-		return 4 * n
-	}
-	return 2 * n
+	return 2 * m.Layers * m.KVHeads * BlockSize * kvRowBytes(m.kv, m.HeadDim)
 }
 
 // NewBlock allocates one zeroed KV block in the model's cache type.
 func (m *Model) NewBlock() *Block {
 	n := m.Layers * m.KVHeads * BlockSize * m.HeadDim
-	if m.kvF32 {
+	switch m.kv {
+	case KVF32:
 		return &Block{K32: make([]float32, n), V32: make([]float32, n)}
+	case KVQ8_0:
+		nb := m.Layers * m.KVHeads * BlockSize * kvRowBytes(KVQ8_0, m.HeadDim)
+		return &Block{K8: make([]byte, nb), V8: make([]byte, nb)}
 	}
 	return &Block{K: make([]uint16, n), V: make([]uint16, n)}
+}
+
+// Segment returns the key and value bytes of layer li, KV head g of b (one
+// (BlockSize, row) segment each), whatever the cache type: for benchmarks
+// and diagnostics that read the cache as attention does.
+func (m *Model) Segment(b *Block, li, g int) (k, v []byte) {
+	rb := kvRowBytes(m.kv, m.HeadDim)
+	off, n := (li*m.KVHeads+g)*BlockSize*rb, BlockSize*rb
+	switch m.kv {
+	case KVF32:
+		return f32Bytes(b.K32)[off : off+n], f32Bytes(b.V32)[off : off+n]
+	case KVQ8_0:
+		return b.K8[off : off+n], b.V8[off : off+n]
+	}
+	return u16Bytes(b.K)[off : off+n], u16Bytes(b.V)[off : off+n]
+}
+
+func f32Bytes(s []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
+}
+func u16Bytes(s []uint16) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 2*len(s))
 }
 
 // CopyPositions copies the keys and values of positions [0, npos) of every
@@ -141,6 +169,15 @@ func (m *Model) NewBlock() *Block {
 func CopyPositions(dst, src *Block, npos, headDim int) {
 	seg := BlockSize * headDim // one (layer, kvHead) segment
 	n := npos * headDim
+	if src.K8 != nil {
+		rb := kvRowBytes(KVQ8_0, headDim)
+		seg, n := BlockSize*rb, npos*rb
+		for off := 0; off < len(src.K8); off += seg {
+			copy(dst.K8[off:off+n], src.K8[off:off+n])
+			copy(dst.V8[off:off+n], src.V8[off:off+n])
+		}
+		return
+	}
 	if src.K32 != nil {
 		for off := 0; off < len(src.K32); off += seg {
 			copy(dst.K32[off:off+n], src.K32[off:off+n])

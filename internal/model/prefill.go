@@ -35,6 +35,7 @@ type attnPlan struct {
 	viewOff  []int       // (seqs) index of each sequence's first view
 	nblk     []int       // (seqs) blocks covering each sequence's positions
 	k16, v16 [][]uint16  // (Σ kvHeads·nblk) block views of one layer, f16 cache
+	k8, v8   [][]byte    // the same, q8_0 cache
 	k32, v32 [][]float32 // the same, f32 cache
 }
 
@@ -82,15 +83,22 @@ func (m *Model) planAttention(seqs []*Seq) {
 func (m *Model) layerViews(li int, seqs []*Seq) {
 	ap := &m.sc.ap
 	seg := BlockSize * m.HeadDim // one (layer, kvHead) segment of a block
+	seg8 := BlockSize * kvRowBytes(KVQ8_0, m.HeadDim)
 	ap.k16, ap.v16, ap.k32, ap.v32 = ap.k16[:0], ap.v16[:0], ap.k32[:0], ap.v32[:0]
+	ap.k8, ap.v8 = ap.k8[:0], ap.v8[:0]
 	for i, s := range seqs {
 		for g := range m.KVHeads {
 			off := (li*m.KVHeads + g) * seg
+			off8 := (li*m.KVHeads + g) * seg8
 			for _, b := range s.Blocks[:ap.nblk[i]] {
-				if m.kvF32 {
+				switch m.kv {
+				case KVF32:
 					ap.k32 = append(ap.k32, b.K32[off:off+seg])
 					ap.v32 = append(ap.v32, b.V32[off:off+seg])
-				} else {
+				case KVQ8_0:
+					ap.k8 = append(ap.k8, b.K8[off8:off8+seg8])
+					ap.v8 = append(ap.v8, b.V8[off8:off8+seg8])
+				default:
 					ap.k16 = append(ap.k16, b.K[off:off+seg])
 					ap.v16 = append(ap.v16, b.V[off:off+seg])
 				}
@@ -150,9 +158,12 @@ func (m *Model) attention(li int, seqs []*Seq, scale float32, tasks []attnTask) 
 			q := sc.q[off:]     // token i's (group, headDim) rows at i·qd
 			out := sc.att[off:] // likewise
 			p0 := sc.tokPos[tk.t0]
-			if m.kvF32 {
+			switch m.kv {
+			case KVF32:
 				kernels.AttendCausalF32(out, q, qd, tk.nt, group, hd, ap.k32[vo:vo+nb], ap.v32[vo:vo+nb], BlockSize, p0, scale)
-			} else {
+			case KVQ8_0:
+				kernels.AttendCausalQ8_0(out, q, qd, tk.nt, group, hd, ap.k8[vo:vo+nb], ap.v8[vo:vo+nb], BlockSize, p0, scale)
+			default:
 				kernels.AttendCausalF16(out, q, qd, tk.nt, group, hd, ap.k16[vo:vo+nb], ap.v16[vo:vo+nb], BlockSize, p0, scale)
 			}
 		}
