@@ -36,13 +36,24 @@ func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n i
 	}
 }
 
+// attendQ8_0 and attendCausalQ8_0 run the AVX2 block kernel on AVX2 and
+// AVX-512 hosts (no AVX-512 q8_0 kernel exists: the development machine
+// cannot run one).
 func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
 	checkQ8Head(headDim)
+	if impl >= implAVX2 && headDim <= 256 {
+		attendCausal2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+		return
+	}
 	attendQ8_0Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
 
 func attendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
 	checkQ8Head(headDim)
+	if impl >= implAVX2 && headDim <= 256 {
+		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+		return
+	}
 	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 }
 
@@ -154,17 +165,17 @@ func attnKernel[T uint16 | float32](sc *attnScratch, g, nch int, k, v *T, cnt in
 	}
 }
 
-// nextRows returns the start of the cnt rows after position p, for the
-// kernel to prefetch, or def if they are not all there.
-func nextRows[T uint16 | float32](keys, vals [][]T, p, n, bs, cnt, headDim int, defK, defV *T) (*T, *T) {
+// nextRows returns the start of the cnt rows (of rl stored T each) after
+// position p, for the kernel to prefetch, or def if they are not all there.
+func nextRows[T uint16 | float32 | byte](keys, vals [][]T, p, n, bs, cnt, rl int, defK, defV *T) (*T, *T) {
 	if p >= n {
 		return defK, defV
 	}
 	b, o := p/bs, p%bs
-	if end := (o + cnt) * headDim; len(keys[b]) < end || len(vals[b]) < end {
+	if end := (o + cnt) * rl; len(keys[b]) < end || len(vals[b]) < end {
 		return defK, defV
 	}
-	return &keys[b][o*headDim], &vals[b][o*headDim]
+	return &keys[b][o*rl], &vals[b][o*rl]
 }
 
 func checkAttend(out, q []float32, nq, headDim, nk, nv, bs, n int) {
@@ -212,7 +223,7 @@ type attn2Scratch struct {
 // nt·nq (token, head) query rows go through the cache in passes of up to 8
 // rows, so each key and value a pass loads serves all of its rows; rows of
 // later tokens see a few more positions, masked per row in the kernel.
-func attendCausal2[T uint16 | float32](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
+func attendCausal2[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
 	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
 	var sc attn2Scratch
 	var qo, end [attnMaxNQ]int
@@ -230,8 +241,9 @@ func attendCausal2[T uint16 | float32](out, q []float32, stride, nt, nq, headDim
 // attnPass2 runs g ≤ 8 query rows through the cache: row j's query is
 // q[qo[j]:][:headDim], its output out[qo[j]:][:headDim], and it sees
 // positions [0, end[j]) (end[j] ≥ 1).
-func attnPass2[T uint16 | float32](sc *attn2Scratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
+func attnPass2[T uint16 | float32 | byte](sc *attn2Scratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
 	nch := headDim / 8
+	rl := rowLen[T](headDim) // stored T of one cached row
 	n := 0
 	for j := range attnMaxNQ {
 		sc.ml[j], sc.ml[8+j], sc.lim[j] = float32(math.Inf(-1)), 0, 0
@@ -249,9 +261,9 @@ func attnPass2[T uint16 | float32](sc *attn2Scratch, out, q []float32, qo, end *
 		for j := range g {
 			sc.lim[j] = int32(min(max(end[j]-p, 0), cnt))
 		}
-		k := keys[blk][off*headDim : (off+cnt)*headDim]
-		v := vals[blk][off*headDim : (off+cnt)*headDim]
-		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, headDim, &k[0], &v[0])
+		k := keys[blk][off*rl : (off+cnt)*rl]
+		v := vals[blk][off*rl : (off+cnt)*rl]
+		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
 		attn2Kernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
 		p += cnt
 	}
@@ -265,10 +277,31 @@ func attnPass2[T uint16 | float32](sc *attn2Scratch, out, q []float32, qo, end *
 // The switch is deliberate: calling the kernels through a table of func
 // values drops their //go:noescape, moves the caller's stack scratch to the
 // heap and costs ~130 MB of allocations per batch-32 decode step (measured).
-func attn2Kernel[T uint16 | float32](sc *attn2Scratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
+func attn2Kernel[T uint16 | float32 | byte](sc *attn2Scratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
 	acc, q, ml, s, lim := &sc.acc[0], &sc.q[0], &sc.ml[0], &sc.s[0], &sc.lim[0]
 	kb, vb := (*byte)(unsafe.Pointer(k)), (*byte)(unsafe.Pointer(v))
 	knb, vnb := (*byte)(unsafe.Pointer(kn)), (*byte)(unsafe.Pointer(vn))
+	if unsafe.Sizeof(*k) == 1 {
+		switch g {
+		case 1:
+			attendQ8AVX2x1(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 2:
+			attendQ8AVX2x2(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 3:
+			attendQ8AVX2x3(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 4:
+			attendQ8AVX2x4(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 5:
+			attendQ8AVX2x5(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 6:
+			attendQ8AVX2x6(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 7:
+			attendQ8AVX2x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		default:
+			attendQ8AVX2x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		}
+		return
+	}
 	if unsafe.Sizeof(*k) == 2 {
 		switch g {
 		case 1:

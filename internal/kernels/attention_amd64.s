@@ -28174,6 +28174,7842 @@ vdoner6:
 	VZEROUPPER
 	RET
 
+// func attendQ8AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x1(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPBROADCASTW (AX)(R13*1), X5
+	VCVTPH2PS    X5, Y5
+	VPBROADCASTW (AX)(R13*2), X6
+	VCVTPH2PS    X6, Y6
+	VPBROADCASTW (BX), X7
+	VCVTPH2PS    X7, Y7
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y1
+	VPMOVSXBD    2(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y2
+	VPMOVSXBD    2(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  32(R8), Y14, Y0
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  32(R8), Y15, Y1
+	VPMOVSXBD    10(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  32(R8), Y14, Y2
+	VPMOVSXBD    10(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  32(R8), Y15, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  64(R8), Y14, Y0
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  64(R8), Y15, Y1
+	VPMOVSXBD    18(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  64(R8), Y14, Y2
+	VPMOVSXBD    18(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  64(R8), Y15, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  96(R8), Y14, Y0
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  96(R8), Y15, Y1
+	VPMOVSXBD    26(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  96(R8), Y14, Y2
+	VPMOVSXBD    26(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  96(R8), Y15, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 32(DX)
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 64(DX)
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  32(R8), Y14, Y0
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  64(R8), Y14, Y0
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  96(R8), Y14, Y0
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y4
+	VMULPS       (DI), Y4, Y0
+	VMULPS       32(DI), Y4, Y1
+	VMULPS       64(DI), Y4, Y2
+	VMULPS       96(DI), Y4, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y4
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y0
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y1
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y2
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x2(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x04
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPBROADCASTW (AX)(R13*2), X10
+	VCVTPH2PS    X10, Y10
+	VPBROADCASTW (BX), X11
+	VCVTPH2PS    X11, Y11
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y2
+	VFMADD231PS  32(R8), Y15, Y3
+	VPMOVSXBD    2(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y4
+	VFMADD231PS  32(R8), Y14, Y5
+	VPMOVSXBD    2(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y6
+	VFMADD231PS  32(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  64(R8), Y14, Y0
+	VFMADD231PS  96(R8), Y14, Y1
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  64(R8), Y15, Y2
+	VFMADD231PS  96(R8), Y15, Y3
+	VPMOVSXBD    10(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  64(R8), Y14, Y4
+	VFMADD231PS  96(R8), Y14, Y5
+	VPMOVSXBD    10(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  128(R8), Y14, Y0
+	VFMADD231PS  160(R8), Y14, Y1
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  128(R8), Y15, Y2
+	VFMADD231PS  160(R8), Y15, Y3
+	VPMOVSXBD    18(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  128(R8), Y14, Y4
+	VFMADD231PS  160(R8), Y14, Y5
+	VPMOVSXBD    18(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  128(R8), Y15, Y6
+	VFMADD231PS  160(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  192(R8), Y15, Y2
+	VFMADD231PS  224(R8), Y15, Y3
+	VPMOVSXBD    26(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y4
+	VFMADD231PS  224(R8), Y14, Y5
+	VPMOVSXBD    26(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  192(R8), Y15, Y6
+	VFMADD231PS  224(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y8
+	VSHUFPS      $0xdd, Y0, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y8
+	VSHUFPS      $0xdd, Y2, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 32(DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y4, Y4, Y8
+	VSHUFPS      $0xdd, Y4, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 64(DX)
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y8
+	VSHUFPS      $0xdd, Y6, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 96(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  64(R8), Y14, Y0
+	VFMADD231PS  96(R8), Y14, Y1
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  128(R8), Y14, Y0
+	VFMADD231PS  160(R8), Y14, Y1
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y2
+	VSHUFPS      $0xdd, Y1, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y2
+	VSHUFPS      $0xdd, Y0, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       64(DI), Y8, Y2
+	VMULPS       96(DI), Y9, Y3
+	VMULPS       128(DI), Y8, Y4
+	VMULPS       160(DI), Y9, Y5
+	VMULPS       192(DI), Y8, Y6
+	VMULPS       224(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x3(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VPBROADCASTW (AX)(R13*1), X7
+	VCVTPH2PS    X7, Y7
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VFMADD231PS  32(R8), Y15, Y4
+	VFMADD231PS  64(R8), Y15, Y5
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  96(R8), Y14, Y0
+	VFMADD231PS  128(R8), Y14, Y1
+	VFMADD231PS  160(R8), Y14, Y2
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  96(R8), Y15, Y3
+	VFMADD231PS  128(R8), Y15, Y4
+	VFMADD231PS  160(R8), Y15, Y5
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	VFMADD231PS  256(R8), Y14, Y2
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  192(R8), Y15, Y3
+	VFMADD231PS  224(R8), Y15, Y4
+	VFMADD231PS  256(R8), Y15, Y5
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  288(R8), Y14, Y0
+	VFMADD231PS  320(R8), Y14, Y1
+	VFMADD231PS  352(R8), Y14, Y2
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  288(R8), Y15, Y3
+	VFMADD231PS  320(R8), Y15, Y4
+	VFMADD231PS  352(R8), Y15, Y5
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y6
+	VSHUFPS      $0xdd, Y1, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y6
+	VSHUFPS      $0xdd, Y2, Y2, Y7
+	VADDPS       Y7, Y6, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y6
+	VSHUFPS      $0xdd, Y2, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y4, Y3, Y6
+	VSHUFPS      $0xdd, Y4, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y6
+	VSHUFPS      $0xdd, Y5, Y5, Y7
+	VADDPS       Y7, Y6, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y6
+	VSHUFPS      $0xdd, Y5, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VEXTRACTF128 $0x01, Y3, X6
+	VADDPS       X6, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  96(R8), Y14, Y0
+	VFMADD231PS  128(R8), Y14, Y1
+	VFMADD231PS  160(R8), Y14, Y2
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	VFMADD231PS  256(R8), Y14, Y2
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  288(R8), Y14, Y0
+	VFMADD231PS  320(R8), Y14, Y1
+	VFMADD231PS  352(R8), Y14, Y2
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y3
+	VSHUFPS      $0xdd, Y1, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y3
+	VSHUFPS      $0xdd, Y2, Y2, Y4
+	VADDPS       Y4, Y3, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y3
+	VSHUFPS      $0xdd, Y2, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       96(DI), Y8, Y2
+	VMULPS       128(DI), Y9, Y3
+	VMULPS       192(DI), Y8, Y4
+	VMULPS       224(DI), Y9, Y5
+	VMULPS       288(DI), Y8, Y6
+	VMULPS       320(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 96(DI)
+	VMOVUPS      Y3, 128(DI)
+	VMOVUPS      Y4, 192(DI)
+	VMOVUPS      Y5, 224(DI)
+	VMOVUPS      Y6, 288(DI)
+	VMOVUPS      Y7, 320(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000040, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr2:
+	VBROADCASTSS 520(DX), Y4
+	VMULPS       (DI), Y4, Y0
+	VMULPS       96(DI), Y4, Y1
+	VMULPS       192(DI), Y4, Y2
+	VMULPS       288(DI), Y4, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr2:
+	CMPQ       SI, $0x00
+	JLE        vpfr2
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr2:
+	VBROADCASTSS 8(R8), Y4
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y0
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y1
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y2
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr2
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 96(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 288(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr2
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x4(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  128(R8), Y14, Y0
+	VFMADD231PS  160(R8), Y14, Y1
+	VFMADD231PS  192(R8), Y14, Y2
+	VFMADD231PS  224(R8), Y14, Y3
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  128(R8), Y15, Y4
+	VFMADD231PS  160(R8), Y15, Y5
+	VFMADD231PS  192(R8), Y15, Y6
+	VFMADD231PS  224(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  256(R8), Y14, Y0
+	VFMADD231PS  288(R8), Y14, Y1
+	VFMADD231PS  320(R8), Y14, Y2
+	VFMADD231PS  352(R8), Y14, Y3
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  256(R8), Y15, Y4
+	VFMADD231PS  288(R8), Y15, Y5
+	VFMADD231PS  320(R8), Y15, Y6
+	VFMADD231PS  352(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  384(R8), Y14, Y0
+	VFMADD231PS  416(R8), Y14, Y1
+	VFMADD231PS  448(R8), Y14, Y2
+	VFMADD231PS  480(R8), Y14, Y3
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  384(R8), Y15, Y4
+	VFMADD231PS  416(R8), Y15, Y5
+	VFMADD231PS  448(R8), Y15, Y6
+	VFMADD231PS  480(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  128(R8), Y14, Y0
+	VFMADD231PS  160(R8), Y14, Y1
+	VFMADD231PS  192(R8), Y14, Y2
+	VFMADD231PS  224(R8), Y14, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  256(R8), Y14, Y0
+	VFMADD231PS  288(R8), Y14, Y1
+	VFMADD231PS  320(R8), Y14, Y2
+	VFMADD231PS  352(R8), Y14, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  384(R8), Y14, Y0
+	VFMADD231PS  416(R8), Y14, Y1
+	VFMADD231PS  448(R8), Y14, Y2
+	VFMADD231PS  480(R8), Y14, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       128(DI), Y8, Y2
+	VMULPS       160(DI), Y9, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       384(DI), Y8, Y6
+	VMULPS       416(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 128(DI)
+	VMOVUPS      Y3, 160(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 384(DI)
+	VMOVUPS      Y7, 416(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000040, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr2:
+	VBROADCASTSS 520(DX), Y8
+	VBROADCASTSS 524(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       128(DI), Y8, Y2
+	VMULPS       160(DI), Y9, Y3
+	VMULPS       256(DI), Y8, Y4
+	VMULPS       288(DI), Y9, Y5
+	VMULPS       384(DI), Y8, Y6
+	VMULPS       416(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr2:
+	CMPQ       SI, $0x00
+	JLE        vpfr2
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr2:
+	VBROADCASTSS 8(R8), Y8
+	VBROADCASTSS 12(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr2
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 128(DI)
+	VMOVUPS      Y3, 160(DI)
+	VMOVUPS      Y4, 256(DI)
+	VMOVUPS      Y5, 288(DI)
+	VMOVUPS      Y6, 384(DI)
+	VMOVUPS      Y7, 416(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr2
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x5(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  160(R8), Y14, Y0
+	VFMADD231PS  192(R8), Y14, Y1
+	VFMADD231PS  224(R8), Y14, Y2
+	VFMADD231PS  256(R8), Y14, Y3
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  160(R8), Y15, Y4
+	VFMADD231PS  192(R8), Y15, Y5
+	VFMADD231PS  224(R8), Y15, Y6
+	VFMADD231PS  256(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  320(R8), Y14, Y0
+	VFMADD231PS  352(R8), Y14, Y1
+	VFMADD231PS  384(R8), Y14, Y2
+	VFMADD231PS  416(R8), Y14, Y3
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  320(R8), Y15, Y4
+	VFMADD231PS  352(R8), Y15, Y5
+	VFMADD231PS  384(R8), Y15, Y6
+	VFMADD231PS  416(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  480(R8), Y14, Y0
+	VFMADD231PS  512(R8), Y14, Y1
+	VFMADD231PS  544(R8), Y14, Y2
+	VFMADD231PS  576(R8), Y14, Y3
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  480(R8), Y15, Y4
+	VFMADD231PS  512(R8), Y15, Y5
+	VFMADD231PS  544(R8), Y15, Y6
+	VFMADD231PS  576(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  160(R8), Y14, Y0
+	VFMADD231PS  192(R8), Y14, Y1
+	VFMADD231PS  224(R8), Y14, Y2
+	VFMADD231PS  256(R8), Y14, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  320(R8), Y14, Y0
+	VFMADD231PS  352(R8), Y14, Y1
+	VFMADD231PS  384(R8), Y14, Y2
+	VFMADD231PS  416(R8), Y14, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  480(R8), Y14, Y0
+	VFMADD231PS  512(R8), Y14, Y1
+	VFMADD231PS  544(R8), Y14, Y2
+	VFMADD231PS  576(R8), Y14, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPBROADCASTW (AX)(R13*1), X5
+	VCVTPH2PS    X5, Y5
+	VPBROADCASTW (AX)(R13*2), X6
+	VCVTPH2PS    X6, Y6
+	VPBROADCASTW (BX), X7
+	VCVTPH2PS    X7, Y7
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y1
+	VPMOVSXBD    2(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y2
+	VPMOVSXBD    2(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  160(R8), Y14, Y0
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  160(R8), Y15, Y1
+	VPMOVSXBD    10(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  160(R8), Y14, Y2
+	VPMOVSXBD    10(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  160(R8), Y15, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  320(R8), Y14, Y0
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  320(R8), Y15, Y1
+	VPMOVSXBD    18(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  320(R8), Y14, Y2
+	VPMOVSXBD    18(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  320(R8), Y15, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  480(R8), Y14, Y0
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y5, Y15, Y15
+	VFMADD231PS  480(R8), Y15, Y1
+	VPMOVSXBD    26(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  480(R8), Y14, Y2
+	VPMOVSXBD    26(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  480(R8), Y15, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          blockPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y4
+	VSHUFPS      $0xdd, Y0, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VSHUFPS      $0x88, Y1, Y1, Y4
+	VSHUFPS      $0xdd, Y1, Y1, Y5
+	VADDPS       Y5, Y4, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VADDPS       X4, X1, X1
+	VMULPS       X15, X1, X1
+	VMOVUPS      X1, 48(DX)
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y4
+	VSHUFPS      $0xdd, Y2, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 80(DX)
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y4
+	VSHUFPS      $0xdd, Y3, Y3, Y5
+	VADDPS       Y5, Y4, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VPBROADCASTW (AX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  160(R8), Y14, Y0
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  320(R8), Y14, Y0
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y1, Y14, Y14
+	VFMADD231PS  480(R8), Y14, Y0
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          block1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y1
+	VSHUFPS      $0xdd, Y0, Y0, Y2
+	VADDPS       Y2, Y1, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       160(DI), Y8, Y2
+	VMULPS       192(DI), Y9, Y3
+	VMULPS       320(DI), Y8, Y4
+	VMULPS       352(DI), Y9, Y5
+	VMULPS       480(DI), Y8, Y6
+	VMULPS       512(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 160(DI)
+	VMOVUPS      Y3, 192(DI)
+	VMOVUPS      Y4, 320(DI)
+	VMOVUPS      Y5, 352(DI)
+	VMOVUPS      Y6, 480(DI)
+	VMOVUPS      Y7, 512(DI)
+	ADDQ         $0x00000280, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000040, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr2:
+	VBROADCASTSS 520(DX), Y8
+	VBROADCASTSS 524(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       160(DI), Y8, Y2
+	VMULPS       192(DI), Y9, Y3
+	VMULPS       320(DI), Y8, Y4
+	VMULPS       352(DI), Y9, Y5
+	VMULPS       480(DI), Y8, Y6
+	VMULPS       512(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr2:
+	CMPQ       SI, $0x00
+	JLE        vpfr2
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr2:
+	VBROADCASTSS 8(R8), Y8
+	VBROADCASTSS 12(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr2
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 160(DI)
+	VMOVUPS      Y3, 192(DI)
+	VMOVUPS      Y4, 320(DI)
+	VMOVUPS      Y5, 352(DI)
+	VMOVUPS      Y6, 480(DI)
+	VMOVUPS      Y7, 512(DI)
+	ADDQ         $0x00000280, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr2
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000080, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr4:
+	VBROADCASTSS 528(DX), Y4
+	VMULPS       (DI), Y4, Y0
+	VMULPS       160(DI), Y4, Y1
+	VMULPS       320(DI), Y4, Y2
+	VMULPS       480(DI), Y4, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr4:
+	CMPQ       SI, $0x00
+	JLE        vpfr4
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr4:
+	VBROADCASTSS 16(R8), Y4
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y0
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y1
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y2
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 160(DI)
+	VMOVUPS      Y2, 320(DI)
+	VMOVUPS      Y3, 480(DI)
+	ADDQ         $0x00000280, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr4
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x6(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	VFMADD231PS  256(R8), Y14, Y2
+	VFMADD231PS  288(R8), Y14, Y3
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  192(R8), Y15, Y4
+	VFMADD231PS  224(R8), Y15, Y5
+	VFMADD231PS  256(R8), Y15, Y6
+	VFMADD231PS  288(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  384(R8), Y14, Y0
+	VFMADD231PS  416(R8), Y14, Y1
+	VFMADD231PS  448(R8), Y14, Y2
+	VFMADD231PS  480(R8), Y14, Y3
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  384(R8), Y15, Y4
+	VFMADD231PS  416(R8), Y15, Y5
+	VFMADD231PS  448(R8), Y15, Y6
+	VFMADD231PS  480(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  576(R8), Y14, Y0
+	VFMADD231PS  608(R8), Y14, Y1
+	VFMADD231PS  640(R8), Y14, Y2
+	VFMADD231PS  672(R8), Y14, Y3
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  576(R8), Y15, Y4
+	VFMADD231PS  608(R8), Y15, Y5
+	VFMADD231PS  640(R8), Y15, Y6
+	VFMADD231PS  672(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	VFMADD231PS  256(R8), Y14, Y2
+	VFMADD231PS  288(R8), Y14, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  384(R8), Y14, Y0
+	VFMADD231PS  416(R8), Y14, Y1
+	VFMADD231PS  448(R8), Y14, Y2
+	VFMADD231PS  480(R8), Y14, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  576(R8), Y14, Y0
+	VFMADD231PS  608(R8), Y14, Y1
+	VFMADD231PS  640(R8), Y14, Y2
+	VFMADD231PS  672(R8), Y14, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x04
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPBROADCASTW (AX)(R13*2), X10
+	VCVTPH2PS    X10, Y10
+	VPBROADCASTW (BX), X11
+	VCVTPH2PS    X11, Y11
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y2
+	VFMADD231PS  32(R8), Y15, Y3
+	VPMOVSXBD    2(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y4
+	VFMADD231PS  32(R8), Y14, Y5
+	VPMOVSXBD    2(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y6
+	VFMADD231PS  32(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  192(R8), Y15, Y2
+	VFMADD231PS  224(R8), Y15, Y3
+	VPMOVSXBD    10(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y4
+	VFMADD231PS  224(R8), Y14, Y5
+	VPMOVSXBD    10(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  192(R8), Y15, Y6
+	VFMADD231PS  224(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  384(R8), Y14, Y0
+	VFMADD231PS  416(R8), Y14, Y1
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  384(R8), Y15, Y2
+	VFMADD231PS  416(R8), Y15, Y3
+	VPMOVSXBD    18(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  384(R8), Y14, Y4
+	VFMADD231PS  416(R8), Y14, Y5
+	VPMOVSXBD    18(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  384(R8), Y15, Y6
+	VFMADD231PS  416(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  576(R8), Y14, Y0
+	VFMADD231PS  608(R8), Y14, Y1
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  576(R8), Y15, Y2
+	VFMADD231PS  608(R8), Y15, Y3
+	VPMOVSXBD    26(AX)(R13*2), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y10, Y14, Y14
+	VFMADD231PS  576(R8), Y14, Y4
+	VFMADD231PS  608(R8), Y14, Y5
+	VPMOVSXBD    26(BX), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y11, Y15, Y15
+	VFMADD231PS  576(R8), Y15, Y6
+	VFMADD231PS  608(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          blockPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y8
+	VSHUFPS      $0xdd, Y0, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y8
+	VSHUFPS      $0xdd, Y2, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VEXTRACTF128 $0x01, Y2, X8
+	VADDPS       X8, X2, X2
+	VMULPS       X15, X2, X2
+	VMOVUPS      X2, 48(DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y4, Y4, Y8
+	VSHUFPS      $0xdd, Y4, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 80(DX)
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y8
+	VSHUFPS      $0xdd, Y6, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VEXTRACTF128 $0x01, Y6, X8
+	VADDPS       X8, X6, X6
+	VMULPS       X15, X6, X6
+	VMOVUPS      X6, 112(DX)
+	ADDQ         $0x80, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  192(R8), Y14, Y0
+	VFMADD231PS  224(R8), Y14, Y1
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  384(R8), Y14, Y0
+	VFMADD231PS  416(R8), Y14, Y1
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y2, Y14, Y14
+	VFMADD231PS  576(R8), Y14, Y0
+	VFMADD231PS  608(R8), Y14, Y1
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          block1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y2
+	VSHUFPS      $0xdd, Y1, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VSHUFPS      $0x88, Y0, Y0, Y2
+	VSHUFPS      $0xdd, Y0, Y0, Y3
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       192(DI), Y8, Y2
+	VMULPS       224(DI), Y9, Y3
+	VMULPS       384(DI), Y8, Y4
+	VMULPS       416(DI), Y9, Y5
+	VMULPS       576(DI), Y8, Y6
+	VMULPS       608(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 384(DI)
+	VMOVUPS      Y5, 416(DI)
+	VMOVUPS      Y6, 576(DI)
+	VMOVUPS      Y7, 608(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000040, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr2:
+	VBROADCASTSS 520(DX), Y8
+	VBROADCASTSS 524(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       192(DI), Y8, Y2
+	VMULPS       224(DI), Y9, Y3
+	VMULPS       384(DI), Y8, Y4
+	VMULPS       416(DI), Y9, Y5
+	VMULPS       576(DI), Y8, Y6
+	VMULPS       608(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr2:
+	CMPQ       SI, $0x00
+	JLE        vpfr2
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr2:
+	VBROADCASTSS 8(R8), Y8
+	VBROADCASTSS 12(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr2
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 384(DI)
+	VMOVUPS      Y5, 416(DI)
+	VMOVUPS      Y6, 576(DI)
+	VMOVUPS      Y7, 608(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr2
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000080, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       192(DI), Y8, Y2
+	VMULPS       224(DI), Y9, Y3
+	VMULPS       384(DI), Y8, Y4
+	VMULPS       416(DI), Y9, Y5
+	VMULPS       576(DI), Y8, Y6
+	VMULPS       608(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr4:
+	CMPQ       SI, $0x00
+	JLE        vpfr4
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 192(DI)
+	VMOVUPS      Y3, 224(DI)
+	VMOVUPS      Y4, 384(DI)
+	VMOVUPS      Y5, 416(DI)
+	VMOVUPS      Y6, 576(DI)
+	VMOVUPS      Y7, 608(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr4
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x7(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  224(R8), Y14, Y0
+	VFMADD231PS  256(R8), Y14, Y1
+	VFMADD231PS  288(R8), Y14, Y2
+	VFMADD231PS  320(R8), Y14, Y3
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  224(R8), Y15, Y4
+	VFMADD231PS  256(R8), Y15, Y5
+	VFMADD231PS  288(R8), Y15, Y6
+	VFMADD231PS  320(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  448(R8), Y14, Y0
+	VFMADD231PS  480(R8), Y14, Y1
+	VFMADD231PS  512(R8), Y14, Y2
+	VFMADD231PS  544(R8), Y14, Y3
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  448(R8), Y15, Y4
+	VFMADD231PS  480(R8), Y15, Y5
+	VFMADD231PS  512(R8), Y15, Y6
+	VFMADD231PS  544(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  672(R8), Y14, Y0
+	VFMADD231PS  704(R8), Y14, Y1
+	VFMADD231PS  736(R8), Y14, Y2
+	VFMADD231PS  768(R8), Y14, Y3
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  672(R8), Y15, Y4
+	VFMADD231PS  704(R8), Y15, Y5
+	VFMADD231PS  736(R8), Y15, Y6
+	VFMADD231PS  768(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  224(R8), Y14, Y0
+	VFMADD231PS  256(R8), Y14, Y1
+	VFMADD231PS  288(R8), Y14, Y2
+	VFMADD231PS  320(R8), Y14, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  448(R8), Y14, Y0
+	VFMADD231PS  480(R8), Y14, Y1
+	VFMADD231PS  512(R8), Y14, Y2
+	VFMADD231PS  544(R8), Y14, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  672(R8), Y14, Y0
+	VFMADD231PS  704(R8), Y14, Y1
+	VFMADD231PS  736(R8), Y14, Y2
+	VFMADD231PS  768(R8), Y14, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x02
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VPBROADCASTW (AX)(R13*1), X7
+	VCVTPH2PS    X7, Y7
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y3
+	VFMADD231PS  32(R8), Y15, Y4
+	VFMADD231PS  64(R8), Y15, Y5
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  224(R8), Y14, Y0
+	VFMADD231PS  256(R8), Y14, Y1
+	VFMADD231PS  288(R8), Y14, Y2
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  224(R8), Y15, Y3
+	VFMADD231PS  256(R8), Y15, Y4
+	VFMADD231PS  288(R8), Y15, Y5
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  448(R8), Y14, Y0
+	VFMADD231PS  480(R8), Y14, Y1
+	VFMADD231PS  512(R8), Y14, Y2
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  448(R8), Y15, Y3
+	VFMADD231PS  480(R8), Y15, Y4
+	VFMADD231PS  512(R8), Y15, Y5
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y6, Y14, Y14
+	VFMADD231PS  672(R8), Y14, Y0
+	VFMADD231PS  704(R8), Y14, Y1
+	VFMADD231PS  736(R8), Y14, Y2
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y7, Y15, Y15
+	VFMADD231PS  672(R8), Y15, Y3
+	VFMADD231PS  704(R8), Y15, Y4
+	VFMADD231PS  736(R8), Y15, Y5
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          blockPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y6
+	VSHUFPS      $0xdd, Y1, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y6
+	VSHUFPS      $0xdd, Y2, Y2, Y7
+	VADDPS       Y7, Y6, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y6
+	VSHUFPS      $0xdd, Y2, Y0, Y7
+	VADDPS       Y7, Y6, Y0
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VSHUFPS      $0x88, Y4, Y3, Y6
+	VSHUFPS      $0xdd, Y4, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VSHUFPS      $0x88, Y5, Y5, Y6
+	VSHUFPS      $0xdd, Y5, Y5, Y7
+	VADDPS       Y7, Y6, Y5
+	VSHUFPS      $0x88, Y5, Y3, Y6
+	VSHUFPS      $0xdd, Y5, Y3, Y7
+	VADDPS       Y7, Y6, Y3
+	VEXTRACTF128 $0x01, Y3, X6
+	VADDPS       X6, X3, X3
+	VMULPS       X15, X3, X3
+	VMOVUPS      X3, 48(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  224(R8), Y14, Y0
+	VFMADD231PS  256(R8), Y14, Y1
+	VFMADD231PS  288(R8), Y14, Y2
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  448(R8), Y14, Y0
+	VFMADD231PS  480(R8), Y14, Y1
+	VFMADD231PS  512(R8), Y14, Y2
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y3, Y14, Y14
+	VFMADD231PS  672(R8), Y14, Y0
+	VFMADD231PS  704(R8), Y14, Y1
+	VFMADD231PS  736(R8), Y14, Y2
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          block1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y3
+	VSHUFPS      $0xdd, Y1, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VSHUFPS      $0x88, Y2, Y2, Y3
+	VSHUFPS      $0xdd, Y2, Y2, Y4
+	VADDPS       Y4, Y3, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y3
+	VSHUFPS      $0xdd, Y2, Y0, Y4
+	VADDPS       Y4, Y3, Y0
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       224(DI), Y8, Y2
+	VMULPS       256(DI), Y9, Y3
+	VMULPS       448(DI), Y8, Y4
+	VMULPS       480(DI), Y9, Y5
+	VMULPS       672(DI), Y8, Y6
+	VMULPS       704(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 224(DI)
+	VMOVUPS      Y3, 256(DI)
+	VMOVUPS      Y4, 448(DI)
+	VMOVUPS      Y5, 480(DI)
+	VMOVUPS      Y6, 672(DI)
+	VMOVUPS      Y7, 704(DI)
+	ADDQ         $0x00000380, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000040, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr2:
+	VBROADCASTSS 520(DX), Y8
+	VBROADCASTSS 524(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       224(DI), Y8, Y2
+	VMULPS       256(DI), Y9, Y3
+	VMULPS       448(DI), Y8, Y4
+	VMULPS       480(DI), Y9, Y5
+	VMULPS       672(DI), Y8, Y6
+	VMULPS       704(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr2:
+	CMPQ       SI, $0x00
+	JLE        vpfr2
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr2:
+	VBROADCASTSS 8(R8), Y8
+	VBROADCASTSS 12(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr2
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 224(DI)
+	VMOVUPS      Y3, 256(DI)
+	VMOVUPS      Y4, 448(DI)
+	VMOVUPS      Y5, 480(DI)
+	VMOVUPS      Y6, 672(DI)
+	VMOVUPS      Y7, 704(DI)
+	ADDQ         $0x00000380, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr2
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000080, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       224(DI), Y8, Y2
+	VMULPS       256(DI), Y9, Y3
+	VMULPS       448(DI), Y8, Y4
+	VMULPS       480(DI), Y9, Y5
+	VMULPS       672(DI), Y8, Y6
+	VMULPS       704(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr4:
+	CMPQ       SI, $0x00
+	JLE        vpfr4
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 224(DI)
+	VMOVUPS      Y3, 256(DI)
+	VMOVUPS      Y4, 448(DI)
+	VMOVUPS      Y5, 480(DI)
+	VMOVUPS      Y6, 672(DI)
+	VMOVUPS      Y7, 704(DI)
+	ADDQ         $0x00000380, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr4
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x000000c0, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr6:
+	VBROADCASTSS 536(DX), Y4
+	VMULPS       (DI), Y4, Y0
+	VMULPS       224(DI), Y4, Y1
+	VMULPS       448(DI), Y4, Y2
+	VMULPS       672(DI), Y4, Y3
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr6:
+	CMPQ       SI, $0x00
+	JLE        vpfr6
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr6:
+	VBROADCASTSS 24(R8), Y4
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y0
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y1
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y4, Y11, Y2
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y4, Y12, Y3
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr6
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 224(DI)
+	VMOVUPS      Y2, 448(DI)
+	VMOVUPS      Y3, 672(DI)
+	ADDQ         $0x00000380, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr6
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·attendQ8AVX2x8(SB), NOSPLIT, $0-96
+	MOVQ   nch+24(FP), R13
+	SHRQ   $0x02, R13
+	IMUL3Q $0x22, R13, R13
+	MOVQ   kn+80(FP), R14
+	MOVQ   cnt+48(FP), R12
+	IMULQ  R13, R12
+	MOVQ   vn+88(FP), R10
+	MOVQ   cnt+48(FP), SI
+	IMULQ  R13, SI
+
+	// Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr0:
+	CMPQ   R9, $0x02
+	JL     singler0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr0:
+	CMPQ       R12, $0x00
+	JLE        kpfPr0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr0:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  256(R8), Y14, Y0
+	VFMADD231PS  288(R8), Y14, Y1
+	VFMADD231PS  320(R8), Y14, Y2
+	VFMADD231PS  352(R8), Y14, Y3
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  256(R8), Y15, Y4
+	VFMADD231PS  288(R8), Y15, Y5
+	VFMADD231PS  320(R8), Y15, Y6
+	VFMADD231PS  352(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  512(R8), Y14, Y0
+	VFMADD231PS  544(R8), Y14, Y1
+	VFMADD231PS  576(R8), Y14, Y2
+	VFMADD231PS  608(R8), Y14, Y3
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  512(R8), Y15, Y4
+	VFMADD231PS  544(R8), Y15, Y5
+	VFMADD231PS  576(R8), Y15, Y6
+	VFMADD231PS  608(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  768(R8), Y14, Y0
+	VFMADD231PS  800(R8), Y14, Y1
+	VFMADD231PS  832(R8), Y14, Y2
+	VFMADD231PS  864(R8), Y14, Y3
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  768(R8), Y15, Y4
+	VFMADD231PS  800(R8), Y15, Y5
+	VFMADD231PS  832(R8), Y15, Y6
+	VFMADD231PS  864(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          blockPr0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 32(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr0
+
+singler0:
+	TESTQ  R9, R9
+	JZ     scoredr0
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r0:
+	CMPQ       R12, $0x00
+	JLE        kpf1r0
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r0:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  256(R8), Y14, Y0
+	VFMADD231PS  288(R8), Y14, Y1
+	VFMADD231PS  320(R8), Y14, Y2
+	VFMADD231PS  352(R8), Y14, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  512(R8), Y14, Y0
+	VFMADD231PS  544(R8), Y14, Y1
+	VFMADD231PS  576(R8), Y14, Y2
+	VFMADD231PS  608(R8), Y14, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  768(R8), Y14, Y0
+	VFMADD231PS  800(R8), Y14, Y1
+	VFMADD231PS  832(R8), Y14, Y2
+	VFMADD231PS  864(R8), Y14, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          block1r0
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler0
+
+scoredr0:
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+groupr4:
+	CMPQ   R9, $0x02
+	JL     singler4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+blockPr4:
+	CMPQ       R12, $0x00
+	JLE        kpfPr4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpfPr4:
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (AX)(R13*1), X9
+	VCVTPH2PS    X9, Y9
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    2(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  (R8), Y15, Y4
+	VFMADD231PS  32(R8), Y15, Y5
+	VFMADD231PS  64(R8), Y15, Y6
+	VFMADD231PS  96(R8), Y15, Y7
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  256(R8), Y14, Y0
+	VFMADD231PS  288(R8), Y14, Y1
+	VFMADD231PS  320(R8), Y14, Y2
+	VFMADD231PS  352(R8), Y14, Y3
+	VPMOVSXBD    10(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  256(R8), Y15, Y4
+	VFMADD231PS  288(R8), Y15, Y5
+	VFMADD231PS  320(R8), Y15, Y6
+	VFMADD231PS  352(R8), Y15, Y7
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  512(R8), Y14, Y0
+	VFMADD231PS  544(R8), Y14, Y1
+	VFMADD231PS  576(R8), Y14, Y2
+	VFMADD231PS  608(R8), Y14, Y3
+	VPMOVSXBD    18(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  512(R8), Y15, Y4
+	VFMADD231PS  544(R8), Y15, Y5
+	VFMADD231PS  576(R8), Y15, Y6
+	VFMADD231PS  608(R8), Y15, Y7
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y8, Y14, Y14
+	VFMADD231PS  768(R8), Y14, Y0
+	VFMADD231PS  800(R8), Y14, Y1
+	VFMADD231PS  832(R8), Y14, Y2
+	VFMADD231PS  864(R8), Y14, Y3
+	VPMOVSXBD    26(AX)(R13*1), Y15
+	VCVTDQ2PS    Y15, Y15
+	VMULPS       Y9, Y15, Y15
+	VFMADD231PS  768(R8), Y15, Y4
+	VFMADD231PS  800(R8), Y15, Y5
+	VFMADD231PS  832(R8), Y15, Y6
+	VFMADD231PS  864(R8), Y15, Y7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          blockPr4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y8
+	VSHUFPS      $0xdd, Y1, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y8
+	VSHUFPS      $0xdd, Y3, Y2, Y9
+	VADDPS       Y9, Y8, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y8
+	VSHUFPS      $0xdd, Y2, Y0, Y9
+	VADDPS       Y9, Y8, Y0
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	VSHUFPS      $0x88, Y5, Y4, Y8
+	VSHUFPS      $0xdd, Y5, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VSHUFPS      $0x88, Y7, Y6, Y8
+	VSHUFPS      $0xdd, Y7, Y6, Y9
+	VADDPS       Y9, Y8, Y6
+	VSHUFPS      $0x88, Y6, Y4, Y8
+	VSHUFPS      $0xdd, Y6, Y4, Y9
+	VADDPS       Y9, Y8, Y4
+	VEXTRACTF128 $0x01, Y4, X8
+	VADDPS       X8, X4, X4
+	VMULPS       X15, X4, X4
+	VMOVUPS      X4, 48(DX)
+	ADDQ         $0x40, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          groupr4
+
+singler4:
+	TESTQ  R9, R9
+	JZ     scoredr4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	ADDQ   $0x00000080, R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x02, R11
+
+block1r4:
+	CMPQ       R12, $0x00
+	JLE        kpf1r4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R12
+
+kpf1r4:
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    2(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  (R8), Y14, Y0
+	VFMADD231PS  32(R8), Y14, Y1
+	VFMADD231PS  64(R8), Y14, Y2
+	VFMADD231PS  96(R8), Y14, Y3
+	VPMOVSXBD    10(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  256(R8), Y14, Y0
+	VFMADD231PS  288(R8), Y14, Y1
+	VFMADD231PS  320(R8), Y14, Y2
+	VFMADD231PS  352(R8), Y14, Y3
+	VPMOVSXBD    18(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  512(R8), Y14, Y0
+	VFMADD231PS  544(R8), Y14, Y1
+	VFMADD231PS  576(R8), Y14, Y2
+	VFMADD231PS  608(R8), Y14, Y3
+	VPMOVSXBD    26(AX), Y14
+	VCVTDQ2PS    Y14, Y14
+	VMULPS       Y4, Y14, Y14
+	VFMADD231PS  768(R8), Y14, Y0
+	VFMADD231PS  800(R8), Y14, Y1
+	VFMADD231PS  832(R8), Y14, Y2
+	VFMADD231PS  864(R8), Y14, Y3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          block1r4
+	VBROADCASTSS scale+56(FP), Y15
+	VSHUFPS      $0x88, Y1, Y0, Y4
+	VSHUFPS      $0xdd, Y1, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VSHUFPS      $0x88, Y3, Y2, Y4
+	VSHUFPS      $0xdd, Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y2
+	VSHUFPS      $0x88, Y2, Y0, Y4
+	VSHUFPS      $0xdd, Y2, Y0, Y5
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VMULPS       X15, X0, X0
+	VMOVUPS      X0, 16(DX)
+	ADDQ         $0x20, DX
+	ADDQ         R13, CX
+	DECQ         R9
+	JMP          singler4
+
+scoredr4:
+	// Softmax step of all 8 rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ         s+64(FP), DX
+	MOVQ         ml+16(FP), R8
+	MOVQ         lim+72(FP), AX
+	VMOVDQU      (AX), Y8
+	VMOVUPS      (R8), Y9
+	VPCMPEQD     Y11, Y11, Y11
+	VMOVUPS      exp8_neg_inf<>+0(SB), Y12
+	VMOVAPS      Y9, Y5
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VMAXPS       Y3, Y5, Y5
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      Y5, (R8)
+	VSUBPS       Y5, Y9, Y6
+	VMAXPS       exp8_min<>+0(SB), Y6, Y6
+	VMULPS       exp8_log2e<>+0(SB), Y6, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y6
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y6, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y6
+	VMOVUPS      Y6, 512(DX)
+	VXORPS       Y7, Y7, Y7
+	VPXOR        Y10, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, (DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 32(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 32(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 64(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 64(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 96(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 96(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 128(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 128(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 160(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 160(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 192(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 192(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 224(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 224(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 256(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 256(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 288(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 288(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 320(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 320(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 352(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 352(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 384(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 384(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 416(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 416(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 448(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 448(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VPCMPGTD     Y10, Y8, Y2
+	VBLENDVPS    Y2, 480(DX), Y12, Y3
+	VSUBPS       Y5, Y3, Y3
+	VMAXPS       exp8_min<>+0(SB), Y3, Y3
+	VMULPS       exp8_log2e<>+0(SB), Y3, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VFNMADD231PS exp8_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS exp8_c2<>+0(SB), Y0, Y3
+	VMOVUPS      exp8_p0<>+0(SB), Y1
+	VFMADD213PS  exp8_p1<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p2<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p3<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p4<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_p5<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VFMADD213PS  exp8_one<>+0(SB), Y3, Y1
+	VCVTPS2DQ    Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       exp8_one<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y1, Y3
+	VANDPS       Y2, Y3, Y3
+	VMOVUPS      Y3, 480(DX)
+	VADDPS       Y3, Y7, Y7
+	VPSUBD       Y11, Y10, Y10
+	VMOVUPS      32(R8), Y4
+	VFMADD213PS  Y7, Y6, Y4
+	VMOVUPS      Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.
+	MOVQ acc+0(FP), DI
+	MOVQ v+40(FP), R11
+	MOVQ cnt+48(FP), CX
+	MOVQ nch+24(FP), R9
+	SHRQ $0x02, R9
+
+vblockr0:
+	VBROADCASTSS 512(DX), Y8
+	VBROADCASTSS 516(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       256(DI), Y8, Y2
+	VMULPS       288(DI), Y9, Y3
+	VMULPS       512(DI), Y8, Y4
+	VMULPS       544(DI), Y9, Y5
+	VMULPS       768(DI), Y8, Y6
+	VMULPS       800(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr0:
+	CMPQ       SI, $0x00
+	JLE        vpfr0
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr0:
+	VBROADCASTSS (R8), Y8
+	VBROADCASTSS 4(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 256(DI)
+	VMOVUPS      Y3, 288(DI)
+	VMOVUPS      Y4, 512(DI)
+	VMOVUPS      Y5, 544(DI)
+	VMOVUPS      Y6, 768(DI)
+	VMOVUPS      Y7, 800(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr0
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000040, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr2:
+	VBROADCASTSS 520(DX), Y8
+	VBROADCASTSS 524(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       256(DI), Y8, Y2
+	VMULPS       288(DI), Y9, Y3
+	VMULPS       512(DI), Y8, Y4
+	VMULPS       544(DI), Y9, Y5
+	VMULPS       768(DI), Y8, Y6
+	VMULPS       800(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr2:
+	CMPQ       SI, $0x00
+	JLE        vpfr2
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr2:
+	VBROADCASTSS 8(R8), Y8
+	VBROADCASTSS 12(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr2
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 256(DI)
+	VMOVUPS      Y3, 288(DI)
+	VMOVUPS      Y4, 512(DI)
+	VMOVUPS      Y5, 544(DI)
+	VMOVUPS      Y6, 768(DI)
+	VMOVUPS      Y7, 800(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr2
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x00000080, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr4:
+	VBROADCASTSS 528(DX), Y8
+	VBROADCASTSS 532(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       256(DI), Y8, Y2
+	VMULPS       288(DI), Y9, Y3
+	VMULPS       512(DI), Y8, Y4
+	VMULPS       544(DI), Y9, Y5
+	VMULPS       768(DI), Y8, Y6
+	VMULPS       800(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr4:
+	CMPQ       SI, $0x00
+	JLE        vpfr4
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr4:
+	VBROADCASTSS 16(R8), Y8
+	VBROADCASTSS 20(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr4
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 256(DI)
+	VMOVUPS      Y3, 288(DI)
+	VMOVUPS      Y4, 512(DI)
+	VMOVUPS      Y5, 544(DI)
+	VMOVUPS      Y6, 768(DI)
+	VMOVUPS      Y7, 800(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr4
+	MOVQ         acc+0(FP), DI
+	ADDQ         $0x000000c0, DI
+	MOVQ         v+40(FP), R11
+	MOVQ         cnt+48(FP), CX
+	MOVQ         nch+24(FP), R9
+	SHRQ         $0x02, R9
+
+vblockr6:
+	VBROADCASTSS 536(DX), Y8
+	VBROADCASTSS 540(DX), Y9
+	VMULPS       (DI), Y8, Y0
+	VMULPS       32(DI), Y9, Y1
+	VMULPS       256(DI), Y8, Y2
+	VMULPS       288(DI), Y9, Y3
+	VMULPS       512(DI), Y8, Y4
+	VMULPS       544(DI), Y9, Y5
+	VMULPS       768(DI), Y8, Y6
+	VMULPS       800(DI), Y9, Y7
+	MOVQ         R11, BX
+	MOVQ         DX, R8
+	MOVQ         CX, R12
+
+vposr6:
+	CMPQ       SI, $0x00
+	JLE        vpfr6
+	PREFETCHT0 (R10)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000040, SI
+
+vpfr6:
+	VBROADCASTSS 24(R8), Y8
+	VBROADCASTSS 28(R8), Y9
+	VPBROADCASTW (BX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBD    2(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VFMADD231PS  Y9, Y11, Y1
+	VPMOVSXBD    10(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y3
+	VPMOVSXBD    18(BX), Y11
+	VCVTDQ2PS    Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VFMADD231PS  Y9, Y11, Y5
+	VPMOVSXBD    26(BX), Y12
+	VCVTDQ2PS    Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD231PS  Y8, Y12, Y6
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposr6
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 256(DI)
+	VMOVUPS      Y3, 288(DI)
+	VMOVUPS      Y4, 512(DI)
+	VMOVUPS      Y5, 544(DI)
+	VMOVUPS      Y6, 768(DI)
+	VMOVUPS      Y7, 800(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x22, R11
+	DECQ         R9
+	JNZ          vblockr6
+	VZEROUPPER
+	RET
+
 // func attnOutAVX2(out *float32, acc *float32, nch int, accStride int, l float32)
 // Requires: AVX
 TEXT ·attnOutAVX2(SB), NOSPLIT, $0-36

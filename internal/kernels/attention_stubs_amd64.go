@@ -484,6 +484,118 @@ func attendF32AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v 
 //go:noescape
 func attendF32AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
+// attendQ8AVX2x1 is attendF16AVX2x1 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX2x2 is attendF16AVX2x2 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX2x3 is attendF16AVX2x3 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX2x4 is attendF16AVX2x4 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX2x5 is attendF16AVX2x5 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX2x6 is attendF16AVX2x6 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX2x7 is attendF16AVX2x7 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX2x8 is attendF16AVX2x8 for a q8_0 cache: k and v hold cnt rows
+// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
+// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
+// over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
 // attnOutAVX2 sets out[8i+j] = acc[i*accStride/4+j] / l for i < nch, j < 8
 // (nch ≥ 1; accStride in bytes).
 //

@@ -26,6 +26,9 @@ func genAttention() {
 			genAttnBlock2(nq, f16)
 		}
 	}
+	for nq := 1; nq <= attnMaxNQ; nq++ {
+		genAttnBlock2Q8(nq)
+	}
 	genAttnOut2()
 }
 
@@ -534,42 +537,7 @@ func genAttnBlock2(nq int, f16 bool) {
 		Label("scored" + g)
 	}
 
-	Comment("Softmax step of all 8 rows at once, one vector of rows per position;")
-	Comment("position p of row h counts if p < lim[h].")
-	S := Load(Param("s"), reg.RDX)
-	ML := Load(Param("ml"), reg.R8)
-	LIM := Load(Param("lim"), reg.RAX)
-	VMOVDQU(M(LIM, 0), reg.Y8)          // lim
-	VMOVUPS(M(ML, 0), reg.Y9)           // m
-	VPCMPEQD(reg.Y11, reg.Y11, reg.Y11) // -1 in every lane
-	VMOVUPS(exp8.negInf, reg.Y12)
-	VMOVAPS(reg.Y9, reg.Y5)
-	VPXOR(reg.Y10, reg.Y10, reg.Y10) // p
-	for p := range 16 {
-		VPCMPGTD(reg.Y10, reg.Y8, reg.Y2) // p < lim
-		VBLENDVPS(reg.Y2, M(S, 32*p), reg.Y12, reg.Y3)
-		VMAXPS(reg.Y3, reg.Y5, reg.Y5)
-		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
-	}
-	VMOVUPS(reg.Y5, M(ML, 0))      // m'
-	VSUBPS(reg.Y5, reg.Y9, reg.Y6) // m - m'
-	vexp8(reg.Y6, reg.Y0, reg.Y1)  // c
-	VMOVUPS(reg.Y6, M(S, 32*16))
-	VXORPS(reg.Y7, reg.Y7, reg.Y7) // Σw
-	VPXOR(reg.Y10, reg.Y10, reg.Y10)
-	for p := range 16 {
-		VPCMPGTD(reg.Y10, reg.Y8, reg.Y2)
-		VBLENDVPS(reg.Y2, M(S, 32*p), reg.Y12, reg.Y3)
-		VSUBPS(reg.Y5, reg.Y3, reg.Y3)
-		vexp8(reg.Y3, reg.Y0, reg.Y1)
-		VANDPS(reg.Y2, reg.Y3, reg.Y3)
-		VMOVUPS(reg.Y3, M(S, 32*p))
-		VADDPS(reg.Y3, reg.Y7, reg.Y7)
-		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
-	}
-	VMOVUPS(M(ML, 32), reg.Y4)
-	VFMADD213PS(reg.Y7, reg.Y6, reg.Y4) // l = l·c + Σw
-	VMOVUPS(reg.Y4, M(ML, 32))
+	S := attn2Softmax()
 
 	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, G 8-element chunks at a time.")
 	vr := attn2ValueRows(nq)
@@ -649,6 +617,50 @@ func genAttnBlock2(nq int, f16 bool) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// attn2Softmax emits the softmax step of an AVX2 block update (the scores
+// are in s, position-major): all 8 rows at once, one vector of rows per
+// position; position p of row h counts if p < lim[h]. It returns the
+// register holding s (RDX).
+func attn2Softmax() reg.Register {
+	Comment("Softmax step of all 8 rows at once, one vector of rows per position;")
+	Comment("position p of row h counts if p < lim[h].")
+	S := Load(Param("s"), reg.RDX)
+	ML := Load(Param("ml"), reg.R8)
+	LIM := Load(Param("lim"), reg.RAX)
+	VMOVDQU(M(LIM, 0), reg.Y8)          // lim
+	VMOVUPS(M(ML, 0), reg.Y9)           // m
+	VPCMPEQD(reg.Y11, reg.Y11, reg.Y11) // -1 in every lane
+	VMOVUPS(exp8.negInf, reg.Y12)
+	VMOVAPS(reg.Y9, reg.Y5)
+	VPXOR(reg.Y10, reg.Y10, reg.Y10) // p
+	for p := range 16 {
+		VPCMPGTD(reg.Y10, reg.Y8, reg.Y2) // p < lim
+		VBLENDVPS(reg.Y2, M(S, 32*p), reg.Y12, reg.Y3)
+		VMAXPS(reg.Y3, reg.Y5, reg.Y5)
+		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
+	}
+	VMOVUPS(reg.Y5, M(ML, 0))      // m'
+	VSUBPS(reg.Y5, reg.Y9, reg.Y6) // m - m'
+	vexp8(reg.Y6, reg.Y0, reg.Y1)  // c
+	VMOVUPS(reg.Y6, M(S, 32*16))
+	VXORPS(reg.Y7, reg.Y7, reg.Y7) // Σw
+	VPXOR(reg.Y10, reg.Y10, reg.Y10)
+	for p := range 16 {
+		VPCMPGTD(reg.Y10, reg.Y8, reg.Y2)
+		VBLENDVPS(reg.Y2, M(S, 32*p), reg.Y12, reg.Y3)
+		VSUBPS(reg.Y5, reg.Y3, reg.Y3)
+		vexp8(reg.Y3, reg.Y0, reg.Y1)
+		VANDPS(reg.Y2, reg.Y3, reg.Y3)
+		VMOVUPS(reg.Y3, M(S, 32*p))
+		VADDPS(reg.Y3, reg.Y7, reg.Y7)
+		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
+	}
+	VMOVUPS(M(ML, 32), reg.Y4)
+	VFMADD213PS(reg.Y7, reg.Y6, reg.Y4) // l = l·c + Σw
+	VMOVUPS(reg.Y4, M(ML, 32))
+	return S
 }
 
 // reduce4 leaves in the low 4 lanes of acc(p, 0) the sums of the 8 lanes of
@@ -744,6 +756,199 @@ func genAttnOut2() {
 	ADDQ(U8(32), O)
 	DECQ(N)
 	JNZ(LabelRef("chunk"))
+	VZEROUPPER()
+	RET()
+}
+
+// genAttnBlock2Q8 emits the AVX2 online-softmax update of nq query rows over
+// one block of cnt ≤ 16 cached positions of a q8_0 cache: each row of k and
+// v is headDim/32 ggml block_q8_0 (f16 scale d, 32 int8 q). Elements are
+// widened to exactly the f32 d·q the plain-Go twin computes (VPMOVSXBD,
+// VCVTDQ2PS, one VMULPS by the block's scale), then used as the f32 kernel
+// uses them. Scores: rows in groups of up to 4, P positions of one 32-element
+// block at a time, the query chunks as FMA memory operands; the softmax is
+// attn2Softmax; values: rows in pairs, one block (4 chunks) of the head at
+// a time.
+func genAttnBlock2Q8(nq int) {
+	name := fmt.Sprintf("attendQ8AVX2x%d", nq)
+	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s is attendF16AVX2x%d for a q8_0 cache: k and v hold cnt rows", name, nq),
+		"of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);",
+		"nch (the 8-element chunks of a row) is a multiple of 4. For each row h,",
+		"over p < lim[h]:",
+		"",
+		"\tsc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')",
+		"\tl = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'",
+		"",
+		"Every row must see at least one position in its first call (m finite).",
+		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
+	const blk = 34 // bytes of one block_q8_0
+	RS := reg.R13  // row stride of k and v in bytes
+	Load(Param("nch"), RS)
+	SHRQ(U8(2), RS)
+	IMUL3Q(U8(blk), RS, RS)
+	sc, err := Param("scale").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	// loadD sets d to the block scale at m in every lane; loadQ8 sets y to
+	// the 8 int8 at m times d.
+	loadD := func(m Mem, d reg.VecPhysical) {
+		VPBROADCASTW(m, d.AsX())
+		VCVTPH2PS(d.AsX(), d)
+	}
+	loadQ8 := func(m Mem, d, y reg.VecPhysical) {
+		VPMOVSXBD(m, y)
+		VCVTDQ2PS(y, y)
+		VMULPS(d, y, y)
+	}
+	KN := Load(Param("kn"), reg.R14)
+	KREM := reg.R12
+	Load(Param("cnt"), KREM)
+	IMULQ(RS, KREM)
+	VN := Load(Param("vn"), reg.R10)
+	VREM := reg.RSI
+	Load(Param("cnt"), VREM)
+	IMULQ(RS, VREM)
+
+	Comment("Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.")
+	for h0 := 0; h0 < nq; h0 += 4 {
+		R := min(4, nq-h0)
+		P := 4
+		if R > 2 {
+			P = 2
+		}
+		K := Load(Param("k"), reg.RCX)
+		S := Load(Param("s"), reg.RDX)
+		CNT := Load(Param("cnt"), reg.R9)
+		scoreGroup := func(P int, sfx string) {
+			acc := func(p, h int) reg.VecPhysical { return Y(p*R + h) }
+			dreg := func(p int) reg.VecPhysical { return Y(R*P + p) }
+			kz := []reg.VecPhysical{reg.Y14, reg.Y15}
+			for p := range P {
+				for h := range R {
+					VXORPS(acc(p, h), acc(p, h), acc(p, h))
+				}
+			}
+			bases := []reg.Register{reg.RAX, reg.RBX}[:(P+2)/3]
+			for i, r := range bases {
+				if i == 0 {
+					MOVQ(K, r)
+				} else {
+					LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
+					ADDQ(RS, r)
+				}
+			}
+			Load(Param("q"), reg.R8)
+			if h0 > 0 {
+				ADDQ(U32(32*h0), reg.R8)
+			}
+			Load(Param("nch"), reg.R11)
+			SHRQ(U8(2), reg.R11) // blocks per row
+			Label("block" + sfx)
+			prefetch(KN, KREM, 2, "kpf"+sfx)
+			for p := range P {
+				loadD(xRowAddr(bases, RS, p, 0), dreg(p))
+			}
+			for c := range 4 {
+				for p := range P {
+					y := kz[p%2]
+					loadQ8(xRowAddr(bases, RS, p, 2+8*c), dreg(p), y)
+					for h := range R {
+						VFMADD231PS(M(reg.R8, 32*(c*nq+h)), y, acc(p, h))
+					}
+				}
+			}
+			for _, r := range bases {
+				ADDQ(U8(blk), r)
+			}
+			ADDQ(U32(128*nq), reg.R8)
+			DECQ(reg.R11)
+			JNZ(LabelRef("block" + sfx))
+			VBROADCASTSS(sc.Addr, reg.Y15)
+			for p := range P {
+				reduce4(acc, p, R, dreg(0), Y(R*P+1)) // Y(R*P+1): dreg(1), or free for P = 1
+				VMULPS(reg.X15, acc(p, 0).AsX(), acc(p, 0).AsX())
+				VMOVUPS(acc(p, 0).AsX(), M(S, 32*p+4*h0))
+			}
+			ADDQ(U8(32*P), S)
+			for range P {
+				ADDQ(RS, K)
+			}
+		}
+		g := fmt.Sprintf("r%d", h0)
+		Label("group" + g)
+		CMPQ(CNT, U8(P))
+		JL(LabelRef("single" + g))
+		scoreGroup(P, "P"+g)
+		SUBQ(U8(P), CNT)
+		JMP(LabelRef("group" + g))
+		Label("single" + g)
+		TESTQ(CNT, CNT)
+		JZ(LabelRef("scored" + g))
+		scoreGroup(1, "1"+g)
+		DECQ(CNT)
+		JMP(LabelRef("single" + g))
+		Label("scored" + g)
+	}
+
+	S := attn2Softmax()
+
+	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.")
+	for h0 := 0; h0 < nq; h0 += 2 {
+		R := min(2, nq-h0)
+		acc := func(c, h int) reg.VecPhysical { return Y(c*R + h) }
+		w := func(h int) reg.VecPhysical { return Y(4*R + h) }
+		d, vz := reg.Y10, []reg.VecPhysical{reg.Y11, reg.Y12}
+		ACC := Load(Param("acc"), reg.RDI)
+		if h0 > 0 {
+			ADDQ(U32(32*h0), ACC)
+		}
+		V := Load(Param("v"), reg.R11)
+		CNT := Load(Param("cnt"), reg.RCX)
+		Load(Param("nch"), reg.R9)
+		SHRQ(U8(2), reg.R9) // blocks per row
+		g := fmt.Sprintf("r%d", h0)
+		Label("vblock" + g)
+		for h := range R {
+			VBROADCASTSS(M(S, 32*16+4*(h0+h)), w(h))
+		}
+		for c := range 4 {
+			for h := range R {
+				VMULPS(M(ACC, 32*(c*nq+h)), w(h), acc(c, h))
+			}
+		}
+		MOVQ(V, reg.RBX)
+		MOVQ(S, reg.R8)
+		MOVQ(CNT, reg.R12)
+		Label("vpos" + g)
+		prefetch(VN, VREM, 1, "vpf"+g)
+		for h := range R {
+			VBROADCASTSS(M(reg.R8, 4*(h0+h)), w(h))
+		}
+		loadD(M(reg.RBX, 0), d)
+		for c := range 4 {
+			y := vz[c%2]
+			loadQ8(M(reg.RBX, 2+8*c), d, y)
+			for h := range R {
+				VFMADD231PS(w(h), y, acc(c, h))
+			}
+		}
+		ADDQ(RS, reg.RBX)
+		ADDQ(U8(32), reg.R8)
+		DECQ(reg.R12)
+		JNZ(LabelRef("vpos" + g))
+		for c := range 4 {
+			for h := range R {
+				VMOVUPS(acc(c, h), M(ACC, 32*(c*nq+h)))
+			}
+		}
+		ADDQ(U32(128*nq), ACC)
+		ADDQ(U8(blk), V)
+		DECQ(reg.R9)
+		JNZ(LabelRef("vblock" + g))
+	}
 	VZEROUPPER()
 	RET()
 }
