@@ -101,10 +101,7 @@ func openBackend(opt backendOptions) func(context.Context, engine.Observer) (ser
 			return nil, fmt.Errorf("start engine: %w", err)
 		}
 		o := e.Options()
-		kv := "f16"
-		if m.KVF32() {
-			kv = "f32"
-		}
+		kv := m.KVType().String()
 		lookup := opt.Lookup
 		if lookup == (draft.Options{}) {
 			lookup = draft.DefaultOptions()

@@ -18,6 +18,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/draftd/draftd/internal/model"
 )
 
 // newFlags returns the flag set of command name; its usage prints
@@ -76,5 +78,26 @@ func interruptible(ctx context.Context, f func() error) error {
 		return err
 	case <-ctx.Done():
 		return errInterrupted
+	}
+}
+
+// kvTypeFlag registers --kv-type and its alias --kv-f32 on fs; the
+// returned function, called after parsing, gives the chosen cache type or
+// the usage message for a bad value or a contradiction.
+func kvTypeFlag(fs *flag.FlagSet) func() (model.KVType, string) {
+	kvType := fs.String("kv-type", model.KVF16.String(), "KV cache storage type: f16, q8_0 (ggml block_q8_0 per 32 elements, half the memory) or f32")
+	kvF32 := fs.Bool("kv-f32", false, "the same as --kv-type f32 (kept for existing scripts)")
+	return func() (model.KVType, string) {
+		t, err := model.ParseKVType(*kvType)
+		if err != nil {
+			return 0, "--kv-type: " + err.Error()
+		}
+		if *kvF32 {
+			if t != model.KVF16 && t != model.KVF32 {
+				return 0, fmt.Sprintf("--kv-f32 contradicts --kv-type %v", t)
+			}
+			t = model.KVF32
+		}
+		return t, ""
 	}
 }

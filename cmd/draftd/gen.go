@@ -58,11 +58,14 @@ func runGen(ctx context.Context, args []string) error {
 	threads := fs.Int("threads", 0, "kernel worker threads (0: all cores)")
 	maxBatch := fs.Int("max-batch", engine.DefaultMaxBatch, "max sequences per forward step")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "KV cache budget in bytes (0: a quarter of available memory, ≤ 8 GiB)")
-	kvF32 := fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
+	kvType := kvTypeFlag(fs)
 	if stop, err := parseClientFlags(fs, args); stop {
 		return err
 	}
+	kv, kvMsg := kvType()
 	switch {
+	case kvMsg != "":
+		return clientUsageError(fs, kvMsg)
 	case *path == "":
 		return clientUsageError(fs, "--model is required")
 	case *promptsPath == "":
@@ -115,7 +118,7 @@ func runGen(ctx context.Context, args []string) error {
 
 	var m *model.Model
 	err = interruptible(ctx, func() (err error) {
-		m, err = model.Load(*path, model.Options{Threads: *threads, KVF32: *kvF32})
+		m, err = model.Load(*path, model.Options{Threads: *threads, KV: kv})
 		return err
 	})
 	if err != nil {

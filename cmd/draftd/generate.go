@@ -26,9 +26,13 @@ func runGenerate(ctx context.Context, args []string) error {
 	n := fs.Int("n", 16, "number of tokens to generate")
 	asJSON := fs.Bool("json", false, `print {"tokens":[...]}`)
 	threads := fs.Int("threads", 0, "kernel worker threads (0: all cores)")
-	kvF32 := fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
+	kvType := kvTypeFlag(fs)
 	if stop, err := parseClientFlags(fs, args); stop {
 		return err
+	}
+	kv, kvMsg := kvType()
+	if kvMsg != "" {
+		return clientUsageError(fs, kvMsg)
 	}
 	if *path == "" {
 		return clientUsageError(fs, "--model is required")
@@ -57,7 +61,7 @@ func runGenerate(ctx context.Context, args []string) error {
 	}
 	var m *model.Model
 	err = interruptible(ctx, func() (err error) {
-		m, err = model.Load(*path, model.Options{Threads: *threads, KVF32: *kvF32})
+		m, err = model.Load(*path, model.Options{Threads: *threads, KV: kv})
 		return err
 	})
 	if err != nil {

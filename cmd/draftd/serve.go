@@ -69,7 +69,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxBody    = fs.Int64("max-body-bytes", d.MaxBodyBytes, fmt.Sprintf("POST /draft body limit in bytes (413 above); [%d, %d]", server.MinBodyBytes, server.MaxBodyBytes))
 		maxInfl    = fs.Int64("max-inflight-body-bytes", d.MaxInflightBodyBytes, fmt.Sprintf("bytes of request bodies read or parsed at once (503 busy above); [--max-body-bytes, %d]", int64(server.MaxInflightBodyBytes)))
 		bodyTO     = fs.Duration("body-timeout", d.BodyTimeout, fmt.Sprintf("time to receive a request body (408 after); (0, %v]", server.MaxBodyTimeout))
-		kvF32      = fs.Bool("kv-f32", false, "keep the KV cache in f32 instead of f16")
+		kvType     = kvTypeFlag(fs)
 		logFormat  = fs.String("log-format", "text", "log format: text or json")
 		logLevel   = fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
 		strategy   = fs.String("strategy", draft.Default, "drafting strategy: "+strings.Join(draft.Names, ", ")+" (a request may name its own)")
@@ -105,10 +105,12 @@ func runServe(ctx context.Context, args []string) error {
 	outside := func(flag string, v, lo, hi any) string {
 		return fmt.Sprintf("--%s %v outside [%v, %v]", flag, v, lo, hi)
 	}
+	kv, kvMsg := kvType()
 	for _, c := range []struct {
 		bad bool
 		msg string
 	}{
+		{kvMsg != "", kvMsg},
 		{*maxDraft < 1 || *maxDraft > engine.MaxMaxDraftLen, outside("max-draft-len", *maxDraft, 1, engine.MaxMaxDraftLen)},
 		{*draftLen < 1 || *draftLen > *maxDraft, outside("draft-len", *draftLen, 1, fmt.Sprintf("--max-draft-len %d", *maxDraft))},
 		{checkThreads(*threads) != nil, fmt.Sprint(checkThreads(*threads))},
@@ -143,7 +145,7 @@ func runServe(ctx context.Context, args []string) error {
 		Open: openBackend(backendOptions{
 			ModelPath: *path,
 			Resolve:   resolveModel,
-			Model:     model.Options{Threads: *threads, KVF32: *kvF32},
+			Model:     model.Options{Threads: *threads, KV: kv},
 			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: *kvBytes,
 				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger, Strategy: strat},
 			Lookup: lookup,

@@ -96,10 +96,11 @@ func TestDraftMatchesGenerate(t *testing.T) {
 	}{
 		{"tiny-qwen3-q8_0.gguf", model.Options{Threads: 2}},
 		{"tiny-qwen3-q8_0.gguf/kv-f32", model.Options{Threads: 2, KVF32: true}},
+		{"tiny-qwen3-q8_0.gguf/kv-q8_0", model.Options{Threads: 2, KV: model.KVQ8_0}},
 		{"tiny-llama-f32.gguf", model.Options{Threads: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := model.Load("../../testdata/models/"+strings.TrimSuffix(tc.name, "/kv-f32"), tc.opt)
+			m, err := model.Load("../../testdata/models/"+strings.Split(tc.name, "/")[0], tc.opt)
 			if err != nil {
 				t.Fatal(err)
 			}

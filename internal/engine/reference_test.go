@@ -78,7 +78,7 @@ func (r *refConv) check(t *testing.T, ctxTokens []int, n int, have []int) bool {
 // against model.Generate on a conversation that extends, diverges inside a
 // block, shrinks and reaches the context limit.
 func TestReferenceMatchesGenerate(t *testing.T) {
-	for _, opt := range []model.Options{{Threads: 2}, {Threads: 2, KVF32: true}} {
+	for _, opt := range []model.Options{{Threads: 2}, {Threads: 2, KVF32: true}, {Threads: 2, KV: model.KVQ8_0}} {
 		m, err := model.Load(tinyModel, opt)
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +109,7 @@ func TestReferenceMatchesGenerate(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !slices.Equal(have, want) {
-				t.Fatalf("kv f32 %v, step %d, context %d: reference %v; Generate %v", opt.KVF32, step, len(ctx), have, want)
+				t.Fatalf("kv %v, step %d, context %d: reference %v; Generate %v", m.KVType(), step, len(ctx), have, want)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/draftd/draftd/internal/model"
@@ -35,11 +36,15 @@ const (
 
 // tolerance is the largest logit difference accepted for a model's weight
 // type: f32 math on exact weights differs from float64 only by rounding; the
-// f16 KV cache adds its rounding; Q8_0/Q4_0 also quantize activations to 8
-// bits, as llama.cpp does.
-func tolerance(kvF32 bool) float64 {
-	if kvF32 {
+// f16 KV cache adds its rounding, the q8_0 cache its 8-bit rounding of
+// keys and values; Q8_0/Q4_0 also quantize activations to 8 bits, as
+// llama.cpp does.
+func tolerance(kv model.KVType) float64 {
+	switch kv {
+	case model.KVF32:
 		return 2e-3
+	case model.KVQ8_0:
+		return 0.5 // measured worst 0.345 over the shipped models (means ≤ 0.06)
 	}
 	return 0.03
 }
@@ -66,24 +71,30 @@ func loadGolden(t *testing.T) []golden {
 
 // TestFidelity compares the engine's logits and greedy continuations with
 // the numpy reference, for every shipped model, from GGUF and from the HF
-// directory, with an f16 and an f32 KV cache.
+// directory, with an f16, a q8_0 and an f32 KV cache.
 func TestFidelity(t *testing.T) {
 	for _, g := range loadGolden(t) {
 		for _, format := range []string{"gguf", "hf"} {
-			for _, kvF32 := range []bool{false, true} {
+			for _, kv := range model.KVTypes {
 				path := filepath.Join(modelsDir, g.Model)
 				if format == "gguf" {
 					path += ".gguf"
 				} else if st, _ := filepath.Glob(filepath.Join(path, "*.safetensors")); len(st) == 0 {
 					continue // a GGUF-only model (the reference read its blocks)
 				}
-				t.Run(fmt.Sprintf("%s/%s/kvf32=%v", g.Model, format, kvF32), func(t *testing.T) {
-					m, err := model.Load(path, model.Options{Threads: 2, KVF32: kvF32})
+				t.Run(fmt.Sprintf("%s/%s/kv=%v", g.Model, format, kv), func(t *testing.T) {
+					m, err := model.Load(path, model.Options{Threads: 2, KV: kv})
+					if kv == model.KVQ8_0 && err != nil && strings.Contains(err.Error(), "multiple of 32") {
+						t.Skip(err) // head size 16: ggml's q8_0 cache needs whole 32-element blocks too
+					}
 					if err != nil {
 						t.Fatal(err)
 					}
 					defer m.Close()
-					cases, tol, meanTol := g.Cases, tolerance(kvF32), tolerance(kvF32)
+					cases, tol, meanTol := g.Cases, tolerance(kv), tolerance(kv)
+					if kv == model.KVQ8_0 {
+						meanTol = 0.1
+					}
 					if format == "gguf" && len(g.CasesQ8Act) > 0 {
 						// The GGUF copy of a quantized model computes with
 						// activations rounded to Q8_0 (as llama.cpp does). These
@@ -94,13 +105,17 @@ func TestFidelity(t *testing.T) {
 						// layout is off by the logit scale, ~6); the emulating
 						// reference must then match near-exactly on at least
 						// one prompt where no rounding decision flipped.
-						checkModel(t, m, g.Cases, 1.0, 0.2)
+						gross, grossMean := 1.0, 0.2
+						if kv == model.KVQ8_0 {
+							gross, grossMean = 2*gross, 2*grossMean
+						}
+						checkModel(t, m, g.Cases, gross, grossMean)
 						best := math.Inf(1)
 						for _, c := range g.CasesQ8Act {
 							best = min(best, maxPrefillDiff(t, m, c))
 						}
 						t.Logf("closest prompt to the Q8_0-activation reference: max |logit diff| %.3g", best)
-						if kvF32 && !(best <= 1e-3) {
+						if kv == model.KVF32 && !(best <= 1e-3) {
 							t.Errorf("no prompt matches the Q8_0-activation reference within 1e-3 (best %.3g)", best)
 						}
 						return
