@@ -25,6 +25,9 @@ type backendOptions struct {
 	Model   model.Options
 	Engine  engine.Options // Observer is set by the server
 	Lookup  draft.Options  // of the strategies a request names (zero: draft.DefaultOptions)
+
+	DraftVocab     int    // rows of the trimmed draft LM head; 0: the whole vocabulary
+	DraftVocabFile string // the `draftd vocab` ranking it keeps the top of
 }
 
 // engineBackend is a model and its engine.
@@ -92,6 +95,16 @@ func openBackend(opt backendOptions) func(context.Context, engine.Observer) (ser
 		if err := ctx.Err(); err != nil {
 			m.Close()
 			return nil, err
+		}
+		if opt.DraftVocab > 0 {
+			keep, err := draftVocabIDs(opt.DraftVocabFile, opt.DraftVocab, m.Vocab)
+			if err == nil {
+				err = m.SetDraftVocab(keep)
+			}
+			if err != nil {
+				m.Close()
+				return nil, fmt.Errorf("draft vocabulary: %w", err)
+			}
 		}
 		eo := opt.Engine
 		eo.Observer = obs

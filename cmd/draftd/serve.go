@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -70,6 +71,8 @@ func runServe(ctx context.Context, args []string) error {
 		maxInfl    = fs.Int64("max-inflight-body-bytes", d.MaxInflightBodyBytes, fmt.Sprintf("bytes of request bodies read or parsed at once (503 busy above); [--max-body-bytes, %d]", int64(server.MaxInflightBodyBytes)))
 		bodyTO     = fs.Duration("body-timeout", d.BodyTimeout, fmt.Sprintf("time to receive a request body (408 after); (0, %v]", server.MaxBodyTimeout))
 		kvType     = kvTypeFlag(fs)
+		draftVocab = fs.Int("draft-vocab", 0, "rows of a trimmed LM head for the draft argmax (FR-Spec): the special tokens and the most frequent ids of --draft-vocab-file; 0 = the whole vocabulary")
+		vocabPath  = fs.String("draft-vocab-file", "", "token ranking written by `draftd vocab` (required with --draft-vocab)")
 		logFormat  = fs.String("log-format", "text", "log format: text or json")
 		logLevel   = fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
 		strategy   = fs.String("strategy", draft.Default, "drafting strategy: "+strings.Join(draft.Names, ", ")+" (a request may name its own)")
@@ -111,6 +114,9 @@ func runServe(ctx context.Context, args []string) error {
 		msg string
 	}{
 		{kvMsg != "", kvMsg},
+		{*draftVocab < 0, fmt.Sprintf("--draft-vocab %d must not be negative", *draftVocab)},
+		{*draftVocab > 0 && *vocabPath == "", "--draft-vocab needs --draft-vocab-file (a `draftd vocab` ranking)"},
+		{*draftVocab == 0 && *vocabPath != "", "--draft-vocab-file needs --draft-vocab N"},
 		{*maxDraft < 1 || *maxDraft > engine.MaxMaxDraftLen, outside("max-draft-len", *maxDraft, 1, engine.MaxMaxDraftLen)},
 		{*draftLen < 1 || *draftLen > *maxDraft, outside("draft-len", *draftLen, 1, fmt.Sprintf("--max-draft-len %d", *maxDraft))},
 		{checkThreads(*threads) != nil, fmt.Sprint(checkThreads(*threads))},
@@ -135,6 +141,11 @@ func runServe(ctx context.Context, args []string) error {
 			return clientUsageError(fs, c.msg)
 		}
 	}
+	if *draftVocab > 0 {
+		if _, err := draftVocabIDs(*vocabPath, *draftVocab, math.MaxInt); err != nil {
+			return clientUsageError(fs, err.Error())
+		}
+	}
 	lookup := draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]}
 	strat, err := draft.New(*strategy, lookup)
 	if err != nil {
@@ -148,7 +159,8 @@ func runServe(ctx context.Context, args []string) error {
 			Model:     model.Options{Threads: *threads, KV: kv},
 			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: *kvBytes,
 				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger, Strategy: strat},
-			Lookup: lookup,
+			Lookup:     lookup,
+			DraftVocab: *draftVocab, DraftVocabFile: *vocabPath,
 		}),
 		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
 		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,

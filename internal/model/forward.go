@@ -205,7 +205,14 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[r*c.Hidden:(r+1)*c.Hidden], m.OutNorm, c.RMSEps)
 	}
 	sc.ids = growInt(sc.ids, R)
-	kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
+	if m.draftHead != nil {
+		kernels.MatMulArgmax(m.pool, sc.ids, m.draftHead, sc.out, R)
+		for i, j := range sc.ids {
+			sc.ids[i] = m.draftIDs[j]
+		}
+	} else {
+		kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
+	}
 	r := 0
 	for _, s := range seqs {
 		n := outRows(s)

@@ -53,6 +53,9 @@ type Model struct {
 	invFreq []float32          // (headDim/2) RoPE inverse frequencies
 	rope    *kernels.RoPETable // cos/sin of the positions used so far (ropeUpTo)
 
+	draftHead *kernels.Matrix // (len(draftIDs), hidden) rows of Output the draft argmax runs over; nil: all
+	draftIDs  []int           // (rows of draftHead) ascending vocabulary ids
+
 	mu sync.Mutex
 	sc scratch
 }

@@ -1,0 +1,222 @@
+// draftd vocab: the token ranking a trimmed draft LM head (serve
+// --draft-vocab N, FR-Spec) keeps the top of — token frequencies of the real
+// tokenizer over text on this machine (Go's source tree, the package
+// documentation in /usr/share/doc: the corpora of `draftd dataset`), with
+// the tokenizer's special tokens listed apart so that they are always kept.
+// Deterministic for the same files, flags and tokenizer. It does not load a
+// model or decide N.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/draftd/draftd/internal/fileio"
+	"github.com/draftd/draftd/internal/tokenizer"
+)
+
+func init() {
+	register("vocab", "rank tokens by frequency in real text on this machine, for serve --draft-vocab", runVocab)
+}
+
+// vocabFile is the JSON `draftd vocab` writes and serve --draft-vocab-file
+// reads.
+type vocabFile struct {
+	Corpus    []vocabCorpus `json:"corpus"`     // what was counted
+	Tokens    int64         `json:"tokens"`     // tokens counted
+	VocabSize int           `json:"vocab_size"` // the tokenizer's vocabulary
+	Special   []int         `json:"special"`    // control, user-defined and unknown tokens: always kept
+	Ranked    []int         `json:"ranked"`     // every other id seen, most frequent first (ties: lower id first)
+	Counts    []int64       `json:"counts"`     // (len(ranked)) occurrences of each
+}
+
+type vocabCorpus struct {
+	Source string `json:"source"`
+	Root   string `json:"root"`
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes"`
+}
+
+func runVocab(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("vocab", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	var (
+		sources  = fs.String("source", "go,prose", "comma-separated corpora: go ($(go env GOROOT)/src, .go files) and prose (/usr/share/doc: README, NEWS, .md, .txt)")
+		out      = fs.String("out", "", "output JSON file (required)")
+		tokPath  = fs.String("tokenizer", defaultTokenizer, "the drafter's tokenizer: tokenizer.json, an HF directory or the GGUF model")
+		exclude  = fs.String("exclude", "", "a `draftd dataset` JSON Lines file whose source files are left out (so it can measure the trimmed head on unseen text)")
+		maxBytes = fs.Int64("max-bytes", 256<<20, "stop each corpus after this many bytes of text")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: draftd vocab --out F.json [flags]\n\n"+
+			"Counts the tokens of every file of the corpora (files in lexical order; generated Go\n"+
+			"files and duplicates skipped) and writes the ids by frequency.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if stop, err := parseClientFlags(fs, args); stop {
+		return err
+	}
+	srcs := strings.Split(*sources, ",")
+	for _, s := range srcs {
+		if s != "go" && s != "prose" {
+			return clientUsageError(fs, fmt.Sprintf("--source %q: each corpus must be go or prose", s))
+		}
+	}
+	switch {
+	case *out == "":
+		return clientUsageError(fs, "--out is required")
+	case *maxBytes < 1:
+		return clientUsageError(fs, "--max-bytes must be at least 1")
+	}
+	skip := map[string]bool{} // "source/relative path" of excluded files
+	if *exclude != "" {
+		f, err := os.Open(*exclude)
+		if err != nil {
+			return fmt.Errorf("vocab: %w", err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 64<<20)
+		for sc.Scan() {
+			var line struct{ ID string }
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil || line.ID == "" {
+				f.Close()
+				return fmt.Errorf("vocab: --exclude %s: a line without a dataset id", *exclude)
+			}
+			id, _, _ := strings.Cut(line.ID, "@")
+			skip[id] = true
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("vocab: --exclude %s: %w", *exclude, err)
+		}
+	}
+	tok, err := tokenizer.Load(*tokPath)
+	if err != nil {
+		return fmt.Errorf("vocab: %w (run `npm ci` in testdata/tokenizer, or give --tokenizer)", err)
+	}
+	counts := make([]int64, tok.VocabSize())
+	var vf vocabFile
+	seen := map[[32]byte]bool{}
+	for _, source := range srcs {
+		dir := "/usr/share/doc"
+		if source == "go" {
+			b, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+			if err != nil {
+				return fmt.Errorf("vocab: go env GOROOT: %v", err)
+			}
+			dir = filepath.Join(strings.TrimSpace(string(b)), "src")
+		}
+		files, err := datasetFiles(dir, source, 1)
+		if err != nil {
+			return fmt.Errorf("vocab: %w", err)
+		}
+		c := vocabCorpus{Source: source, Root: dir}
+		for _, f := range files {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, f)
+			if skip[source+"/"+rel] {
+				continue
+			}
+			text, err := readText(f)
+			if err != nil {
+				return fmt.Errorf("vocab: %w", err)
+			}
+			sum := sha256.Sum256(text)
+			if seen[sum] || !utf8Text(text) || (source == "go" && generated(text)) {
+				continue
+			}
+			seen[sum] = true
+			for _, id := range tok.EncodePlain(string(text)) {
+				counts[id]++
+				vf.Tokens++
+			}
+			c.Files++
+			c.Bytes += int64(len(text))
+			if c.Bytes >= *maxBytes {
+				break
+			}
+		}
+		vf.Corpus = append(vf.Corpus, c)
+	}
+	vf.VocabSize = tok.VocabSize()
+	for id := range counts {
+		_, ty, err := tok.Token(id)
+		if err != nil {
+			return fmt.Errorf("vocab: %w", err)
+		}
+		switch {
+		case ty == tokenizer.TokenControl || ty == tokenizer.TokenUserDefined || ty == tokenizer.TokenUnknown:
+			vf.Special = append(vf.Special, id)
+		case counts[id] > 0:
+			vf.Ranked = append(vf.Ranked, id)
+		}
+	}
+	slices.SortStableFunc(vf.Ranked, func(a, b int) int {
+		switch {
+		case counts[a] > counts[b]:
+			return -1
+		case counts[a] < counts[b]:
+			return 1
+		}
+		return 0
+	})
+	for _, id := range vf.Ranked {
+		vf.Counts = append(vf.Counts, counts[id])
+	}
+	err = fileio.WriteAtomic(*out, func(w io.Writer) error {
+		bw := bufio.NewWriter(w)
+		if err := json.NewEncoder(bw).Encode(&vf); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		return fmt.Errorf("vocab: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "draftd vocab: %d tokens, %d distinct ids + %d special → %s\n", vf.Tokens, len(vf.Ranked), len(vf.Special), *out)
+	return nil
+}
+
+// draftVocabIDs reads a `draftd vocab` file and returns the ids a draft head
+// of n rows keeps for a model of vocab rows: every special token, then the
+// most frequent ids until n.
+func draftVocabIDs(path string, n, vocab int) ([]int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var vf vocabFile
+	if err := json.Unmarshal(data, &vf); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if vf.VocabSize < 1 || vf.VocabSize > vocab {
+		return nil, fmt.Errorf("%s: ranks a vocabulary of %d tokens; the model has %d rows", path, vf.VocabSize, vocab)
+	}
+	if len(vf.Special) > n {
+		return nil, fmt.Errorf("--draft-vocab %d is fewer than the %d special tokens of %s", n, len(vf.Special), path)
+	}
+	if len(vf.Special)+len(vf.Ranked) < n {
+		return nil, fmt.Errorf("--draft-vocab %d: %s ranks only %d ids (+ %d special)", n, path, len(vf.Ranked), len(vf.Special))
+	}
+	keep := append(slices.Clone(vf.Special), vf.Ranked[:n-len(vf.Special)]...)
+	seen := map[int]bool{}
+	for _, id := range keep {
+		if id < 0 || id >= vf.VocabSize || seen[id] {
+			return nil, fmt.Errorf("%s: id %d is out of range or listed twice", path, id)
+		}
+		seen[id] = true
+	}
+	return keep, nil
+}
