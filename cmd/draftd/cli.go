@@ -90,7 +90,7 @@ func kvTypeFlag(fs *flag.FlagSet) func() (model.KVType, string) {
 	return func() (model.KVType, string) {
 		t, err := model.ParseKVType(*kvType)
 		if err != nil {
-			return 0, "--kv-type: " + err.Error()
+			return 0, fmt.Sprintf("--kv-type %q: want f16, q8_0 or f32", *kvType)
 		}
 		if *kvF32 {
 			if t != model.KVF16 && t != model.KVF32 {

@@ -16,8 +16,8 @@ func TestKVTypeFlag(t *testing.T) {
 		args []string
 		want string // "" = success; else a fragment of the usage error
 	}{
-		{[]string{"--kv-type", "q4_0"}, `--kv-type: unknown KV cache type "q4_0"`},
-		{[]string{"--kv-type", ""}, `--kv-type: unknown KV cache type ""`},
+		{[]string{"--kv-type", "q4_0"}, `--kv-type "q4_0": want f16, q8_0 or f32`},
+		{[]string{"--kv-type", ""}, `--kv-type "": want f16, q8_0 or f32`},
 		{[]string{"--kv-f32", "--kv-type", "q8_0"}, "--kv-f32 contradicts --kv-type q8_0"},
 		{[]string{"--kv-type", "f16"}, ""},
 		{[]string{"--kv-type", "q8_0"}, ""},

@@ -72,7 +72,7 @@ func runServe(ctx context.Context, args []string) error {
 		bodyTO     = fs.Duration("body-timeout", d.BodyTimeout, fmt.Sprintf("time to receive a request body (408 after); (0, %v]", server.MaxBodyTimeout))
 		kvType     = kvTypeFlag(fs)
 		draftVocab = fs.Int("draft-vocab", 0, "rows of a trimmed LM head for the draft argmax (FR-Spec): the special tokens and the most frequent ids of --draft-vocab-file; 0 = the whole vocabulary")
-		vocabPath  = fs.String("draft-vocab-file", "", "token ranking written by `draftd vocab` (required with --draft-vocab)")
+		vocabPath  = fs.String("draft-vocab-file", "", "token ranking `file` written by draftd vocab (required with --draft-vocab)")
 		logFormat  = fs.String("log-format", "text", "log format: text or json")
 		logLevel   = fs.String("log-level", "info", "log level: debug (one line per request), info, warn or error")
 		strategy   = fs.String("strategy", draft.Default, "drafting strategy: "+strings.Join(draft.Names, ", ")+" (a request may name its own)")

@@ -364,6 +364,7 @@ func TestServeFlagRanges(t *testing.T) {
 		{"body-timeout", "0s"}, {"body-timeout", "-1s"}, {"body-timeout", "1000h"},
 		{"queue-timeout", "0s"}, {"queue-timeout", "1000h"},
 		{"shutdown-timeout", "0s"}, {"shutdown-timeout", "-5s"},
+		{"kv-type", "q4_0"}, {"draft-vocab", "-1"}, {"draft-vocab", "1000"}, {"draft-vocab-file", "vocab.json"},
 	} {
 		p := startProc(t, "serve", "--model", tinyGGUF, "--addr", "127.0.0.1:0", "--"+c.flag, c.value)
 		code := p.wait(20 * time.Second)

@@ -36,7 +36,7 @@ type vocabFile struct {
 	Tokens    int64         `json:"tokens"`     // tokens counted
 	VocabSize int           `json:"vocab_size"` // the tokenizer's vocabulary
 	Special   []int         `json:"special"`    // control, user-defined and unknown tokens: always kept
-	Ranked    []int         `json:"ranked"`     // every other id seen, most frequent first (ties: lower id first)
+	Ranked    []int         `json:"ranked"`     // every other id, most frequent first (ties, including the unseen: lower id first)
 	Counts    []int64       `json:"counts"`     // (len(ranked)) occurrences of each
 }
 
@@ -54,8 +54,8 @@ func runVocab(ctx context.Context, args []string) error {
 		sources  = fs.String("source", "go,prose", "comma-separated corpora: go ($(go env GOROOT)/src, .go files) and prose (/usr/share/doc: README, NEWS, .md, .txt)")
 		out      = fs.String("out", "", "output JSON file (required)")
 		tokPath  = fs.String("tokenizer", defaultTokenizer, "the drafter's tokenizer: tokenizer.json, an HF directory or the GGUF model")
-		exclude  = fs.String("exclude", "", "a `draftd dataset` JSON Lines file whose source files are left out (so it can measure the trimmed head on unseen text)")
-		maxBytes = fs.Int64("max-bytes", 256<<20, "stop each corpus after this many bytes of text")
+		exclude  = fs.String("exclude", "", "JSON Lines `file` written by draftd dataset whose source files are left out (to measure the trimmed head on unseen text)")
+		maxBytes = fs.Int64("max-bytes", 1<<30, "stop each corpus after this many bytes of text")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: draftd vocab --out F.json [flags]\n\n"+
@@ -159,7 +159,7 @@ func runVocab(ctx context.Context, args []string) error {
 		switch {
 		case ty == tokenizer.TokenControl || ty == tokenizer.TokenUserDefined || ty == tokenizer.TokenUnknown:
 			vf.Special = append(vf.Special, id)
-		case counts[id] > 0:
+		case ty != tokenizer.TokenUnused:
 			vf.Ranked = append(vf.Ranked, id)
 		}
 	}
@@ -185,7 +185,13 @@ func runVocab(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("vocab: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "draftd vocab: %d tokens, %d distinct ids + %d special → %s\n", vf.Tokens, len(vf.Ranked), len(vf.Special), *out)
+	seenIDs := 0
+	for _, c := range vf.Counts {
+		if c > 0 {
+			seenIDs++
+		}
+	}
+	fmt.Fprintf(os.Stderr, "draftd vocab: %d tokens, %d distinct ids (of %d ranked) + %d special → %s\n", vf.Tokens, seenIDs, len(vf.Ranked), len(vf.Special), *out)
 	return nil
 }
 

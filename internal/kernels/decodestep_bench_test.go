@@ -46,7 +46,9 @@ func benchModel(b *testing.B, spec testmodel.Spec, kv model.KVType) *model.Model
 // a batch of sequences that each already hold ctx positions of KV cache
 // (valid random encodings: attention cost does not depend on the values).
 // Names: BenchmarkDecodeStep/<model>/<type>/ctx=<N>/B=<b> for the default
-// f16 cache, …/<type>/kv=<kv>/ctx=<N>/B=<b> for another cache type.
+// f16 cache, …/<type>/kv=<kv>/ctx=<N>/B=<b> for another cache type, and
+// …/<type>/dv=<rows>/ctx=<N>/B=<b> with a trimmed draft LM head
+// (model.SetDraftVocab) of that many rows.
 //
 // Before the timer starts every KV block has been written and read once
 // (the first steps after allocation otherwise run up to 2× slower), and
@@ -69,6 +71,8 @@ func BenchmarkDecodeStep(b *testing.B) {
 	type kvCase struct {
 		kv   model.KVType
 		ctxs []int
+		dv   int // rows of a trimmed draft head (ids 0…dv-1: the cost does not depend on which); 0: whole
+		bs   []int
 	}
 	long := []int{512, 2048, 4096}
 	cases := []struct {
@@ -77,10 +81,11 @@ func BenchmarkDecodeStep(b *testing.B) {
 		bs   []int
 		kvs  []kvCase
 	}{
-		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0), []int{1, 8, 32}, []kvCase{{model.KVF16, long}, {model.KVQ8_0, long}}},
-		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.BF16), []int{1, 32}, []kvCase{{model.KVF16, []int{512}}}},
-		{"qwen3-1.7b", testmodel.Qwen3_17B(dtype.Q4_0), []int{1, 32}, []kvCase{{model.KVF16, []int{512}}}},
-		{"qwen3-1.7b", q4km(testmodel.Qwen3_17B(dtype.Q4_K)), []int{1, 8, 32}, []kvCase{{model.KVF16, []int{512}}}},
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0), []int{1, 8, 32}, []kvCase{{model.KVF16, long, 0, nil}, {model.KVQ8_0, long, 0, nil},
+			{model.KVF16, []int{512}, 16384, []int{1, 32}}, {model.KVF16, []int{512}, 32768, []int{1, 32}}, {model.KVF16, []int{512}, 65536, []int{1, 32}}}},
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.BF16), []int{1, 32}, []kvCase{{model.KVF16, []int{512}, 0, nil}}},
+		{"qwen3-1.7b", testmodel.Qwen3_17B(dtype.Q4_0), []int{1, 32}, []kvCase{{model.KVF16, []int{512}, 0, nil}}},
+		{"qwen3-1.7b", q4km(testmodel.Qwen3_17B(dtype.Q4_K)), []int{1, 8, 32}, []kvCase{{model.KVF16, []int{512}, 0, nil}}},
 	}
 	sets := 8
 	if s := os.Getenv("DRAFTD_BENCH_KV_SETS"); s != "" {
@@ -107,14 +112,31 @@ func BenchmarkDecodeStep(b *testing.B) {
 				if kc.kv != model.KVF16 {
 					kvName = "kv=" + kc.kv.String() + "/"
 				}
+				if kc.dv > 0 {
+					kvName += fmt.Sprintf("dv=%d/", kc.dv)
+				}
+				batches := c.bs
+				if kc.bs != nil {
+					batches = kc.bs
+				}
 				for _, ctx := range kc.ctxs {
-					for _, batch := range c.bs {
+					for _, batch := range batches {
 						b.Run(fmt.Sprintf("%sctx=%d/B=%d", kvName, ctx, batch), func(b *testing.B) {
 							if m == nil || m.KVType() != kc.kv {
 								if m != nil {
 									m.Close()
 								}
 								m = benchModel(b, c.spec, kc.kv)
+							}
+							var keep []int // nil: the whole head
+							if kc.dv > 0 {
+								keep = make([]int, kc.dv)
+								for i := range keep {
+									keep[i] = i
+								}
+							}
+							if err := m.SetDraftVocab(keep); err != nil {
+								b.Fatal(err)
 							}
 							distinct := batch
 							if ctx > 512 {
@@ -136,10 +158,10 @@ func BenchmarkDecodeStep(b *testing.B) {
 								}
 							}
 							ms := b.Elapsed().Seconds() * 1000 / float64(b.N)
-							floor := (float64(m.WeightBytes)/seqBW + float64(kvBytes)/kvBW) * 1000
+							floor := (float64(m.StepWeightBytes())/seqBW + float64(kvBytes)/kvBW) * 1000
 							b.ReportMetric(ms, "ms/step")
 							b.ReportMetric(float64(batch)*1000/ms, "tok/s")
-							b.ReportMetric(float64(m.WeightBytes)/1e9/(ms/1000), "wGB/s")
+							b.ReportMetric(float64(m.StepWeightBytes())/1e9/(ms/1000), "wGB/s")
 							b.ReportMetric(float64(kvBytes)/1e9, "kvGB/step")
 							b.ReportMetric(seqBW/1e9, "bwGB/s")
 							b.ReportMetric(kvBW/1e9, "kvbwGB/s")
