@@ -32,6 +32,22 @@ func benchKV(r *rand.Rand, n, nb, hd, bs int) (keys, vals [][][]uint16) {
 	return keys, vals
 }
 
+// benchKVQ8 is benchKV for a q8_0 cache (rows of hd/32 block_q8_0).
+func benchKVQ8(r *rand.Rand, n, nb, hd, bs int) (keys, vals [][][]byte) {
+	pat, err := dtype.Quantize(dtype.Q8_0, nil, randVec(r, bs*hd, 1))
+	if err != nil {
+		panic(err)
+	}
+	keys, vals = make([][][]byte, n), make([][][]byte, n)
+	for t := range n {
+		for range nb {
+			keys[t] = append(keys[t], append([]byte(nil), pat...))
+			vals[t] = append(vals[t], append([]byte(nil), pat...))
+		}
+	}
+	return keys, vals
+}
+
 // BenchmarkAttentionDecode times one layer's attention of a decode step:
 // B sequences × 8 KV heads, every sequence holding ctx positions, split over
 // the pool one (sequence, KV head) per task. It rotates through at least
@@ -79,15 +95,27 @@ func BenchmarkAttentionDecode(b *testing.B) {
 // prompt of n tokens, prefilled in chunks of 512 as the engine does: per
 // chunk, tasks of 8 tokens × one KV head over the pool. It reports the time
 // per layer (× 28 layers is the attention share of a 0.6B prefill) and the
-// arithmetic rate (2 FLOPs per multiply-add of q·k and w·v).
+// arithmetic rate (2 FLOPs per multiply-add of q·k and w·v). Names:
+// tokens=<n> for the f16 cache, kv=q8_0/tokens=<n> for q8_0.
 func BenchmarkAttentionPrefill(b *testing.B) {
 	const nq, hd, bs, kvHeads, chunk, tokPerTask = 2, 128, 16, 8, 512, 8
 	pool := NewPool(0)
 	defer pool.Close()
-	for _, n := range []int{512, 4096} {
-		b.Run(fmt.Sprintf("tokens=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		n    int
+		q8   bool
+	}{{"tokens=512", 512, false}, {"tokens=4096", 4096, false}, {"kv=q8_0/tokens=512", 512, true}, {"kv=q8_0/tokens=4096", 4096, true}} {
+		n, q8 := c.n, c.q8
+		b.Run(c.name, func(b *testing.B) {
 			r := rand.New(rand.NewPCG(6, 6))
-			keys, vals := benchKV(r, kvHeads, n/bs, hd, bs)
+			var keys, vals [][][]uint16
+			var k8, v8 [][][]byte
+			if q8 {
+				k8, v8 = benchKVQ8(r, kvHeads, n/bs, hd, bs)
+			} else {
+				keys, vals = benchKV(r, kvHeads, n/bs, hd, bs)
+			}
 			qd := kvHeads * nq * hd
 			q := randVec(r, chunk*qd, 1)
 			out := make([]float32, len(q))
@@ -101,7 +129,11 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 							// Later token blocks first: they see the most positions.
 							blk, g := chunk/tokPerTask-1-i/kvHeads, i%kvHeads
 							off := blk*tokPerTask*qd + g*nq*hd
-							AttendCausalF16(out[off:], q[off:], qd, tokPerTask, nq, hd, keys[g], vals[g], bs, p0+blk*tokPerTask, scale)
+							if q8 {
+								AttendCausalQ8_0(out[off:], q[off:], qd, tokPerTask, nq, hd, k8[g], v8[g], bs, p0+blk*tokPerTask, scale)
+							} else {
+								AttendCausalF16(out[off:], q[off:], qd, tokPerTask, nq, hd, keys[g], vals[g], bs, p0+blk*tokPerTask, scale)
+							}
 						}
 					})
 				}
