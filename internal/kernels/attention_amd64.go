@@ -42,7 +42,7 @@ func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n i
 func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
 	checkQ8Head(headDim)
 	if impl >= implAVX2 && headDim <= 256 {
-		attendCausal2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+		attendCausalQ8AVX2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
 		return
 	}
 	attendQ8_0Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
@@ -51,7 +51,7 @@ func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n in
 func attendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
 	checkQ8Head(headDim)
 	if impl >= implAVX2 && headDim <= 256 {
-		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+		attendCausalQ8AVX2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 		return
 	}
 	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
@@ -207,6 +207,69 @@ func attnEnd(sc *attnScratch, out []float32, g, headDim int) {
 				o[16*i+j] = v / l
 			}
 		}
+	}
+}
+
+// attendCausalQ8AVX2 is attendCausal2 for a q8_0 cache. Passes of up to 2
+// rows (decode with 2 query heads per KV head) run the fused q8_0 kernel;
+// passes of more rows (prefill blocks, larger GQA groups) widen each
+// 16-position tile of keys and values to f32 once (dequantQ8AVX2, into L1)
+// and run the f32 kernel over it, instead of widening every row once per
+// row group inside the fused kernel (measured: 1.6–2.1× the f16 prefill CPU
+// that way).
+func attendCausalQ8AVX2(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
+	if nt*nq <= 2 {
+		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+		return
+	}
+	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
+	var sc attn2Scratch
+	var tile [2][16 * 256]float32 // (16 positions, headDim) widened keys, then values
+	var qo, end [attnMaxNQ]int
+	rows := nt * nq
+	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
+		g := min(attnMaxNQ, rows-r0)
+		for j := range g {
+			i, h := (r0+j)/nq, (r0+j)%nq
+			qo[j], end[j] = i*stride+h*headDim, p0+i+1
+		}
+		attnPassQ8Tiles(&sc, &tile, out, q, &qo, &end, g, headDim, keys, vals, bs, scale)
+	}
+}
+
+// attnPassQ8Tiles is attnPass2 over a q8_0 cache through widened f32 tiles.
+func attnPassQ8Tiles(sc *attn2Scratch, tile *[2][16 * 256]float32, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]byte, bs int, scale float32) {
+	nch := headDim / 8
+	rl := rowLen[byte](headDim)
+	n := 0
+	for j := range attnMaxNQ {
+		sc.ml[j], sc.ml[8+j], sc.lim[j] = float32(math.Inf(-1)), 0, 0
+	}
+	for j := range g {
+		for i := range nch {
+			copy(sc.q[(i*g+j)*8:(i*g+j)*8+8], q[qo[j]+8*i:])
+		}
+		n = max(n, end[j])
+	}
+	clear(sc.acc[:g*headDim])
+	kt, vt := &tile[0][0], &tile[1][0]
+	for p := 0; p < n; {
+		blk, off := p/bs, p%bs
+		cnt := min(16, bs-off, n-p)
+		for j := range g {
+			sc.lim[j] = int32(min(max(end[j]-p, 0), cnt))
+		}
+		k := keys[blk][off*rl : (off+cnt)*rl]
+		v := vals[blk][off*rl : (off+cnt)*rl]
+		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
+		dequantQ8AVX2(kt, &k[0], cnt*headDim/32, kn)
+		dequantQ8AVX2(vt, &v[0], cnt*headDim/32, vn)
+		attn2Kernel(sc, g, nch, kt, vt, cnt, scale, kt, vt)
+		p += cnt
+	}
+	for j := range g {
+		o := out[qo[j] : qo[j]+headDim]
+		attnOutAVX2(&o[0], &sc.acc[j*8], nch, 32*g, sc.ml[8+j])
 	}
 }
 

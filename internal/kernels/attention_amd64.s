@@ -36010,6 +36010,42 @@ vpfr6:
 	VZEROUPPER
 	RET
 
+// func dequantQ8AVX2(dst *float32, src *byte, nblk int, next *byte)
+// Requires: AVX, AVX2, F16C, MMX+
+TEXT ·dequantQ8AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ nblk+16(FP), CX
+	MOVQ next+24(FP), DX
+
+block:
+	PREFETCHT0   (DX)
+	VPBROADCASTW (SI), X0
+	VCVTPH2PS    X0, Y0
+	VPMOVSXBD    2(SI), Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, (DI)
+	VPMOVSXBD    10(SI), Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      Y2, 32(DI)
+	VPMOVSXBD    18(SI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      Y3, 64(DI)
+	VPMOVSXBD    26(SI), Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y0, Y4, Y4
+	VMOVUPS      Y4, 96(DI)
+	ADDQ         $0x22, SI
+	ADDQ         $0x22, DX
+	ADDQ         $0x00000080, DI
+	DECQ         CX
+	JNZ          block
+	VZEROUPPER
+	RET
+
 // func attnOutAVX2(out *float32, acc *float32, nch int, accStride int, l float32)
 // Requires: AVX
 TEXT ·attnOutAVX2(SB), NOSPLIT, $0-36

@@ -596,6 +596,13 @@ func attendQ8AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *
 //go:noescape
 func attendQ8AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
+// dequantQ8AVX2 sets dst[32b+j] = d_b·q_b[j] for the nblk ≥ 1 ggml block_q8_0
+// at src (34 bytes each: f16 d, 32 int8 q), j < 32, and prefetches nblk·34
+// bytes at next (the following tile).
+//
+//go:noescape
+func dequantQ8AVX2(dst *float32, src *byte, nblk int, next *byte)
+
 // attnOutAVX2 sets out[8i+j] = acc[i*accStride/4+j] / l for i < nch, j < 8
 // (nch ≥ 1; accStride in bytes).
 //

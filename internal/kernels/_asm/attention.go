@@ -29,6 +29,7 @@ func genAttention() {
 	for nq := 1; nq <= attnMaxNQ; nq++ {
 		genAttnBlock2Q8(nq)
 	}
+	genDequantQ8()
 	genAttnOut2()
 }
 
@@ -949,6 +950,40 @@ func genAttnBlock2Q8(nq int) {
 		DECQ(reg.R9)
 		JNZ(LabelRef("vblock" + g))
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// genDequantQ8 emits the widening of q8_0 cache rows to f32 for the
+// many-row passes (prefill blocks, large GQA groups), which then run the f32
+// kernel on the widened tile in L1: each element is the twin's d·q, by the
+// same three instructions as genAttnBlock2Q8.
+func genDequantQ8() {
+	TEXT("dequantQ8AVX2", NOSPLIT, "func(dst *float32, src *byte, nblk int, next *byte)")
+	Pragma("noescape")
+	Doc("dequantQ8AVX2 sets dst[32b+j] = d_b·q_b[j] for the nblk ≥ 1 ggml block_q8_0",
+		"at src (34 bytes each: f16 d, 32 int8 q), j < 32, and prefetches nblk·34",
+		"bytes at next (the following tile).")
+	D := Load(Param("dst"), reg.RDI)
+	S := Load(Param("src"), reg.RSI)
+	N := Load(Param("nblk"), reg.RCX)
+	NX := Load(Param("next"), reg.RDX)
+	Label("block")
+	PREFETCHT0(M(NX, 0))
+	VPBROADCASTW(M(S, 0), reg.X0)
+	VCVTPH2PS(reg.X0, reg.Y0)
+	for c := range 4 {
+		y := Y(1 + c)
+		VPMOVSXBD(M(S, 2+8*c), y)
+		VCVTDQ2PS(y, y)
+		VMULPS(reg.Y0, y, y)
+		VMOVUPS(y, M(D, 32*c))
+	}
+	ADDQ(U8(34), S)
+	ADDQ(U8(34), NX)
+	ADDQ(U32(128), D)
+	DECQ(N)
+	JNZ(LabelRef("block"))
 	VZEROUPPER()
 	RET()
 }
