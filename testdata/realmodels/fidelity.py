@@ -284,35 +284,41 @@ class Reference:
                                                           dtype=torch.float32, device_map="cpu")
         self.model.eval()
 
-    def greedy(self, prompt: list[int], n: int) -> list[int]:
-        """n greedy tokens with the KV cache (argmax: ties to the lowest id)."""
+    def run(self, prompt: list[int], n: int, candidates: dict[str, list[int]]) -> tuple[
+            list[int], dict[str, tuple[list[int], list[float], list[float]]]]:
+        """R's n greedy tokens (KV cache; argmax ties to the lowest id), and
+        for each candidate continuation c, teacher-forced from R's cache of
+        the prompt: at each position j, R's argmax given prompt + c[:j], its
+        top-2 gap, and its gap to c[j] (also for R's own greedy tokens, under
+        the name "transformers")."""
+        import copy
+
         torch = self.torch
         with torch.inference_mode():
-            ids = torch.tensor([prompt])
-            out = self.model(input_ids=ids, use_cache=True)
-            past, toks = out.past_key_values, []
-            for _ in range(n):
-                t = int(torch.argmax(out.logits[0, -1]))
-                toks.append(t)
+            out = self.model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
+            first = out.logits[0, -1].float()  # (vocab,)
+            prompt_cache = copy.deepcopy(out.past_key_values)
+            past, toks, rows = out.past_key_values, [], [first]
+            while True:
+                toks.append(int(torch.argmax(rows[-1])))
                 if len(toks) == n:
                     break
-                out = self.model(input_ids=torch.tensor([[t]]), past_key_values=past, use_cache=True)
+                out = self.model(input_ids=torch.tensor([[toks[-1]]]), past_key_values=past, use_cache=True)
                 past = out.past_key_values
-        return toks
-
-    def forced(self, prompt: list[int], cont: list[int]) -> tuple[list[int], list[float], list[float]]:
-        """Teacher-forced over cont: at each position j, R's argmax given
-        prompt + cont[:j], its top-2 gap, and its gap to cont[j]."""
-        torch = self.torch
-        with torch.inference_mode():
-            ids = torch.tensor([prompt + cont[:-1]])
-            logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 :].float()  # (len(cont), vocab)
-        top2 = torch.topk(logits, 2, dim=-1)
-        argmax = torch.argmax(logits, dim=-1)
-        chosen = logits.gather(1, torch.tensor(cont).unsqueeze(1)).squeeze(1)
-        margin = (top2.values[:, 0] - top2.values[:, 1]).tolist()
-        gap = (top2.values[:, 0] - chosen).tolist()
-        return [int(a) for a in argmax.tolist()], margin, gap
+                rows.append(out.logits[0, -1].float())
+            forced: dict[str, tuple[list[int], list[float], list[float]]] = {}
+            for name, c in {**candidates, "transformers": toks}.items():
+                if c == toks:
+                    logits = torch.stack(rows)
+                else:
+                    o = self.model(input_ids=torch.tensor([c[:-1]]), past_key_values=copy.deepcopy(prompt_cache),
+                                   use_cache=True)
+                    logits = torch.cat([first.unsqueeze(0), o.logits[0].float()])  # (len(c), vocab)
+                top2 = torch.topk(logits, 2, dim=-1).values
+                chosen = logits.gather(1, torch.tensor(c).unsqueeze(1)).squeeze(1)
+                forced[name] = ([int(a) for a in torch.argmax(logits, dim=-1).tolist()],
+                                (top2[:, 0] - top2[:, 1]).tolist(), (top2[:, 0] - chosen).tolist())
+        return toks, forced
 
 
 # ---------------------------------------------------------------- metrics
@@ -391,15 +397,14 @@ def run(models: list[str], count: int, n: int, threshold: float, engines: list[s
                 raise ValueError(f"unknown engine {e!r} (draftd, draftd-generic, draftd-avx2, llama.cpp)")
             log(f"{name}: {e} done ({time.time() - t0:.0f} s)")
         ref = Reference(path, threads)
-        conts["transformers"] = [ref.greedy(p.ids, n) for p in prompts]
-        log(f"{name}: transformers greedy done ({time.time() - t0:.0f} s)")
-        forced: dict[str, tuple[list[list[int]], list[list[float]], list[list[float]]]] = {}
-        for e, cs in conts.items():
-            am, mg, gp = [], [], []
-            for p, c in zip(prompts, cs):
-                x, y, z = ref.forced(p.ids, c)
-                am.append(x), mg.append(y), gp.append(z)
-            forced[e] = (am, mg, gp)
+        conts["transformers"] = []
+        forced: dict[str, tuple[list[list[int]], list[list[float]], list[list[float]]]] = {
+            e: ([], [], []) for e in [*engines, "transformers"]}
+        for k, p in enumerate(prompts):
+            toks, fc = ref.run(p.ids, n, {e: conts[e][k] for e in engines})
+            conts["transformers"].append(toks)
+            for e, (x, y, z) in fc.items():
+                forced[e][0].append(x), forced[e][1].append(y), forced[e][2].append(z)
         del ref
         log(f"{name}: teacher-forced reference done ({time.time() - t0:.0f} s)")
         pairs = [(e, "transformers") for e in engines] + \
@@ -468,6 +473,11 @@ def markdown(res: dict[str, Any]) -> str:
     for name, m in res["models"].items():
         for e, t in m["teacher_forced"].items():
             lines.append(f"| {name} | {e} | {100 * t['top1']:.1f} % | {100 * t['near']:.1f} % |")
+    for name, m in res["models"].items():
+        for r in m.get("generic_recheck", []):
+            lines.append(f"- {name} {r['prompt']}: DRAFTD_KERNELS=generic "
+                         f"{'gives the same tokens as the native kernels' if r['generic_equals_native'] else 'differs from the native kernels'}"
+                         f"; its first divergence from the reference is at {r['generic_first_divergence_from_reference']}")
     return "\n".join(lines) + "\n"
 
 
