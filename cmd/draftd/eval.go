@@ -11,9 +11,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/eval"
 	"github.com/draftd/draftd/internal/tokenizer"
 )
@@ -40,6 +42,7 @@ func runEval(ctx context.Context, args []string) error {
 		jsonPath    = fs.String("json", "", "write the report as one JSON object to this file")
 		plotPath    = fs.String("plot", "", "draw the acceptance histogram and per-position rates to this file (.png, .svg, .pdf)")
 		backend     = fs.String("backend", eval.BackendDraftd, "server kind: draftd (POST /draft) or llama-server (POST /completion)")
+		strategy    = fs.String("strategy", "", "drafting strategy named in every request (draftd backend): "+strings.Join(draft.Names, ", ")+"; empty: the server's --strategy")
 		tokPath     = fs.String("tokenizer", "", "tokenizer for text-form samples: tokenizer.json, its model directory, or a GGUF file")
 		protocol    = fs.String("protocol", eval.ProtocolFull, "how drafts are asked (draftd only): full (POST /draft, whole context), session (the context once, then accepted+bonus), batch (one POST /v1/drafts per round of the samples in flight, session items)")
 		targetLat   = fs.Duration("target-latency", 0, "wait this long after each draft (each round for --protocol batch), as the target's verification would")
@@ -73,6 +76,12 @@ func runEval(ctx context.Context, args []string) error {
 		return clientUsageError(fs, "--protocol session and batch need --backend draftd and one --url (a proxy routes sessions)")
 	case *targetLat < 0 || *targetLat > time.Minute:
 		return clientUsageError(fs, "--target-latency must be in [0, 1m]")
+	case *strategy != "" && *backend != eval.BackendDraftd:
+		return clientUsageError(fs, "--strategy is for the draftd backend only")
+	case *strategy != "" && !slices.Contains(draft.Names, *strategy):
+		return clientUsageError(fs, fmt.Sprintf("--strategy %q: want one of %s", *strategy, strings.Join(draft.Names, ", ")))
+	case *strategy != "" && *protocol != eval.ProtocolFull:
+		return clientUsageError(fs, "--strategy is for --protocol full only")
 	}
 	hc := eval.NewHTTPClient(*concurrency)
 	var bases []string
@@ -85,6 +94,9 @@ func runEval(ctx context.Context, args []string) error {
 		d, err := eval.NewDrafter(*backend, hc, base)
 		if err != nil {
 			return err
+		}
+		if dc, ok := d.(*eval.DraftdClient); ok {
+			dc.Strategy = *strategy
 		}
 		bases, routed = append(bases, base), append(routed, d)
 	}

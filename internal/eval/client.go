@@ -97,11 +97,12 @@ func NewDrafter(backend string, hc *http.Client, base string) (Drafter, error) {
 }
 
 // DraftdClient calls draftd's POST /draft: {"tokens":[...],"n":n} →
-// {"draft":[...]}.
+// {"draft":[...]}, with "strategy":Strategy in the body when Strategy is set.
 type DraftdClient struct {
-	HTTP *http.Client
-	URL  string // base URL, no trailing slash
-	Wire *Wire  // what was sent and parsed (nil: not counted)
+	HTTP     *http.Client
+	URL      string // base URL, no trailing slash
+	Wire     *Wire  // what was sent and parsed (nil: not counted)
+	Strategy string // drafting strategy asked in every request; "" = the server's --strategy
 }
 
 // Draft implements Drafter.
@@ -111,6 +112,10 @@ func (c *DraftdClient) Draft(ctx context.Context, tokens []int, n int) ([]int, e
 	body = appendInts(body, tokens)
 	body = append(body, `,"n":`...)
 	body = strconv.AppendInt(body, int64(n), 10)
+	if c.Strategy != "" {
+		body = append(body, `,"strategy":`...)
+		body = strconv.AppendQuote(body, c.Strategy)
+	}
 	body = append(body, '}')
 	var out struct {
 		Draft *[]int `json:"draft"`

@@ -4,12 +4,14 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"testing"
 
 	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/eval"
 )
 
 func TestStrategySelection(t *testing.T) {
@@ -71,5 +73,40 @@ func TestStrategySelection(t *testing.T) {
 		if _, ok := value(fams, "draftd_lookup_proposal_tokens_total", "outcome", o); !ok {
 			t.Errorf("draftd_lookup_proposal_tokens_total{outcome=%q} missing", o)
 		}
+	}
+}
+
+// TestEvalClientStrategy: `draftd eval --strategy` (eval.DraftdClient.Strategy)
+// names the strategy in each request: the answers are those of lookup
+// (hand-computed) and of the model's own greedy chain, not the server's
+// default hybrid, and a bad name comes back as the server's error.
+func TestEvalClientStrategy(t *testing.T) {
+	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{Strategy: draft.Hybrid{Opt: draft.DefaultOptions()}}, nil)})
+	m := loadModel(t)
+	hc := eval.NewHTTPClient(1)
+	defer hc.CloseIdleConnections()
+	ctx := []int{5, 1, 2, 3, 4, 9, 1, 2, 3}
+	greedy, err := m.Generate(ctx, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		strategy string
+		n        int
+		want     []int
+	}{
+		{"lookup", 3, []int{4, 9, 1}},
+		{"model", 6, greedy},
+	} {
+		c := &eval.DraftdClient{HTTP: hc, URL: ts.URL, Strategy: tc.strategy}
+		have, err := c.Draft(t.Context(), ctx, tc.n)
+		if err != nil || !slices.Equal(have, tc.want) {
+			t.Errorf("Strategy %q: have %v (%v); want %v", tc.strategy, have, err, tc.want)
+		}
+	}
+	c := &eval.DraftdClient{HTTP: hc, URL: ts.URL, Strategy: `ngram"`}
+	var se *eval.StatusError
+	if _, err := c.Draft(t.Context(), ctx, 3); !errors.As(err, &se) || se.Status != http.StatusBadRequest || se.Code != CodeInvalidStrategy {
+		t.Errorf(`Strategy "ngram\"": have %v; want a 400 %s`, err, CodeInvalidStrategy)
 	}
 }
