@@ -32,7 +32,7 @@ PROSE = [
 def prompts(tokenizer: Any, count: int) -> list[tuple[str, list[int]]]:
     """count prompts (id, token ids), alternating the three kinds."""
     code_lines = _CODE_FILE.read_text().splitlines()
-    code = [("code-0", "\n".join(code_lines[:40]) + "\n"), ("code-1", "\n".join(code_lines[:80]) + "\n")]
+    code = [("code-0", "\n".join(code_lines[:24]) + "\n"), ("code-1", "\n".join(code_lines[:60]) + "\n")]
     chat = [
         (f"chat-{i}", tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True))
         for i, q in enumerate(INSTRUCTIONS)
