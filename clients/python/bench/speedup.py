@@ -64,7 +64,7 @@ def main() -> int:
     model, tok = load_target(a.models / TARGET_FILE)
     ps = prompts(tok, a.prompts)
     srv = start_server(binary, a.models / DRAFTER_FILE, "--threads", str(a.draftd_threads),
-                       "--kv-cache-bytes", str(1 << 30), "--log-level", "warn")
+                       "--kv-cache-bytes", str(1 << 30))
     rows: dict[str, dict[str, float]] = {}
 
     def add(name: str, tokens: int, secs: float, steps: int = 0, equal: bool = True) -> None:

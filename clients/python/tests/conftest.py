@@ -85,7 +85,11 @@ _LISTENING = re.compile(r"msg=listening addr=(\S+)")
 
 def start_server(draftd_bin: Path, model: Path, *flags: str) -> Server:
     """Starts ``draftd serve`` on a free port and returns once it listens
-    (not once it is healthy: see Client.wait_ready)."""
+    (not once it is healthy: see Client.wait_ready). It reads the address
+    from the info-level "listening" log line: flags must not raise the log
+    level above info."""
+    if any(f.startswith("--log-level") for f in flags):
+        raise ValueError("start_server reads the info-level 'listening' line: do not pass --log-level")
     proc = subprocess.Popen(
         [str(draftd_bin), "serve", "--model", str(model), "--addr", "127.0.0.1:0", *flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -185,14 +185,14 @@ def test_client_timeout(serve, slow_model) -> None:  # type: ignore[no-untyped-d
 
 def test_queue_full_is_retried_after_retry_after(serve, slow_model) -> None:  # type: ignore[no-untyped-def]
     s = serve(slow_model, *KV, "--threads", "1", "--max-batch", "1", "--max-queue", "1")
-    prompts = [[i + 1, i + 2, i + 3] * 5 for i in range(6)]
+    prompts = [[i + 1, i + 2, i + 3] * 5 for i in range(5)]
 
     async def burst(max_retries: int) -> list[object]:
         async with draftd.AsyncClient(s.url, max_retries=max_retries, max_retry_wait=1.0) as c:
             await c.wait_ready(60)
-            return await asyncio.gather(*(c.draft(p, 64, strategy="model") for p in prompts), return_exceptions=True)
+            return await asyncio.gather(*(c.draft(p, 32, strategy="model") for p in prompts), return_exceptions=True)
 
-    # Without retries: six at once into one running + one queued slot.
+    # Without retries: five at once into one running + one queued slot.
     first = asyncio.run(burst(0))
     full = [r for r in first if isinstance(r, draftd.ServiceUnavailableError)]
     assert full, f"no 503 among {first}"
@@ -202,7 +202,7 @@ def test_queue_full_is_retried_after_retry_after(serve, slow_model) -> None:  # 
     # With retries every request is served, and the server did answer 503s.
     before = metric(s.url, "draftd_http_requests_total", route="/draft", code="503")
     second = asyncio.run(burst(20))
-    assert all(isinstance(r, draftd.Draft) and len(r.tokens) == 64 for r in second), second
+    assert all(isinstance(r, draftd.Draft) and len(r.tokens) == 32 for r in second), second
     assert metric(s.url, "draftd_http_requests_total", route="/draft", code="503") > before
     # The same contexts give the same drafts whether or not they were retried.
     for a, b in zip(first, second):

@@ -52,7 +52,7 @@ def start_drafter(draftd_bin: Path, strategy: str) -> Server:
     """draftd serve on the real drafter with --strategy strategy (draftd
     eval drafts with the server's strategy, so the client uses it too)."""
     s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--strategy", strategy, "--threads", "1",
-                     "--kv-cache-bytes", str(1 << 30), "--log-level", "warn")
+                     "--kv-cache-bytes", str(1 << 30))
     with draftd.Client(s.url) as c:
         c.wait_ready(300)
     return s
