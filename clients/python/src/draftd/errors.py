@@ -112,6 +112,9 @@ CODES: dict[str, int] = {
     "context_over_kv_budget": 400,
     "invalid_strategy": 400,
     "invalid_input": 400,
+    "invalid_accepted": 400,  # DESIGN §1b sessions
+    "too_many_items": 400,  # DESIGN §1b /v1/drafts
+    "unknown_session": 409,  # DESIGN §1b sessions
     "body_too_large": 413,
     "body_timeout": 408,
     "not_found": 404,
