@@ -1,0 +1,36 @@
+"""draftd: a client for the draftd drafter service (DESIGN §1: /draft,
+/health, /v1/info), blocking (:class:`Client`) and asyncio
+(:class:`AsyncClient`), with typed answers and exceptions carrying the
+server's error codes. The transformers integration is :mod:`draftd.hf`
+(install the ``hf`` extra); it is not imported here, so the client needs only
+httpx."""
+
+from .client import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, AsyncClient, Client
+from .errors import (
+    CODES,
+    APIError,
+    BadRequestError,
+    ConnectError,
+    DraftdError,
+    InternalServerError,
+    MethodNotAllowedError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ProtocolError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+    TimeoutError,
+    TransportError,
+    UnknownSessionError,
+)
+from .types import Draft, Health, Info, WeightShare
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient", "Client", "DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT",
+    "CODES", "APIError", "BadRequestError", "ConnectError", "DraftdError", "InternalServerError",
+    "MethodNotAllowedError", "NotFoundError", "PayloadTooLargeError", "ProtocolError", "RequestTimeoutError",
+    "ServiceUnavailableError", "TimeoutError", "TransportError", "UnknownSessionError",
+    "Draft", "Health", "Info", "WeightShare",
+]
