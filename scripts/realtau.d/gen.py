@@ -166,14 +166,14 @@ def generate(model: Any, torch: Any, prompts: list[list[int]], new_tokens: int, 
 
 def generate_llamacpp(target: Path, prompts: list[list[int]], new_tokens: int, eos_ids: list[int],
                       threads: int, sequences: int) -> tuple[list[list[int]], dict[str, Any]]:
-    """Greedy continuations from llama.cpp (scripts/realtau.d/llamacpp/greedy.mjs), up
+    """Greedy continuations from llama.cpp (testdata/llamacpp/batch.mjs), up
     to `sequences` prompts decoding together."""
     req = {"model": str(target), "n": new_tokens, "threads": threads, "sequences": sequences,
            "eos": eos_ids, "prompts": prompts}
-    proc = subprocess.run(["node", str(HERE / "llamacpp" / "greedy.mjs")], input=json.dumps(req), capture_output=True,
+    proc = subprocess.run(["node", str(HERE.parent.parent / "testdata" / "llamacpp" / "batch.mjs")], input=json.dumps(req), capture_output=True,
                           text=True, cwd=HERE / "llamacpp", env={**os.environ, "NODE_PATH": str(HERE / "llamacpp" / "node_modules")})
     if proc.returncode != 0:
-        raise RuntimeError(f"greedy.mjs failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        raise RuntimeError(f"batch.mjs failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout)
     return out["continuations"], out["info"]
 

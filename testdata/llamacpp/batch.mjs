@@ -1,6 +1,6 @@
 // The target engine of the real-τ dataset when `scripts/realtau gen --engine
 // llama.cpp`: llama.cpp from the prebuilt CPU binaries node-llama-cpp ships on
-// npm (scripts/realtau.d/llamacpp/package.json; nothing is built from source).
+// npm (testdata/llamacpp/package.json, shared with the fidelity table; nothing is built from source).
 // Reads {"model", "n", "threads", "sequences", "eos": [ids], "prompts": [[ids]...]}
 // as JSON on stdin and writes {"engine", "info", "continuations": [[ids]...]}
 // on stdout. Token ids in, token ids out: no tokenizer or chat template of
@@ -43,7 +43,7 @@ async function worker() {
 			if (out.length === req.n || eos.has(token)) break;
 		}
 		continuations[i] = out;
-		process.stderr.write(`greedy.mjs: prompt ${i + 1}/${req.prompts.length} done\n`);
+		process.stderr.write(`batch.mjs: prompt ${i + 1}/${req.prompts.length} done\n`);
 	}
 	sequence.dispose();
 }
