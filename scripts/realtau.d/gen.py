@@ -4,7 +4,7 @@ Builds real prompts (code completion cut from Go and Python standard-library
 sources at a line boundary, chat-templated coding instructions, prose picked by
 `draftd dataset --source prose`) and runs the *target* model greedily in Hugging
 Face transformers (float32, dequantized from the GGUF file) to produce each
-continuation. Writes DESIGN §2 lines {"id","prompt","continuation"} and a
+continuation. Writes docs/evaluation.md dataset lines {"id","prompt","continuation"} and a
 manifest (engine, versions, threads, sources with sha256, dropped samples,
 padding check). It is not draftd: draftd never runs here, except `draftd
 dataset` to pick prose prompts (token ids only).

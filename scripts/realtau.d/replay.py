@@ -1,4 +1,4 @@
-"""The replay of DESIGN §2 written again, apart from `draftd eval`: one sample
+"""The replay of docs/evaluation.md (the definition of τ) written again, apart from `draftd eval`: one sample
 at a time, POST /draft over the standard library's HTTP client, τ counted
 here. `scripts/realtau check` compares its per-sample steps and accepted
 histogram with `draftd eval --json` against the same server; any difference is

@@ -6,7 +6,7 @@ draftd.hf.assisted_generate. Checks:
 1. lossless: the assisted output equals the target's plain greedy output,
    up to a near-tie (realtarget.near_tie states the rule);
 2. the acceptance the client counted equals ``draftd eval``'s: the
-   assisted continuations become a DESIGN §2 dataset, ``draftd eval
+   assisted continuations become a docs/evaluation.md dataset, ``draftd eval
    --concurrency 1`` replays it against the same server, and each sample's
    step count (and so τ) must be the client's.
 

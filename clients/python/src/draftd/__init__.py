@@ -1,4 +1,4 @@
-"""draftd: a client for the draftd drafter service (DESIGN §1: /draft,
+"""draftd: a client for the draftd drafter service (docs/protocol.md: /draft,
 /health, /v1/info), blocking (:class:`Client`) and asyncio
 (:class:`AsyncClient`), with typed answers and exceptions carrying the
 server's error codes. The transformers integration is :mod:`draftd.hf`

@@ -1,4 +1,4 @@
-"""The HTTP clients of the draft protocol (DESIGN §1): :class:`Client`
+"""The HTTP clients of the draft protocol (docs/protocol.md): :class:`Client`
 (blocking) and :class:`AsyncClient` (asyncio), one ``httpx`` connection pool
 each, kept alive between requests.
 

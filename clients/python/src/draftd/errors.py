@@ -82,7 +82,7 @@ class RequestTimeoutError(APIError):
 
 
 class UnknownSessionError(APIError):
-    """409 ``unknown_session`` (DESIGN §1b sessions): resend the tokens."""
+    """409 ``unknown_session`` (docs/protocol.md, sessions): resend the tokens."""
 
 
 class PayloadTooLargeError(APIError):
@@ -112,9 +112,9 @@ CODES: dict[str, int] = {
     "context_over_kv_budget": 400,
     "invalid_strategy": 400,
     "invalid_input": 400,
-    "invalid_accepted": 400,  # DESIGN §1b sessions
-    "too_many_items": 400,  # DESIGN §1b /v1/drafts
-    "unknown_session": 409,  # DESIGN §1b sessions
+    "invalid_accepted": 400,  # docs/protocol.md, sessions
+    "too_many_items": 400,  # docs/protocol.md, /v1/drafts
+    "unknown_session": 409,  # docs/protocol.md, sessions
     "body_too_large": 413,
     "body_timeout": 408,
     "not_found": 404,

@@ -1,4 +1,4 @@
-"""Typed answers of the draftd protocol (DESIGN §1): what ``/draft``,
+"""Typed answers of the draftd protocol (docs/protocol.md): what ``/draft``,
 ``/health`` and ``/v1/info`` return, decoded and checked. Parsing only; no
 requests are sent here."""
 
