@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+LLAMACPP = HERE.parent.parent / "testdata" / "llamacpp"  # node-llama-cpp (npm ci there), shared with scripts/fidelity
 
 
 @dataclass
@@ -170,8 +171,8 @@ def generate_llamacpp(target: Path, prompts: list[list[int]], new_tokens: int, e
     to `sequences` prompts decoding together."""
     req = {"model": str(target), "n": new_tokens, "threads": threads, "sequences": sequences,
            "eos": eos_ids, "prompts": prompts}
-    proc = subprocess.run(["node", str(HERE.parent.parent / "testdata" / "llamacpp" / "batch.mjs")], input=json.dumps(req), capture_output=True,
-                          text=True, cwd=HERE / "llamacpp", env={**os.environ, "NODE_PATH": str(HERE / "llamacpp" / "node_modules")})
+    proc = subprocess.run(["node", str(LLAMACPP / "batch.mjs")], input=json.dumps(req), capture_output=True,
+                          text=True, cwd=LLAMACPP, env={**os.environ, "NODE_PATH": str(LLAMACPP / "node_modules")})
     if proc.returncode != 0:
         raise RuntimeError(f"batch.mjs failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout)
