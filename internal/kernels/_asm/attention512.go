@@ -1,0 +1,396 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// ---------------------------------------------------------------------------
+// AVX-512: the online-softmax block update of up to 8 query rows over 16
+// cached positions, each row with its own position limit (mask registers),
+// so that the rows of several prefill tokens share each pass over the cache
+// as on the AVX2 path. The score dot products of a group of positions × rows
+// (≤ 16 of them) are summed across lanes by one transposition tree (4 levels
+// of shuffles and adds for 16 sums, instead of a separate 16-lane reduction
+// per sum); every sum goes through the same tree whatever its neighbours, so
+// a row's result does not depend on which rows share its pass (decode and
+// prefill give the same bits).
+
+// genAttnBlock512 emits attend{F16,F32}AVX512x<nq>.
+func genAttnBlock512(nq int, f16 bool) {
+	t, ld, csz, csh := "F32", "f32", 64, uint8(6) // csz: bytes of 16 cached elements, csh its log2
+	if f16 {
+		t, ld, csz, csh = "F16", "f16", 32, 5
+	}
+	name := fmt.Sprintf("attend%sAVX512x%d", t, nq)
+	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s advances the online softmax of %d query rows by cnt (1…16)", name, nq),
+		fmt.Sprintf("cached positions: k and v hold cnt rows of 16·nch %s elements.", ld),
+		"q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].",
+		"ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]",
+		"for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for",
+		"h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:",
+		"",
+		"\tsc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')",
+		"\tl = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'",
+		"",
+		"Every row must see at least one position in its first call (m finite).",
+		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
+	RS := reg.R13 // row stride of k and v in bytes
+	Load(Param("nch"), RS)
+	SHLQ(U8(csh), RS)
+	sc, err := Param("scale").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	VBROADCASTSS(sc.Addr, reg.Z27)
+	load := func(m Mem, z reg.VecPhysical) {
+		if f16 {
+			VCVTPH2PS(m, z)
+		} else {
+			VMOVUPS(m, z)
+		}
+	}
+	pfLines := 2 * csz / 16 // 4 (f16) or 8 (f32) lines per iteration
+	KN := Load(Param("kn"), reg.R14)
+	KREM := reg.R10
+	Load(Param("cnt"), KREM)
+	IMULQ(RS, KREM)
+
+	Comment("Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.")
+	K := Load(Param("k"), reg.RCX)
+	S := Load(Param("s"), reg.RDX)
+	CNT := Load(Param("cnt"), reg.R9)
+	Q, NC := reg.R8, reg.R11
+	scoreGroup := func(P int, sfx string) {
+		acc := func(p, h int) reg.VecPhysical { return Z(p*nq + h) }
+		qz := func(h int) reg.VecPhysical { return Z(16 + h) }
+		for p := range P {
+			for h := range nq {
+				VPXORD(acc(p, h), acc(p, h), acc(p, h))
+			}
+		}
+		// Row p of the group is at bases[p/3] + (p%3)·RS.
+		bases := []reg.Register{reg.RAX, reg.RBX, reg.R12}[:(P+2)/3]
+		for i, r := range bases {
+			if i == 0 {
+				MOVQ(K, r)
+			} else {
+				LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
+				ADDQ(RS, r)
+			}
+		}
+		Load(Param("q"), Q)
+		MOVQ(RS, NC)
+		SHRQ(U8(csh), NC) // nch
+		Label("chunk" + sfx)
+		prefetch(KN, KREM, pfLines, "kpf"+sfx)
+		for h := range nq {
+			VMOVUPS(M(Q, 64*h), qz(h))
+		}
+		for p := range P {
+			kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
+			load(xRowAddr(bases, RS, p, 0), kz)
+			for h := range nq {
+				VFMADD231PS(qz(h), kz, acc(p, h))
+			}
+		}
+		for _, r := range bases {
+			ADDQ(U8(csz), r)
+		}
+		ADDQ(U32(64*nq), Q)
+		DECQ(NC)
+		JNZ(LabelRef("chunk" + sfx))
+		var accs []reg.VecPhysical
+		for p := range P {
+			for h := range nq {
+				accs = append(accs, acc(p, h))
+			}
+		}
+		sum, lane := treeSum(accs, reg.Z24, reg.Z25)
+		VMULPS(reg.Z27, sum, sum)
+		VMOVDQU32(permConst(lane), reg.Z26)
+		VPERMPS(sum, reg.Z26, reg.Z28) // lane p·nq+h = the score of (p, h)
+		MOVL(U32(1<<(P*nq)-1), reg.EDI)
+		KMOVW(reg.EDI, reg.K2)
+		VMOVUPS(reg.Z28, reg.K2, M(S, 0))
+		ADDQ(U32(4*nq*P), S)
+		for range P {
+			ADDQ(RS, K)
+		}
+	}
+	P := attn512Positions(nq)
+	Label("group")
+	CMPQ(CNT, U8(P))
+	JL(LabelRef("rest"))
+	scoreGroup(P, "P")
+	SUBQ(U8(P), CNT)
+	JMP(LabelRef("group"))
+	Label("rest")
+	// Fewer than P positions left: at most one group of each power of two
+	// below P.
+	for g := 8; g >= 1; g /= 2 {
+		if g >= P {
+			continue
+		}
+		skip := fmt.Sprintf("skip%d", g)
+		CMPQ(CNT, U8(g))
+		JL(LabelRef(skip))
+		scoreGroup(g, fmt.Sprintf("g%d", g))
+		SUBQ(U8(g), CNT)
+		Label(skip)
+	}
+
+	S = attn512Softmax(nq)
+
+	Comment("acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.")
+	CNT = Load(Param("cnt"), reg.RCX)
+	ACC := Load(Param("acc"), reg.RDI)
+	V := Load(Param("v"), reg.R11)
+	G := attnChunks(nq)
+	VN := Load(Param("vn"), reg.R10)
+	VREM := reg.RSI
+	MOVQ(CNT, VREM)
+	IMULQ(RS, VREM)
+	valueGroup := func(G int, sfx string) {
+		acc := func(c, h int) reg.VecPhysical { return Z(c*nq + h) }
+		for c := range G {
+			for h := range nq {
+				VMOVUPS(M(ACC, 64*(c*nq+h)), acc(c, h))
+				VMULPS_BCST(M(S, 4*128+4*h), acc(c, h), acc(c, h))
+			}
+		}
+		MOVQ(V, reg.RBX)
+		MOVQ(S, reg.R8)
+		MOVQ(CNT, reg.R12)
+		Label("vpos" + sfx)
+		prefetch(VN, VREM, pfLines, "vpf"+sfx)
+		for h := range nq {
+			VBROADCASTSS(M(reg.R8, 4*h), Z(16+h))
+		}
+		for c := range G {
+			vz := []reg.VecPhysical{reg.Z30, reg.Z31}[c%2]
+			load(M(reg.RBX, csz*c), vz)
+			for h := range nq {
+				VFMADD231PS(Z(16+h), vz, acc(c, h))
+			}
+		}
+		ADDQ(RS, reg.RBX)
+		ADDQ(U8(4*nq), reg.R8)
+		DECQ(reg.R12)
+		JNZ(LabelRef("vpos" + sfx))
+		for c := range G {
+			for h := range nq {
+				VMOVUPS(acc(c, h), M(ACC, 64*(c*nq+h)))
+			}
+		}
+		ADDQ(U32(64*G*nq), ACC)
+		ADDQ(U32(csz*G), V)
+	}
+	MOVQ(RS, reg.R9)
+	SHRQ(U8(csh), reg.R9) // nch
+	if G > 1 {
+		MOVQ(reg.R9, reg.RAX)
+		ANDQ(U8(G-1), reg.RAX) // chunks left for the one-at-a-time loop
+		SHRQ(U8(log2(G)), reg.R9)
+		JZ(LabelRef("vtail"))
+		Label("vgroup")
+		valueGroup(G, "G")
+		DECQ(reg.R9)
+		JNZ(LabelRef("vgroup"))
+		Label("vtail")
+		MOVQ(reg.RAX, reg.R9)
+		TESTQ(reg.R9, reg.R9)
+		JZ(LabelRef("done"))
+	}
+	Label("vone")
+	valueGroup(1, "1")
+	DECQ(reg.R9)
+	JNZ(LabelRef("vone"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// attn512Positions is how many positions the AVX-512 score loop handles at
+// once for nq rows: P·nq ≤ 16 sums (one transposition tree), at most 8
+// positions (three base registers).
+func attn512Positions(nq int) int { return min(8, 16/nq) }
+
+// attn512Softmax emits the softmax step of an AVX-512 block update: the
+// scores are in s position-major (s[nq·p+h]); all rows at once, rows in the
+// lanes of one vector per position; position p of row h counts if
+// p < lim[h]. The weights w go back to the same places (0 where p ≥ lim[h]),
+// the rescale factors c_h to s[128+h]. It returns the register holding s.
+func attn512Softmax(nq int) reg.Register {
+	Comment("Softmax step of all rows at once, one vector of rows per position;")
+	Comment("position p of row h counts if p < lim[h].")
+	S := Load(Param("s"), reg.RDX)
+	ML := Load(Param("ml"), reg.R8)
+	LIM := Load(Param("lim"), reg.RAX)
+	VMOVDQU(M(LIM, 0), reg.Y8)          // lim
+	VMOVUPS(M(ML, 0), reg.Y9)           // m
+	VPCMPEQD(reg.Y11, reg.Y11, reg.Y11) // -1 in every lane
+	VBROADCASTSS(expConsts.negInf, reg.Y12)
+	MOVL(U32(1<<nq-1), reg.EDI)
+	KMOVW(reg.EDI, reg.K3) // lanes of the nq rows
+	VMOVAPS(reg.Y9, reg.Y5)
+	VPXOR(reg.Y10, reg.Y10, reg.Y10) // p
+	for p := range 16 {
+		VPCMPGTD(reg.Y10, reg.Y8, reg.K2) // p < lim
+		VMOVAPS(reg.Y12, reg.Y3)
+		VMOVUPS(M(S, 4*nq*p), reg.K2, reg.Y3)
+		VMAXPS(reg.Y3, reg.Y5, reg.Y5)
+		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
+	}
+	VMOVUPS(reg.Y5, M(ML, 0))      // m'
+	VSUBPS(reg.Y5, reg.Y9, reg.Y6) // m - m'
+	vexp(reg.Y6, reg.Y0, reg.Y1)   // c
+	VMOVUPS(reg.Y6, M(S, 4*128))
+	VXORPS(reg.Y7, reg.Y7, reg.Y7) // Σw
+	VPXOR(reg.Y10, reg.Y10, reg.Y10)
+	for p := range 16 {
+		VPCMPGTD(reg.Y10, reg.Y8, reg.K2)
+		VMOVAPS(reg.Y12, reg.Y3)
+		VMOVUPS(M(S, 4*nq*p), reg.K2, reg.Y3)
+		VSUBPS(reg.Y5, reg.Y3, reg.Y3)
+		vexp(reg.Y3, reg.Y0, reg.Y1)
+		VMOVAPS_Z(reg.Y3, reg.K2, reg.Y3)
+		VMOVUPS(reg.Y3, reg.K3, M(S, 4*nq*p))
+		VADDPS(reg.Y3, reg.Y7, reg.Y7)
+		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
+	}
+	VMOVUPS(M(ML, 32), reg.Y4)
+	VFMADD213PS(reg.Y7, reg.Y6, reg.Y4) // l = l·c + Σw
+	VMOVUPS(reg.Y4, M(ML, 32))
+	return S
+}
+
+// tslot is what one lane of a vector holds during treeSum: part of the sum
+// of input vector in (-1: nothing of use), over the input lanes in lanes.
+type tslot struct {
+	in    int
+	lanes uint16
+}
+
+// treeSum emits the lane sums of the n ≤ 16 vectors vs into the lanes of
+// vs[0] (overwriting vs), using t and u, and returns that register and the
+// lane holding each input's sum. Four levels, each pairing neighbouring
+// vectors (an odd one with itself) and adding the two halves each keeps:
+// 256-bit halves, 128-bit quarters, then pairs and single elements within
+// 128 bits. Each input's sum is always ((l0+l8)+(l4+l12)) + … in the same
+// order, whatever the other inputs are. The generator tracks every lane
+// and panics if a sum were incomplete or mixed.
+func treeSum(vs []reg.VecPhysical, t, u reg.VecPhysical) (reg.VecPhysical, []int) {
+	type vec struct {
+		r reg.VecPhysical
+		s [16]tslot
+	}
+	cur := make([]vec, len(vs))
+	for i, r := range vs {
+		cur[i].r = r
+		for j := range 16 {
+			cur[i].s[j] = tslot{i, 1 << j}
+		}
+	}
+	// The four levels: shuffle kind (true: 128-bit chunks, VSHUFF32X4) and
+	// the immediates of the two halves.
+	levels := []struct {
+		chunks bool
+		lo, hi uint8
+	}{{true, 0x44, 0xEE}, {true, 0x88, 0xDD}, {false, 0x88, 0xDD}, {false, 0x88, 0xDD}}
+	shuf := func(chunks bool, imm uint8, a, b [16]tslot) [16]tslot {
+		var d [16]tslot
+		sel := func(i int) uint8 { return (imm >> (2 * i)) & 3 }
+		for c := range 4 {
+			for j := range 4 {
+				if chunks {
+					src := a
+					if c >= 2 {
+						src = b
+					}
+					d[4*c+j] = src[4*int(sel(c))+j]
+				} else {
+					src := a
+					if j >= 2 {
+						src = b
+					}
+					d[4*c+j] = src[4*c+int(sel(j))]
+				}
+			}
+		}
+		return d
+	}
+	add := func(a, b [16]tslot) [16]tslot {
+		var d [16]tslot
+		for j := range 16 {
+			if a[j].in >= 0 && a[j].in == b[j].in && a[j].lanes&b[j].lanes == 0 {
+				d[j] = tslot{a[j].in, a[j].lanes | b[j].lanes}
+			} else {
+				d[j] = tslot{-1, 0}
+			}
+		}
+		return d
+	}
+	for _, lv := range levels {
+		var next []vec
+		for i := 0; i < len(cur); i += 2 {
+			a, b := cur[i], cur[i]
+			if i+1 < len(cur) {
+				b = cur[i+1]
+			}
+			if lv.chunks {
+				VSHUFF32X4(U8(lv.lo), b.r, a.r, t)
+				VSHUFF32X4(U8(lv.hi), b.r, a.r, u)
+			} else {
+				VSHUFPS(U8(lv.lo), b.r, a.r, t)
+				VSHUFPS(U8(lv.hi), b.r, a.r, u)
+			}
+			VADDPS(u, t, a.r)
+			next = append(next, vec{a.r, add(shuf(lv.chunks, lv.lo, a.s, b.s), shuf(lv.chunks, lv.hi, a.s, b.s))})
+		}
+		cur = next
+	}
+	if len(cur) != 1 {
+		panic("treeSum: more than 16 inputs")
+	}
+	lane := make([]int, len(vs))
+	for i := range lane {
+		lane[i] = -1
+		for j, s := range cur[0].s {
+			if s.in == i && s.lanes == 0xFFFF {
+				lane[i] = j
+				break
+			}
+		}
+		if lane[i] < 0 {
+			panic(fmt.Sprintf("treeSum: no complete sum of input %d", i))
+		}
+	}
+	return cur[0].r, lane
+}
+
+var permConsts = map[string]Mem{}
+
+// permConst returns the VPERMPS index vector that moves lane[i] to lane i
+// (the remaining lanes take lane 0).
+func permConst(lane []int) Mem {
+	key := fmt.Sprint(lane)
+	if m, ok := permConsts[key]; ok {
+		return m
+	}
+	m := GLOBL(fmt.Sprintf("attn512_perm%d", len(permConsts)), RODATA|NOPTR)
+	for i := range 16 {
+		v := 0
+		if i < len(lane) {
+			v = lane[i]
+		}
+		DATA(4*i, U32(v))
+	}
+	permConsts[key] = m
+	return m
+}
