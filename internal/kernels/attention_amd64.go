@@ -9,8 +9,8 @@
 // weighted sum of values. Queries and accumulators are kept
 // chunk-interleaved ((headDim/W, rows, W), W = 16 lanes on AVX-512, 8 on
 // AVX2) so every row's data is a constant offset from one pointer. A q8_0
-// cache is widened to f32 per 16-position tile (in L1) for passes of more
-// than 2 rows on AVX2 and for every pass on AVX-512.
+// cache is widened to f32 in registers (AVX-512, and AVX2 passes of up to 2
+// rows) or per 16-position tile in L1 (AVX2 passes of more rows).
 package kernels
 
 import (
@@ -52,7 +52,7 @@ func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n in
 	checkQ8Head(headDim)
 	switch {
 	case use512(headDim):
-		attendCausalQ8AVX512(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+		attendCausal512(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
 	case use2(headDim):
 		attendCausalQ8AVX2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
 	default:
@@ -86,7 +86,7 @@ func attendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals 
 	checkQ8Head(headDim)
 	switch {
 	case use512(headDim):
-		attendCausalQ8AVX512(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+		attendCausal512(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	case use2(headDim):
 		attendCausalQ8AVX2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	default:
@@ -104,10 +104,11 @@ type attnScratch struct {
 }
 
 // attendCausal512 is the AVX-512 AttendCausal (and, with nt = 1, Attend):
-// attendCausal2 on 16-lane kernels. A row's result does not depend on the
-// rows that share its pass, so a token gets the same bits from a prefill
-// block as from a decode step.
-func attendCausal512[T uint16 | float32](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
+// attendCausal2 on 16-lane kernels, for f16, f32 and q8_0 caches (the q8_0
+// kernels widen every element once per pass, in registers). A row's result
+// does not depend on the rows that share its pass, so a token gets the same
+// bits from a prefill block as from a decode step.
+func attendCausal512[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
 	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
 	var sc attnScratch
 	var qo, end [attnMaxNQ]int
@@ -123,8 +124,9 @@ func attendCausal512[T uint16 | float32](out, q []float32, stride, nt, nq, headD
 }
 
 // attnPass512 runs g ≤ 8 query rows through the cache (as attnPass2).
-func attnPass512[T uint16 | float32](sc *attnScratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
+func attnPass512[T uint16 | float32 | byte](sc *attnScratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
 	nch := headDim / 16
+	rl := rowLen[T](headDim) // stored T of one cached row
 	n := attnBegin512(sc, q, qo, end, g, headDim)
 	for p := 0; p < n; {
 		blk, off := p/bs, p%bs
@@ -132,51 +134,13 @@ func attnPass512[T uint16 | float32](sc *attnScratch, out, q []float32, qo, end 
 		for j := range g {
 			sc.lim[j] = int32(min(max(end[j]-p, 0), cnt))
 		}
-		k := keys[blk][off*headDim : (off+cnt)*headDim]
-		v := vals[blk][off*headDim : (off+cnt)*headDim]
-		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, headDim, &k[0], &v[0])
+		k := keys[blk][off*rl : (off+cnt)*rl]
+		v := vals[blk][off*rl : (off+cnt)*rl]
+		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
 		attnKernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
 		p += cnt
 	}
 	attnEnd512(sc, out, qo, g, headDim)
-}
-
-// attendCausalQ8AVX512 is attendCausal512 for a q8_0 cache: every pass
-// widens each 16-position tile of keys and values to f32 once
-// (dequantQ8AVX2, into L1) and runs the f32 kernel over it, for decode as
-// for prefill (the same bits either way).
-func attendCausalQ8AVX512(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
-	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
-	var sc attnScratch
-	var tile [2][16 * 256]float32 // (16 positions, headDim) widened keys, then values
-	var qo, end [attnMaxNQ]int
-	rows := nt * nq
-	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
-		g := min(attnMaxNQ, rows-r0)
-		for j := range g {
-			i, h := (r0+j)/nq, (r0+j)%nq
-			qo[j], end[j] = i*stride+h*headDim, p0+i+1
-		}
-		nch := headDim / 16
-		rl := rowLen[byte](headDim)
-		n := attnBegin512(&sc, q, &qo, &end, g, headDim)
-		kt, vt := &tile[0][0], &tile[1][0]
-		for p := 0; p < n; {
-			blk, off := p/bs, p%bs
-			cnt := min(16, bs-off, n-p)
-			for j := range g {
-				sc.lim[j] = int32(min(max(end[j]-p, 0), cnt))
-			}
-			k := keys[blk][off*rl : (off+cnt)*rl]
-			v := vals[blk][off*rl : (off+cnt)*rl]
-			kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
-			dequantQ8AVX2(kt, &k[0], cnt*headDim/32, kn)
-			dequantQ8AVX2(vt, &v[0], cnt*headDim/32, vn)
-			attnKernel(&sc, g, nch, kt, vt, cnt, scale, kt, vt)
-			p += cnt
-		}
-		attnEnd512(&sc, out, &qo, g, headDim)
-	}
 }
 
 // attnBegin512 interleaves the g rows' queries into sc.q, resets the
@@ -211,10 +175,31 @@ func attnEnd512(sc *attnScratch, out []float32, qo *[attnMaxNQ]int, g, headDim i
 }
 
 // attnKernel calls the AVX-512 kernel for g rows directly (see attn2Kernel).
-func attnKernel[T uint16 | float32](sc *attnScratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
+func attnKernel[T uint16 | float32 | byte](sc *attnScratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
 	acc, q, ml, s, lim := &sc.acc[0], &sc.q[0], &sc.ml[0], &sc.s[0], &sc.lim[0]
 	kb, vb := (*byte)(unsafe.Pointer(k)), (*byte)(unsafe.Pointer(v))
 	knb, vnb := (*byte)(unsafe.Pointer(kn)), (*byte)(unsafe.Pointer(vn))
+	if unsafe.Sizeof(*k) == 1 {
+		switch g {
+		case 1:
+			attendQ8AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 2:
+			attendQ8AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 3:
+			attendQ8AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 4:
+			attendQ8AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 5:
+			attendQ8AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 6:
+			attendQ8AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 7:
+			attendQ8AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		default:
+			attendQ8AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		}
+		return
+	}
 	if unsafe.Sizeof(*k) == 2 {
 		switch g {
 		case 1:

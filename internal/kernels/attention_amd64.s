@@ -72,8 +72,7 @@ group:
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -162,8 +161,7 @@ rest:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg4:
 	CMPQ       R10, $0x00
@@ -225,8 +223,7 @@ skip4:
 	VPXORD Z1, Z1, Z1
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -277,8 +274,7 @@ skip2:
 	VPXORD Z0, Z0, Z0
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -796,8 +792,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x07, AX
 	SHRQ  $0x03, R9
@@ -1021,8 +1016,7 @@ group:
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -1145,8 +1139,7 @@ rest:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg4:
 	CMPQ       R10, $0x00
@@ -1224,8 +1217,7 @@ skip4:
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -1283,8 +1275,7 @@ skip2:
 	VPXORD Z1, Z1, Z1
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -1804,8 +1795,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x07, AX
 	SHRQ  $0x03, R9
@@ -2010,8 +2000,7 @@ group:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -2131,8 +2120,7 @@ rest:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg4:
 	CMPQ       R10, $0x00
@@ -2229,8 +2217,7 @@ skip4:
 	VPXORD Z5, Z5, Z5
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -2298,8 +2285,7 @@ skip2:
 	VPXORD Z2, Z2, Z2
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -2824,8 +2810,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x03, AX
 	SHRQ  $0x02, R9
@@ -3071,8 +3056,7 @@ group:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -3186,8 +3170,7 @@ rest:
 	VPXORD Z7, Z7, Z7
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -3262,8 +3245,7 @@ skip2:
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -3790,8 +3772,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x03, AX
 	SHRQ  $0x02, R9
@@ -3984,8 +3965,7 @@ group:
 	VPXORD Z14, Z14, Z14
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -4098,8 +4078,7 @@ rest:
 	VPXORD Z9, Z9, Z9
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -4187,8 +4166,7 @@ skip2:
 	VPXORD Z4, Z4, Z4
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -4723,8 +4701,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -4930,8 +4907,7 @@ group:
 	VPXORD Z11, Z11, Z11
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -5027,8 +5003,7 @@ rest:
 	VPXORD Z5, Z5, Z5
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -5565,8 +5540,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -5752,8 +5726,7 @@ group:
 	VPXORD Z13, Z13, Z13
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -5859,8 +5832,7 @@ rest:
 	VPXORD Z6, Z6, Z6
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -6402,8 +6374,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -6641,8 +6612,7 @@ group:
 	VPXORD Z15, Z15, Z15
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -6755,8 +6725,7 @@ rest:
 	VPXORD Z7, Z7, Z7
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -7300,8 +7269,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x05, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -7513,8 +7481,7 @@ group:
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -7607,8 +7574,7 @@ rest:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg4:
 	CMPQ       R10, $0x00
@@ -7674,8 +7640,7 @@ skip4:
 	VPXORD Z1, Z1, Z1
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -7730,8 +7695,7 @@ skip2:
 	VPXORD Z0, Z0, Z0
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -8253,8 +8217,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x07, AX
 	SHRQ  $0x03, R9
@@ -8414,8 +8377,7 @@ group:
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -8542,8 +8504,7 @@ rest:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg4:
 	CMPQ       R10, $0x00
@@ -8625,8 +8586,7 @@ skip4:
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -8688,8 +8648,7 @@ skip2:
 	VPXORD Z1, Z1, Z1
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -9213,8 +9172,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x07, AX
 	SHRQ  $0x03, R9
@@ -9409,8 +9367,7 @@ group:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -9534,8 +9491,7 @@ rest:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg4:
 	CMPQ       R10, $0x00
@@ -9636,8 +9592,7 @@ skip4:
 	VPXORD Z5, Z5, Z5
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -9709,8 +9664,7 @@ skip2:
 	VPXORD Z2, Z2, Z2
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -10239,8 +10193,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x03, AX
 	SHRQ  $0x02, R9
@@ -10422,8 +10375,7 @@ group:
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -10541,8 +10493,7 @@ rest:
 	VPXORD Z7, Z7, Z7
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -10621,8 +10572,7 @@ skip2:
 	VPXORD Z3, Z3, Z3
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -11153,8 +11103,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x03, AX
 	SHRQ  $0x02, R9
@@ -11355,8 +11304,7 @@ group:
 	VPXORD Z14, Z14, Z14
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -11473,8 +11421,7 @@ rest:
 	VPXORD Z9, Z9, Z9
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg2:
 	CMPQ       R10, $0x00
@@ -11566,8 +11513,7 @@ skip2:
 	VPXORD Z4, Z4, Z4
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -12106,8 +12052,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -12285,8 +12230,7 @@ group:
 	VPXORD Z11, Z11, Z11
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -12386,8 +12330,7 @@ rest:
 	VPXORD Z5, Z5, Z5
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -12928,8 +12871,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -13123,8 +13065,7 @@ group:
 	VPXORD Z13, Z13, Z13
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -13234,8 +13175,7 @@ rest:
 	VPXORD Z6, Z6, Z6
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -13781,8 +13721,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -13992,8 +13931,7 @@ group:
 	VPXORD Z15, Z15, Z15
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkP:
 	CMPQ       R10, $0x00
@@ -14110,8 +14048,7 @@ rest:
 	VPXORD Z7, Z7, Z7
 	MOVQ   CX, AX
 	MOVQ   q+8(FP), R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   nch+24(FP), R11
 
 chunkg1:
 	CMPQ       R10, $0x00
@@ -14659,8 +14596,7 @@ skip1:
 	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R9
-	SHRQ  $0x06, R9
+	MOVQ  nch+24(FP), R9
 	MOVQ  R9, AX
 	ANDQ  $0x01, AX
 	SHRQ  $0x01, R9
@@ -14845,6 +14781,7770 @@ vpf1:
 	JNZ          vone
 
 done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x1(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x08
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	LEAQ   (BX)(R13*2), R12
+	ADDQ   R13, R12
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VPBROADCASTW (AX)(R13*1), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*2), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (BX), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (BX)(R13*1), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX)(R13*2), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (R12), Y23
+	VCVTPH2PS    Y23, Z23
+	VPBROADCASTW (R12)(R13*1), Y24
+	VCVTPH2PS    Y24, Z24
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VPMOVSXBD    2(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VPMOVSXBD    2(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VPMOVSXBD    2(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VPMOVSXBD    2(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VPMOVSXBD    18(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VPMOVSXBD    18(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VPMOVSXBD    18(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VPMOVSXBD    18(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x22, R12
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000020, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x08, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg4:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VPBROADCASTW (AX)(R13*1), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*2), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (BX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkg4
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm1<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000000f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000010, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VPBROADCASTW (AX)(R13*1), Y18
+	VCVTPH2PS    Y18, Z18
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z0, Z0, Z24
+	VSHUFF32X4   $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm2<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000003, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000008, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z0, Z0, Z24
+	VSHUFF32X4   $0xee, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z0, Z0, Z24
+	VSHUFF32X4   $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm3<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000001, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000004, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x00000001, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           4(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           8(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           12(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           16(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           36(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           44(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           52(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           4(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 4(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           8(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 8(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           12(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 12(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           16(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 16(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 20(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 24(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 28(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 32(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           36(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 36(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 40(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           44(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 44(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           52(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 52(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 56(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 60(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 512(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 512(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 512(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 512(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 512(DX), Z7, Z7
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VPBROADCASTW 68(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    70(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VPMOVSXBD    86(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VPBROADCASTW 102(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    104(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VPMOVSXBD    120(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000088, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 512(DX), Z1, Z1
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x2(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x08
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	LEAQ   (BX)(R13*2), R12
+	ADDQ   R13, R12
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*1), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*2), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (BX), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX)(R13*1), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (BX)(R13*2), Y23
+	VCVTPH2PS    Y23, Z23
+	VPBROADCASTW (R12), Y24
+	VCVTPH2PS    Y24, Z24
+	VPBROADCASTW (R12)(R13*1), Y25
+	VCVTPH2PS    Y25, Z25
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VPMOVSXBD    2(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VPMOVSXBD    2(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z10
+	VFMADD231PS  Z17, Z31, Z11
+	VPMOVSXBD    2(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VPMOVSXBD    2(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z14
+	VFMADD231PS  Z17, Z31, Z15
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VPMOVSXBD    18(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VPMOVSXBD    18(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z10
+	VFMADD231PS  Z17, Z31, Z11
+	VPMOVSXBD    18(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VPMOVSXBD    18(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z14
+	VFMADD231PS  Z17, Z31, Z15
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x22, R12
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z15, Z14, Z24
+	VSHUFF32X4   $0xee, Z15, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm4<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000ffff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000040, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x08, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg4:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*1), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*2), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (BX), Y21
+	VCVTPH2PS    Y21, Z21
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkg4
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000020, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*1), Y19
+	VCVTPH2PS    Y19, Z19
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm1<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000000f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000010, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z0, Z0, Z24
+	VSHUFF32X4   $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm2<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000003, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000008, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x00000003, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           8(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           16(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           88(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           104(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           8(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 8(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           16(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 16(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 24(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 32(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 40(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 56(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 64(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 72(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 80(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           88(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 88(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           104(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 104(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 112(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 512(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 516(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 516(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 516(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 512(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 516(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 512(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 516(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 512(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 516(DX), Z13, Z13
+	VMOVUPS     896(DI), Z14
+	VMULPS.BCST 512(DX), Z14, Z14
+	VMOVUPS     960(DI), Z15
+	VMULPS.BCST 516(DX), Z15, Z15
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VPBROADCASTW 68(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    70(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VPMOVSXBD    86(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z10
+	VFMADD231PS  Z17, Z31, Z11
+	VPBROADCASTW 102(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    104(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VPMOVSXBD    120(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z14
+	VFMADD231PS  Z17, Z31, Z15
+	ADDQ         R13, BX
+	ADDQ         $0x08, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	VMOVUPS      Z14, 896(DI)
+	VMOVUPS      Z15, 960(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x00000088, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 512(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 516(DX), Z3, Z3
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	ADDQ         R13, BX
+	ADDQ         $0x08, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x3(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x05
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*1), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*2), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (BX)(R13*1), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	VPMOVSXBD    2(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VFMADD231PS  Z18, Z30, Z14
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	VPMOVSXBD    18(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VFMADD231PS  Z18, Z30, Z14
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z14, Z14, Z24
+	VSHUFF32X4   $0xee, Z14, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm5<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00007fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x0000003c, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x05, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg4:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*1), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*2), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX), Y22
+	VCVTPH2PS    Y22, Z22
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkg4
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z8, Z8, Z24
+	VSHUFPS      $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm6<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000030, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*1), Y20
+	VCVTPH2PS    Y20, Z20
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z4, Z4, Z24
+	VSHUFF32X4   $0xdd, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm7<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000003f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000018, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z2, Z2, Z24
+	VSHUFF32X4   $0xee, Z2, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm8<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000007, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x0000000c, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x00000007, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           12(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           36(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           108(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           132(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           156(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           12(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 12(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 24(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           36(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 36(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 60(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 72(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 84(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           108(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 108(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           132(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 132(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 144(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           156(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 156(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 180(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 512(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 516(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 520(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 516(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 520(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 512(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 516(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 520(DX), Z11, Z11
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	ADDQ         R13, BX
+	ADDQ         $0x0c, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000044, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 512(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 516(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 520(DX), Z5, Z5
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	ADDQ         R13, BX
+	ADDQ         $0x0c, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x4(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x04
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*1), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (AX)(R13*2), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (BX), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VFMADD231PS  Z18, Z30, Z10
+	VFMADD231PS  Z19, Z30, Z11
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z12
+	VFMADD231PS  Z17, Z31, Z13
+	VFMADD231PS  Z18, Z31, Z14
+	VFMADD231PS  Z19, Z31, Z15
+	VMOVUPS      256(R8), Z16
+	VMOVUPS      320(R8), Z17
+	VMOVUPS      384(R8), Z18
+	VMOVUPS      448(R8), Z19
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VFMADD231PS  Z18, Z30, Z10
+	VFMADD231PS  Z19, Z30, Z11
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z12
+	VFMADD231PS  Z17, Z31, Z13
+	VFMADD231PS  Z18, Z31, Z14
+	VFMADD231PS  Z19, Z31, Z15
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z15, Z14, Z24
+	VSHUFF32X4   $0xee, Z15, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm4<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000ffff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000040, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*1), Y21
+	VCVTPH2PS    Y21, Z21
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VMOVUPS      256(R8), Z16
+	VMOVUPS      320(R8), Z17
+	VMOVUPS      384(R8), Z18
+	VMOVUPS      448(R8), Z19
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000020, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VMOVUPS      256(R8), Z16
+	VMOVUPS      320(R8), Z17
+	VMOVUPS      384(R8), Z18
+	VMOVUPS      448(R8), Z19
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm1<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000000f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000010, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000000f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           16(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           176(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           208(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           16(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 16(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 32(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 64(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 80(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 112(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 128(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 144(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           176(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 176(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           208(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 208(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 516(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 520(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 524(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 512(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 516(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 520(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 524(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 512(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 516(DX), Z13, Z13
+	VMOVUPS     896(DI), Z14
+	VMULPS.BCST 520(DX), Z14, Z14
+	VMOVUPS     960(DI), Z15
+	VMULPS.BCST 524(DX), Z15, Z15
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VFMADD231PS  Z18, Z30, Z10
+	VFMADD231PS  Z19, Z30, Z11
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z12
+	VFMADD231PS  Z17, Z31, Z13
+	VFMADD231PS  Z18, Z31, Z14
+	VFMADD231PS  Z19, Z31, Z15
+	ADDQ         R13, BX
+	ADDQ         $0x10, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	VMOVUPS      Z14, 896(DI)
+	VMOVUPS      Z15, 960(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x00000044, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 516(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 520(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 524(DX), Z7, Z7
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	ADDQ         R13, BX
+	ADDQ         $0x10, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x5(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x03
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (AX)(R13*1), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (AX)(R13*2), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z10
+	VFMADD231PS  Z17, Z30, Z11
+	VFMADD231PS  Z18, Z30, Z12
+	VFMADD231PS  Z19, Z30, Z13
+	VFMADD231PS  Z20, Z30, Z14
+	VMOVUPS      320(R8), Z16
+	VMOVUPS      384(R8), Z17
+	VMOVUPS      448(R8), Z18
+	VMOVUPS      512(R8), Z19
+	VMOVUPS      576(R8), Z20
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z10
+	VFMADD231PS  Z17, Z30, Z11
+	VFMADD231PS  Z18, Z30, Z12
+	VFMADD231PS  Z19, Z30, Z13
+	VFMADD231PS  Z20, Z30, Z14
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z14, Z14, Z24
+	VSHUFF32X4   $0xee, Z14, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm5<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00007fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x0000003c, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (AX)(R13*1), Y22
+	VCVTPH2PS    Y22, Z22
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	VMOVUPS      320(R8), Z16
+	VMOVUPS      384(R8), Z17
+	VMOVUPS      448(R8), Z18
+	VMOVUPS      512(R8), Z19
+	VMOVUPS      576(R8), Z20
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z8, Z8, Z24
+	VSHUFF32X4   $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z8, Z8, Z24
+	VSHUFPS      $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm9<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000003ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000028, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y21
+	VCVTPH2PS    Y21, Z21
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VMOVUPS      320(R8), Z16
+	VMOVUPS      384(R8), Z17
+	VMOVUPS      448(R8), Z18
+	VMOVUPS      512(R8), Z19
+	VMOVUPS      576(R8), Z20
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z4, Z4, Z24
+	VSHUFF32X4   $0xee, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z4, Z4, Z24
+	VSHUFF32X4   $0xdd, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm10<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000001f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000014, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000001f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 20(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 40(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 60(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 80(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 100(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 180(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 200(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 220(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 260(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 300(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 512(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 516(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 520(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 524(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 528(DX), Z9, Z9
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	ADDQ         R13, BX
+	ADDQ         $0x14, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	ADDQ         $0x00000280, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x6(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x02
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (AX)(R13*1), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VFMADD231PS  Z18, Z31, Z8
+	VFMADD231PS  Z19, Z31, Z9
+	VFMADD231PS  Z20, Z31, Z10
+	VFMADD231PS  Z21, Z31, Z11
+	VMOVUPS      384(R8), Z16
+	VMOVUPS      448(R8), Z17
+	VMOVUPS      512(R8), Z18
+	VMOVUPS      576(R8), Z19
+	VMOVUPS      640(R8), Z20
+	VMOVUPS      704(R8), Z21
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VFMADD231PS  Z18, Z31, Z8
+	VFMADD231PS  Z19, Z31, Z9
+	VFMADD231PS  Z20, Z31, Z10
+	VFMADD231PS  Z21, Z31, Z11
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z8, Z8, Z24
+	VSHUFPS      $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm6<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000030, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y22
+	VCVTPH2PS    Y22, Z22
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VMOVUPS      384(R8), Z16
+	VMOVUPS      448(R8), Z17
+	VMOVUPS      512(R8), Z18
+	VMOVUPS      576(R8), Z19
+	VMOVUPS      640(R8), Z20
+	VMOVUPS      704(R8), Z21
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z4, Z4, Z24
+	VSHUFF32X4   $0xdd, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm7<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000003f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000018, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000003f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 24(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 72(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 144(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 216(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 264(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 312(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 360(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 532(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 516(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 520(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 524(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 528(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 532(DX), Z11, Z11
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VFMADD231PS  Z18, Z31, Z8
+	VFMADD231PS  Z19, Z31, Z9
+	VFMADD231PS  Z20, Z31, Z10
+	VFMADD231PS  Z21, Z31, Z11
+	ADDQ         R13, BX
+	ADDQ         $0x18, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x7(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x02
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y23
+	VCVTPH2PS    Y23, Z23
+	VPBROADCASTW (AX)(R13*1), Y24
+	VCVTPH2PS    Y24, Z24
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VFMADD231PS  Z17, Z31, Z8
+	VFMADD231PS  Z18, Z31, Z9
+	VFMADD231PS  Z19, Z31, Z10
+	VFMADD231PS  Z20, Z31, Z11
+	VFMADD231PS  Z21, Z31, Z12
+	VFMADD231PS  Z22, Z31, Z13
+	VMOVUPS      448(R8), Z16
+	VMOVUPS      512(R8), Z17
+	VMOVUPS      576(R8), Z18
+	VMOVUPS      640(R8), Z19
+	VMOVUPS      704(R8), Z20
+	VMOVUPS      768(R8), Z21
+	VMOVUPS      832(R8), Z22
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VFMADD231PS  Z17, Z31, Z8
+	VFMADD231PS  Z18, Z31, Z9
+	VFMADD231PS  Z19, Z31, Z10
+	VFMADD231PS  Z20, Z31, Z11
+	VFMADD231PS  Z21, Z31, Z12
+	VFMADD231PS  Z22, Z31, Z13
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z12, Z12, Z24
+	VSHUFF32X4   $0xdd, Z12, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm11<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00003fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000038, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VMOVUPS      448(R8), Z16
+	VMOVUPS      512(R8), Z17
+	VMOVUPS      576(R8), Z18
+	VMOVUPS      640(R8), Z19
+	VMOVUPS      704(R8), Z20
+	VMOVUPS      768(R8), Z21
+	VMOVUPS      832(R8), Z22
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z6, Z6, Z24
+	VSHUFF32X4   $0xee, Z6, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm12<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000007f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x0000001c, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000007f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 28(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 56(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 84(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 112(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 196(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 252(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 308(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 364(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 392(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 420(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 532(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 536(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 512(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 516(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 520(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 524(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 528(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 532(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 536(DX), Z13, Z13
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VFMADD231PS  Z17, Z31, Z8
+	VFMADD231PS  Z18, Z31, Z9
+	VFMADD231PS  Z19, Z31, Z10
+	VFMADD231PS  Z20, Z31, Z11
+	VFMADD231PS  Z21, Z31, Z12
+	VFMADD231PS  Z22, Z31, Z13
+	ADDQ         R13, BX
+	ADDQ         $0x1c, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	ADDQ         $0x00000380, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x8(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x02
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y24
+	VCVTPH2PS    Y24, Z24
+	VPBROADCASTW (AX)(R13*1), Y25
+	VCVTPH2PS    Y25, Z25
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VMOVUPS      448(R8), Z23
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z8
+	VFMADD231PS  Z17, Z31, Z9
+	VFMADD231PS  Z18, Z31, Z10
+	VFMADD231PS  Z19, Z31, Z11
+	VFMADD231PS  Z20, Z31, Z12
+	VFMADD231PS  Z21, Z31, Z13
+	VFMADD231PS  Z22, Z31, Z14
+	VFMADD231PS  Z23, Z31, Z15
+	VMOVUPS      512(R8), Z16
+	VMOVUPS      576(R8), Z17
+	VMOVUPS      640(R8), Z18
+	VMOVUPS      704(R8), Z19
+	VMOVUPS      768(R8), Z20
+	VMOVUPS      832(R8), Z21
+	VMOVUPS      896(R8), Z22
+	VMOVUPS      960(R8), Z23
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z8
+	VFMADD231PS  Z17, Z31, Z9
+	VFMADD231PS  Z18, Z31, Z10
+	VFMADD231PS  Z19, Z31, Z11
+	VFMADD231PS  Z20, Z31, Z12
+	VFMADD231PS  Z21, Z31, Z13
+	VFMADD231PS  Z22, Z31, Z14
+	VFMADD231PS  Z23, Z31, Z15
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z15, Z14, Z24
+	VSHUFF32X4   $0xee, Z15, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm4<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000ffff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000040, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $0x00000080, R14
+	SUBQ       $0x00000080, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y24
+	VCVTPH2PS    Y24, Z24
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VMOVUPS      448(R8), Z23
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VMOVUPS      512(R8), Z16
+	VMOVUPS      576(R8), Z17
+	VMOVUPS      640(R8), Z18
+	VMOVUPS      704(R8), Z19
+	VMOVUPS      768(R8), Z20
+	VMOVUPS      832(R8), Z21
+	VMOVUPS      896(R8), Z22
+	VMOVUPS      960(R8), Z23
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000020, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x000000ff, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VXORPS            Y7, Y7, Y7
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 32(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 64(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 128(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 256(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 320(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 352(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 384(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 416(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 448(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 480(DX)
+	VADDPS            Y3, Y7, Y7
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 532(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 536(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 540(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 512(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 516(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 520(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 524(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 528(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 532(DX), Z13, Z13
+	VMOVUPS     896(DI), Z14
+	VMULPS.BCST 536(DX), Z14, Z14
+	VMOVUPS     960(DI), Z15
+	VMULPS.BCST 540(DX), Z15, Z15
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ       $0x00000080, R10
+	SUBQ       $0x00000080, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VBROADCASTSS 28(R8), Z23
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z8
+	VFMADD231PS  Z17, Z31, Z9
+	VFMADD231PS  Z18, Z31, Z10
+	VFMADD231PS  Z19, Z31, Z11
+	VFMADD231PS  Z20, Z31, Z12
+	VFMADD231PS  Z21, Z31, Z13
+	VFMADD231PS  Z22, Z31, Z14
+	VFMADD231PS  Z23, Z31, Z15
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	VMOVUPS      Z14, 896(DI)
+	VMOVUPS      Z15, 960(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
 	VZEROUPPER
 	RET
 

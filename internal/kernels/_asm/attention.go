@@ -15,9 +15,9 @@ const attnMaxNQ = 8
 
 func genAttention() {
 	initExpConsts()
-	for _, f16 := range []bool{true, false} {
+	for _, kind := range []string{"f16", "f32", "q8"} {
 		for nq := 1; nq <= attnMaxNQ; nq++ {
-			genAttnBlock512(nq, f16)
+			genAttnBlock512(nq, kind)
 		}
 	}
 	initExp8Consts()

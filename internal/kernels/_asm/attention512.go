@@ -19,12 +19,22 @@ import (
 // a row's result does not depend on which rows share its pass (decode and
 // prefill give the same bits).
 
-// genAttnBlock512 emits attend{F16,F32}AVX512x<nq>.
-func genAttnBlock512(nq int, f16 bool) {
+// genAttnBlock512 emits attend{F16,F32,Q8}AVX512x<nq> (kind "f16", "f32" or
+// "q8"). The q8_0 kernels widen each cached element to exactly the f32 d·q
+// of dequantQ8AVX2 (VPMOVSXBD, VCVTDQ2PS, one VMULPS by the block's scale)
+// and use it as the f32 kernel uses a widened tile, so they give the f32
+// kernel's bits over a dequantized cache; they step through a row one
+// 32-element block (two 16-element chunks) at a time.
+func genAttnBlock512(nq int, kind string) {
 	t, ld, csz, csh := "F32", "f32", 64, uint8(6) // csz: bytes of 16 cached elements, csh its log2
-	if f16 {
+	f16, q8 := kind == "f16", kind == "q8"
+	switch kind {
+	case "f16":
 		t, ld, csz, csh = "F16", "f16", 32, 5
+	case "q8":
+		t, ld = "Q8", "q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q)"
 	}
+	const blk = 34 // bytes of one block_q8_0
 	name := fmt.Sprintf("attend%sAVX512x%d", t, nq)
 	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)")
 	Pragma("noescape")
@@ -42,7 +52,11 @@ func genAttnBlock512(nq int, f16 bool) {
 		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
 	RS := reg.R13 // row stride of k and v in bytes
 	Load(Param("nch"), RS)
-	SHLQ(U8(csh), RS)
+	if q8 {
+		IMUL3Q(U8(blk/2), RS, RS)
+	} else {
+		SHLQ(U8(csh), RS)
+	}
 	sc, err := Param("scale").Resolve()
 	if err != nil {
 		panic(err)
@@ -55,7 +69,29 @@ func genAttnBlock512(nq int, f16 bool) {
 			VMOVUPS(m, z)
 		}
 	}
+	// q8: loadD sets d to the block scale at m in every lane; loadQ8 sets z
+	// to the 16 int8 at m times d.
+	loadD := func(m Mem, d reg.VecPhysical) {
+		VPBROADCASTW(m, d.AsY())
+		VCVTPH2PS(d.AsY(), d)
+	}
+	loadQ8 := func(m Mem, d, z reg.VecPhysical) {
+		VPMOVSXBD(m, z)
+		VCVTDQ2PS(z, z)
+		VMULPS(d, z, z)
+	}
+	// chunkAddr is the address of chunk c of a row at m (c < 2 for q8: the
+	// two halves of the block at m).
+	chunkAddr := func(m Mem, c int) Mem {
+		if q8 {
+			return m.Offset(2 + 16*c)
+		}
+		return m.Offset(csz * c)
+	}
 	pfLines := 2 * csz / 16 // 4 (f16) or 8 (f32) lines per iteration
+	if q8 {
+		pfLines = 2 // per block of every row
+	}
 	KN := Load(Param("kn"), reg.R14)
 	KREM := reg.R10
 	Load(Param("cnt"), KREM)
@@ -85,24 +121,49 @@ func genAttnBlock512(nq int, f16 bool) {
 			}
 		}
 		Load(Param("q"), Q)
-		MOVQ(RS, NC)
-		SHRQ(U8(csh), NC) // nch
+		Load(Param("nch"), NC)
+		if q8 {
+			SHRQ(U8(1), NC) // blocks per row
+		}
 		Label("chunk" + sfx)
 		prefetch(KN, KREM, pfLines, "kpf"+sfx)
-		for h := range nq {
-			VMOVUPS(M(Q, 64*h), qz(h))
-		}
-		for p := range P {
-			kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
-			load(xRowAddr(bases, RS, p, 0), kz)
-			for h := range nq {
-				VFMADD231PS(qz(h), kz, acc(p, h))
+		if q8 {
+			dz := func(p int) reg.VecPhysical { return Z(16 + nq + p) } // the P positions' block scales
+			for p := range P {
+				loadD(xRowAddr(bases, RS, p, 0), dz(p))
 			}
+			for c := range 2 {
+				for h := range nq {
+					VMOVUPS(M(Q, 64*(c*nq+h)), qz(h))
+				}
+				for p := range P {
+					kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
+					loadQ8(chunkAddr(xRowAddr(bases, RS, p, 0), c), dz(p), kz)
+					for h := range nq {
+						VFMADD231PS(qz(h), kz, acc(p, h))
+					}
+				}
+			}
+			for _, r := range bases {
+				ADDQ(U8(blk), r)
+			}
+			ADDQ(U32(128*nq), Q)
+		} else {
+			for h := range nq {
+				VMOVUPS(M(Q, 64*h), qz(h))
+			}
+			for p := range P {
+				kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
+				load(xRowAddr(bases, RS, p, 0), kz)
+				for h := range nq {
+					VFMADD231PS(qz(h), kz, acc(p, h))
+				}
+			}
+			for _, r := range bases {
+				ADDQ(U8(csz), r)
+			}
+			ADDQ(U32(64*nq), Q)
 		}
-		for _, r := range bases {
-			ADDQ(U8(csz), r)
-		}
-		ADDQ(U32(64*nq), Q)
 		DECQ(NC)
 		JNZ(LabelRef("chunk" + sfx))
 		var accs []reg.VecPhysical
@@ -174,7 +235,14 @@ func genAttnBlock512(nq int, f16 bool) {
 		}
 		for c := range G {
 			vz := []reg.VecPhysical{reg.Z30, reg.Z31}[c%2]
-			load(M(reg.RBX, csz*c), vz)
+			if q8 {
+				if c%2 == 0 {
+					loadD(M(reg.RBX, blk*(c/2)), reg.Z28)
+				}
+				loadQ8(chunkAddr(M(reg.RBX, blk*(c/2)), c%2), reg.Z28, vz)
+			} else {
+				load(M(reg.RBX, csz*c), vz)
+			}
 			for h := range nq {
 				VFMADD231PS(Z(16+h), vz, acc(c, h))
 			}
@@ -189,17 +257,27 @@ func genAttnBlock512(nq int, f16 bool) {
 			}
 		}
 		ADDQ(U32(64*G*nq), ACC)
-		ADDQ(U32(csz*G), V)
+		if q8 {
+			ADDQ(U32(blk*G/2), V)
+		} else {
+			ADDQ(U32(csz*G), V)
+		}
 	}
-	MOVQ(RS, reg.R9)
-	SHRQ(U8(csh), reg.R9) // nch
+	Load(Param("nch"), reg.R9)
+	one := 1 // chunks of the tail loop
+	if q8 {
+		// Whole blocks only: nch is even, G ≥ 2.
+		SHRQ(U8(1), reg.R9)
+		G /= 2
+		one = 2
+	}
 	if G > 1 {
 		MOVQ(reg.R9, reg.RAX)
 		ANDQ(U8(G-1), reg.RAX) // chunks left for the one-at-a-time loop
 		SHRQ(U8(log2(G)), reg.R9)
 		JZ(LabelRef("vtail"))
 		Label("vgroup")
-		valueGroup(G, "G")
+		valueGroup(G*one, "G")
 		DECQ(reg.R9)
 		JNZ(LabelRef("vgroup"))
 		Label("vtail")
@@ -208,7 +286,7 @@ func genAttnBlock512(nq int, f16 bool) {
 		JZ(LabelRef("done"))
 	}
 	Label("vone")
-	valueGroup(1, "1")
+	valueGroup(one, "1")
 	DECQ(reg.R9)
 	JNZ(LabelRef("vone"))
 	Label("done")
