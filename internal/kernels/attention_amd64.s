@@ -41,7 +41,7 @@ DATA exp_p5<>+0(SB)/4, $0x3f000000
 GLOBL exp_p5<>(SB), RODATA|NOPTR, $4
 
 // func attendF16AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF16AVX512x1(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
@@ -50,7 +50,7 @@ TEXT ·attendF16AVX512x1(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -317,473 +317,74 @@ kpfg1:
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000001, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           4(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           20(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           28(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           44(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           52(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           4(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 4(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 8(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 12(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           20(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 20(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           28(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 28(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 36(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           44(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 44(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           52(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 52(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -977,7 +578,7 @@ DATA attn512_perm3<>+60(SB)/4, $0x00000000
 GLOBL attn512_perm3<>(SB), RODATA|NOPTR, $64
 
 // func attendF16AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF16AVX512x2(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
@@ -986,7 +587,7 @@ TEXT ·attendF16AVX512x2(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -1109,10 +710,13 @@ kpfP:
 	VMULPS      Z27, Z0, Z0
 	VMOVDQU32   attn512_perm4<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000ffff, DI
+	MOVL        $0x000000ff, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000040, DX
+	MOVL        $0x0000ff00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 32(DX)
+	ADDQ        $0x00000020, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -1196,12 +800,15 @@ kpfg4:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VMOVDQU32   attn512_perm5<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x000000ff, DI
+	MOVL        $0x0000000f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000020, DX
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	ADDQ        $0x00000010, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -1258,12 +865,15 @@ kpfg2:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm1<>+0(SB), Z26
+	VMOVDQU32   attn512_perm6<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000000f, DI
+	MOVL        $0x00000003, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000010, DX
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	ADDQ        $0x00000008, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	SUBQ        $0x02, R9
@@ -1312,481 +922,149 @@ kpfg1:
 	VMULPS      Z27, Z0, Z0
 	VMOVDQU32   attn512_perm2<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00000003, DI
+	MOVL        $0x00000001, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000008, DX
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	ADDQ        $0x00000004, DX
 	ADDQ        R13, CX
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000003, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           88(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           104(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 8(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           88(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 88(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           104(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 104(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -1850,7 +1128,7 @@ vposG:
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 64(R8), Z17
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -1876,7 +1154,7 @@ vpfG:
 	VFMADD231PS  Z16, Z31, Z14
 	VFMADD231PS  Z17, Z31, Z15
 	ADDQ         R13, BX
-	ADDQ         $0x08, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -1926,12 +1204,12 @@ vpos1:
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 64(R8), Z17
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	ADDQ         R13, BX
-	ADDQ         $0x08, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -1946,25 +1224,61 @@ done:
 	RET
 
 DATA attn512_perm4<>+0(SB)/4, $0x00000000
-DATA attn512_perm4<>+4(SB)/4, $0x00000004
-DATA attn512_perm4<>+8(SB)/4, $0x00000008
-DATA attn512_perm4<>+12(SB)/4, $0x0000000c
-DATA attn512_perm4<>+16(SB)/4, $0x00000001
-DATA attn512_perm4<>+20(SB)/4, $0x00000005
-DATA attn512_perm4<>+24(SB)/4, $0x00000009
-DATA attn512_perm4<>+28(SB)/4, $0x0000000d
-DATA attn512_perm4<>+32(SB)/4, $0x00000002
-DATA attn512_perm4<>+36(SB)/4, $0x00000006
-DATA attn512_perm4<>+40(SB)/4, $0x0000000a
-DATA attn512_perm4<>+44(SB)/4, $0x0000000e
-DATA attn512_perm4<>+48(SB)/4, $0x00000003
-DATA attn512_perm4<>+52(SB)/4, $0x00000007
-DATA attn512_perm4<>+56(SB)/4, $0x0000000b
+DATA attn512_perm4<>+4(SB)/4, $0x00000008
+DATA attn512_perm4<>+8(SB)/4, $0x00000001
+DATA attn512_perm4<>+12(SB)/4, $0x00000009
+DATA attn512_perm4<>+16(SB)/4, $0x00000002
+DATA attn512_perm4<>+20(SB)/4, $0x0000000a
+DATA attn512_perm4<>+24(SB)/4, $0x00000003
+DATA attn512_perm4<>+28(SB)/4, $0x0000000b
+DATA attn512_perm4<>+32(SB)/4, $0x00000004
+DATA attn512_perm4<>+36(SB)/4, $0x0000000c
+DATA attn512_perm4<>+40(SB)/4, $0x00000005
+DATA attn512_perm4<>+44(SB)/4, $0x0000000d
+DATA attn512_perm4<>+48(SB)/4, $0x00000006
+DATA attn512_perm4<>+52(SB)/4, $0x0000000e
+DATA attn512_perm4<>+56(SB)/4, $0x00000007
 DATA attn512_perm4<>+60(SB)/4, $0x0000000f
 GLOBL attn512_perm4<>(SB), RODATA|NOPTR, $64
 
+DATA attn512_perm5<>+0(SB)/4, $0x00000000
+DATA attn512_perm5<>+4(SB)/4, $0x00000008
+DATA attn512_perm5<>+8(SB)/4, $0x00000001
+DATA attn512_perm5<>+12(SB)/4, $0x00000009
+DATA attn512_perm5<>+16(SB)/4, $0x00000004
+DATA attn512_perm5<>+20(SB)/4, $0x0000000c
+DATA attn512_perm5<>+24(SB)/4, $0x00000005
+DATA attn512_perm5<>+28(SB)/4, $0x0000000d
+DATA attn512_perm5<>+32(SB)/4, $0x00000000
+DATA attn512_perm5<>+36(SB)/4, $0x00000000
+DATA attn512_perm5<>+40(SB)/4, $0x00000000
+DATA attn512_perm5<>+44(SB)/4, $0x00000000
+DATA attn512_perm5<>+48(SB)/4, $0x00000000
+DATA attn512_perm5<>+52(SB)/4, $0x00000000
+DATA attn512_perm5<>+56(SB)/4, $0x00000000
+DATA attn512_perm5<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm5<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm6<>+0(SB)/4, $0x00000000
+DATA attn512_perm6<>+4(SB)/4, $0x00000008
+DATA attn512_perm6<>+8(SB)/4, $0x00000004
+DATA attn512_perm6<>+12(SB)/4, $0x0000000c
+DATA attn512_perm6<>+16(SB)/4, $0x00000000
+DATA attn512_perm6<>+20(SB)/4, $0x00000000
+DATA attn512_perm6<>+24(SB)/4, $0x00000000
+DATA attn512_perm6<>+28(SB)/4, $0x00000000
+DATA attn512_perm6<>+32(SB)/4, $0x00000000
+DATA attn512_perm6<>+36(SB)/4, $0x00000000
+DATA attn512_perm6<>+40(SB)/4, $0x00000000
+DATA attn512_perm6<>+44(SB)/4, $0x00000000
+DATA attn512_perm6<>+48(SB)/4, $0x00000000
+DATA attn512_perm6<>+52(SB)/4, $0x00000000
+DATA attn512_perm6<>+56(SB)/4, $0x00000000
+DATA attn512_perm6<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm6<>(SB), RODATA|NOPTR, $64
+
 // func attendF16AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF16AVX512x3(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
@@ -1973,7 +1287,7 @@ TEXT ·attendF16AVX512x3(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -2087,12 +1401,18 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm5<>+0(SB), Z26
+	VMOVDQU32   attn512_perm7<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00007fff, DI
+	MOVL        $0x0000001f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x0000003c, DX
+	MOVL        $0x000003e0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 44(DX)
+	MOVL        $0x00007c00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 88(DX)
+	ADDQ        $0x00000014, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -2194,12 +1514,18 @@ kpfg4:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm6<>+0(SB), Z26
+	VMOVDQU32   attn512_perm8<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00000fff, DI
+	MOVL        $0x0000000f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000030, DX
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	ADDQ        $0x00000010, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -2267,12 +1593,18 @@ kpfg2:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm7<>+0(SB), Z26
+	VMOVDQU32   attn512_perm9<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000003f, DI
+	MOVL        $0x00000003, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000018, DX
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	ADDQ        $0x00000008, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	SUBQ        $0x02, R9
@@ -2325,483 +1657,218 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm8<>+0(SB), Z26
+	VMOVDQU32   attn512_perm10<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00000007, DI
+	MOVL        $0x00000001, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x0000000c, DX
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	ADDQ        $0x00000004, DX
 	ADDQ        R13, CX
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000007, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           84(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           108(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           132(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           156(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           168(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           180(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 12(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 36(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           84(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 84(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           108(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 108(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           132(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 132(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           156(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 156(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           168(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           180(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 180(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -2857,8 +1924,8 @@ vposG:
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -2876,7 +1943,7 @@ vpfG:
 	VFMADD231PS  Z17, Z31, Z10
 	VFMADD231PS  Z18, Z31, Z11
 	ADDQ         R13, BX
-	ADDQ         $0x0c, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -2924,14 +1991,14 @@ vpos1:
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	ADDQ         R13, BX
-	ADDQ         $0x0c, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -2946,80 +2013,80 @@ done:
 	VZEROUPPER
 	RET
 
-DATA attn512_perm5<>+0(SB)/4, $0x00000000
-DATA attn512_perm5<>+4(SB)/4, $0x00000004
-DATA attn512_perm5<>+8(SB)/4, $0x00000008
-DATA attn512_perm5<>+12(SB)/4, $0x0000000c
-DATA attn512_perm5<>+16(SB)/4, $0x00000001
-DATA attn512_perm5<>+20(SB)/4, $0x00000005
-DATA attn512_perm5<>+24(SB)/4, $0x00000009
-DATA attn512_perm5<>+28(SB)/4, $0x0000000d
-DATA attn512_perm5<>+32(SB)/4, $0x00000002
-DATA attn512_perm5<>+36(SB)/4, $0x00000006
-DATA attn512_perm5<>+40(SB)/4, $0x0000000a
-DATA attn512_perm5<>+44(SB)/4, $0x0000000e
-DATA attn512_perm5<>+48(SB)/4, $0x00000003
-DATA attn512_perm5<>+52(SB)/4, $0x00000007
-DATA attn512_perm5<>+56(SB)/4, $0x0000000b
-DATA attn512_perm5<>+60(SB)/4, $0x00000000
-GLOBL attn512_perm5<>(SB), RODATA|NOPTR, $64
-
-DATA attn512_perm6<>+0(SB)/4, $0x00000000
-DATA attn512_perm6<>+4(SB)/4, $0x00000004
-DATA attn512_perm6<>+8(SB)/4, $0x00000008
-DATA attn512_perm6<>+12(SB)/4, $0x0000000c
-DATA attn512_perm6<>+16(SB)/4, $0x00000001
-DATA attn512_perm6<>+20(SB)/4, $0x00000005
-DATA attn512_perm6<>+24(SB)/4, $0x00000009
-DATA attn512_perm6<>+28(SB)/4, $0x0000000d
-DATA attn512_perm6<>+32(SB)/4, $0x00000002
-DATA attn512_perm6<>+36(SB)/4, $0x00000006
-DATA attn512_perm6<>+40(SB)/4, $0x0000000a
-DATA attn512_perm6<>+44(SB)/4, $0x0000000e
-DATA attn512_perm6<>+48(SB)/4, $0x00000000
-DATA attn512_perm6<>+52(SB)/4, $0x00000000
-DATA attn512_perm6<>+56(SB)/4, $0x00000000
-DATA attn512_perm6<>+60(SB)/4, $0x00000000
-GLOBL attn512_perm6<>(SB), RODATA|NOPTR, $64
-
 DATA attn512_perm7<>+0(SB)/4, $0x00000000
-DATA attn512_perm7<>+4(SB)/4, $0x00000004
-DATA attn512_perm7<>+8(SB)/4, $0x00000008
-DATA attn512_perm7<>+12(SB)/4, $0x0000000c
-DATA attn512_perm7<>+16(SB)/4, $0x00000001
-DATA attn512_perm7<>+20(SB)/4, $0x00000005
-DATA attn512_perm7<>+24(SB)/4, $0x00000000
-DATA attn512_perm7<>+28(SB)/4, $0x00000000
-DATA attn512_perm7<>+32(SB)/4, $0x00000000
-DATA attn512_perm7<>+36(SB)/4, $0x00000000
-DATA attn512_perm7<>+40(SB)/4, $0x00000000
-DATA attn512_perm7<>+44(SB)/4, $0x00000000
-DATA attn512_perm7<>+48(SB)/4, $0x00000000
-DATA attn512_perm7<>+52(SB)/4, $0x00000000
-DATA attn512_perm7<>+56(SB)/4, $0x00000000
+DATA attn512_perm7<>+4(SB)/4, $0x0000000c
+DATA attn512_perm7<>+8(SB)/4, $0x00000009
+DATA attn512_perm7<>+12(SB)/4, $0x00000006
+DATA attn512_perm7<>+16(SB)/4, $0x00000003
+DATA attn512_perm7<>+20(SB)/4, $0x00000004
+DATA attn512_perm7<>+24(SB)/4, $0x00000001
+DATA attn512_perm7<>+28(SB)/4, $0x0000000d
+DATA attn512_perm7<>+32(SB)/4, $0x0000000a
+DATA attn512_perm7<>+36(SB)/4, $0x00000007
+DATA attn512_perm7<>+40(SB)/4, $0x00000008
+DATA attn512_perm7<>+44(SB)/4, $0x00000005
+DATA attn512_perm7<>+48(SB)/4, $0x00000002
+DATA attn512_perm7<>+52(SB)/4, $0x0000000e
+DATA attn512_perm7<>+56(SB)/4, $0x0000000b
 DATA attn512_perm7<>+60(SB)/4, $0x00000000
 GLOBL attn512_perm7<>(SB), RODATA|NOPTR, $64
 
 DATA attn512_perm8<>+0(SB)/4, $0x00000000
-DATA attn512_perm8<>+4(SB)/4, $0x00000004
-DATA attn512_perm8<>+8(SB)/4, $0x00000008
-DATA attn512_perm8<>+12(SB)/4, $0x00000000
-DATA attn512_perm8<>+16(SB)/4, $0x00000000
-DATA attn512_perm8<>+20(SB)/4, $0x00000000
-DATA attn512_perm8<>+24(SB)/4, $0x00000000
-DATA attn512_perm8<>+28(SB)/4, $0x00000000
-DATA attn512_perm8<>+32(SB)/4, $0x00000000
-DATA attn512_perm8<>+36(SB)/4, $0x00000000
-DATA attn512_perm8<>+40(SB)/4, $0x00000000
-DATA attn512_perm8<>+44(SB)/4, $0x00000000
+DATA attn512_perm8<>+4(SB)/4, $0x0000000c
+DATA attn512_perm8<>+8(SB)/4, $0x00000009
+DATA attn512_perm8<>+12(SB)/4, $0x00000006
+DATA attn512_perm8<>+16(SB)/4, $0x00000004
+DATA attn512_perm8<>+20(SB)/4, $0x00000001
+DATA attn512_perm8<>+24(SB)/4, $0x0000000d
+DATA attn512_perm8<>+28(SB)/4, $0x0000000a
+DATA attn512_perm8<>+32(SB)/4, $0x00000008
+DATA attn512_perm8<>+36(SB)/4, $0x00000005
+DATA attn512_perm8<>+40(SB)/4, $0x00000002
+DATA attn512_perm8<>+44(SB)/4, $0x0000000e
 DATA attn512_perm8<>+48(SB)/4, $0x00000000
 DATA attn512_perm8<>+52(SB)/4, $0x00000000
 DATA attn512_perm8<>+56(SB)/4, $0x00000000
 DATA attn512_perm8<>+60(SB)/4, $0x00000000
 GLOBL attn512_perm8<>(SB), RODATA|NOPTR, $64
 
+DATA attn512_perm9<>+0(SB)/4, $0x00000000
+DATA attn512_perm9<>+4(SB)/4, $0x0000000c
+DATA attn512_perm9<>+8(SB)/4, $0x00000004
+DATA attn512_perm9<>+12(SB)/4, $0x00000001
+DATA attn512_perm9<>+16(SB)/4, $0x00000008
+DATA attn512_perm9<>+20(SB)/4, $0x00000005
+DATA attn512_perm9<>+24(SB)/4, $0x00000000
+DATA attn512_perm9<>+28(SB)/4, $0x00000000
+DATA attn512_perm9<>+32(SB)/4, $0x00000000
+DATA attn512_perm9<>+36(SB)/4, $0x00000000
+DATA attn512_perm9<>+40(SB)/4, $0x00000000
+DATA attn512_perm9<>+44(SB)/4, $0x00000000
+DATA attn512_perm9<>+48(SB)/4, $0x00000000
+DATA attn512_perm9<>+52(SB)/4, $0x00000000
+DATA attn512_perm9<>+56(SB)/4, $0x00000000
+DATA attn512_perm9<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm9<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm10<>+0(SB)/4, $0x00000000
+DATA attn512_perm10<>+4(SB)/4, $0x00000004
+DATA attn512_perm10<>+8(SB)/4, $0x00000008
+DATA attn512_perm10<>+12(SB)/4, $0x00000000
+DATA attn512_perm10<>+16(SB)/4, $0x00000000
+DATA attn512_perm10<>+20(SB)/4, $0x00000000
+DATA attn512_perm10<>+24(SB)/4, $0x00000000
+DATA attn512_perm10<>+28(SB)/4, $0x00000000
+DATA attn512_perm10<>+32(SB)/4, $0x00000000
+DATA attn512_perm10<>+36(SB)/4, $0x00000000
+DATA attn512_perm10<>+40(SB)/4, $0x00000000
+DATA attn512_perm10<>+44(SB)/4, $0x00000000
+DATA attn512_perm10<>+48(SB)/4, $0x00000000
+DATA attn512_perm10<>+52(SB)/4, $0x00000000
+DATA attn512_perm10<>+56(SB)/4, $0x00000000
+DATA attn512_perm10<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm10<>(SB), RODATA|NOPTR, $64
+
 // func attendF16AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF16AVX512x4(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
@@ -3028,7 +2095,7 @@ TEXT ·attendF16AVX512x4(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -3144,12 +2211,21 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm4<>+0(SB), Z26
+	VMOVDQU32   attn512_perm11<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000ffff, DI
+	MOVL        $0x0000000f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000040, DX
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	MOVL        $0x0000f000, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 144(DX)
+	ADDQ        $0x00000010, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -3226,12 +2302,21 @@ kpfg2:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VMOVDQU32   attn512_perm12<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x000000ff, DI
+	MOVL        $0x00000003, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000020, DX
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	MOVL        $0x000000c0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 168(DX)
+	ADDQ        $0x00000008, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	SUBQ        $0x02, R9
@@ -3289,481 +2374,283 @@ kpfg1:
 	VMULPS      Z27, Z0, Z0
 	VMOVDQU32   attn512_perm1<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000000f, DI
+	MOVL        $0x00000001, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000010, DX
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	MOVL        $0x00000008, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 180(DX)
+	ADDQ        $0x00000004, DX
 	ADDQ        R13, CX
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x0000000f, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           128(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           160(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           176(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           192(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           208(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           224(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           240(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           128(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 128(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           160(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           176(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 176(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           192(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           208(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 208(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           224(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           240(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
+	MOVL              12(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           192(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      12(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 192(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            44(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 44(R8)
+	VMOVSS            X21, 12(R8)
+	VMOVSS            X22, 524(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -3827,9 +2714,9 @@ vposG:
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
-	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -3851,7 +2738,7 @@ vpfG:
 	VFMADD231PS  Z18, Z31, Z14
 	VFMADD231PS  Z19, Z31, Z15
 	ADDQ         R13, BX
-	ADDQ         $0x10, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -3905,16 +2792,16 @@ vpos1:
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
-	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	VFMADD231PS  Z19, Z30, Z3
 	ADDQ         R13, BX
-	ADDQ         $0x10, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -3930,6 +2817,42 @@ done:
 	VZEROUPPER
 	RET
 
+DATA attn512_perm11<>+0(SB)/4, $0x00000000
+DATA attn512_perm11<>+4(SB)/4, $0x00000001
+DATA attn512_perm11<>+8(SB)/4, $0x00000002
+DATA attn512_perm11<>+12(SB)/4, $0x00000003
+DATA attn512_perm11<>+16(SB)/4, $0x00000004
+DATA attn512_perm11<>+20(SB)/4, $0x00000005
+DATA attn512_perm11<>+24(SB)/4, $0x00000006
+DATA attn512_perm11<>+28(SB)/4, $0x00000007
+DATA attn512_perm11<>+32(SB)/4, $0x00000008
+DATA attn512_perm11<>+36(SB)/4, $0x00000009
+DATA attn512_perm11<>+40(SB)/4, $0x0000000a
+DATA attn512_perm11<>+44(SB)/4, $0x0000000b
+DATA attn512_perm11<>+48(SB)/4, $0x0000000c
+DATA attn512_perm11<>+52(SB)/4, $0x0000000d
+DATA attn512_perm11<>+56(SB)/4, $0x0000000e
+DATA attn512_perm11<>+60(SB)/4, $0x0000000f
+GLOBL attn512_perm11<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm12<>+0(SB)/4, $0x00000000
+DATA attn512_perm12<>+4(SB)/4, $0x00000001
+DATA attn512_perm12<>+8(SB)/4, $0x00000004
+DATA attn512_perm12<>+12(SB)/4, $0x00000005
+DATA attn512_perm12<>+16(SB)/4, $0x00000008
+DATA attn512_perm12<>+20(SB)/4, $0x00000009
+DATA attn512_perm12<>+24(SB)/4, $0x0000000c
+DATA attn512_perm12<>+28(SB)/4, $0x0000000d
+DATA attn512_perm12<>+32(SB)/4, $0x00000000
+DATA attn512_perm12<>+36(SB)/4, $0x00000000
+DATA attn512_perm12<>+40(SB)/4, $0x00000000
+DATA attn512_perm12<>+44(SB)/4, $0x00000000
+DATA attn512_perm12<>+48(SB)/4, $0x00000000
+DATA attn512_perm12<>+52(SB)/4, $0x00000000
+DATA attn512_perm12<>+56(SB)/4, $0x00000000
+DATA attn512_perm12<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm12<>(SB), RODATA|NOPTR, $64
+
 // func attendF16AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF16AVX512x5(SB), NOSPLIT, $0-96
@@ -3940,7 +2863,7 @@ TEXT ·attendF16AVX512x5(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -4051,7 +2974,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm5<>+0(SB), Z26
+	VMOVDQU32   attn512_perm13<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x00007fff, DI
 	KMOVW       DI, K2
@@ -4146,7 +3069,7 @@ kpfg2:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm9<>+0(SB), Z26
+	VMOVDQU32   attn512_perm14<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x000003ff, DI
 	KMOVW       DI, K2
@@ -4216,7 +3139,7 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm10<>+0(SB), Z26
+	VMOVDQU32   attn512_perm15<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000001f, DI
 	KMOVW       DI, K2
@@ -4336,7 +3259,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4358,7 +3280,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4380,7 +3301,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 20(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4402,7 +3322,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4424,7 +3343,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4446,7 +3364,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4468,7 +3385,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 100(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4490,7 +3406,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4512,7 +3427,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 140(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4534,7 +3448,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4556,7 +3469,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 180(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4578,7 +3490,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 200(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4600,7 +3511,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 220(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4622,7 +3532,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4644,7 +3553,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 260(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4666,7 +3574,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 280(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -4688,8 +3595,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 300(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            160(DX), Y0, Y16
+	VMOVUPS           20(DX), Y0
+	VADDPS            180(DX), Y0, Y17
+	VMOVUPS           40(DX), Y0
+	VADDPS            200(DX), Y0, Y18
+	VMOVUPS           60(DX), Y0
+	VADDPS            220(DX), Y0, Y19
+	VMOVUPS           80(DX), Y0
+	VADDPS            240(DX), Y0, Y20
+	VMOVUPS           100(DX), Y0
+	VADDPS            260(DX), Y0, Y21
+	VMOVUPS           120(DX), Y0
+	VADDPS            280(DX), Y0, Y22
+	VMOVUPS           140(DX), Y0
+	VADDPS            300(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -4839,41 +3769,59 @@ done:
 	VZEROUPPER
 	RET
 
-DATA attn512_perm9<>+0(SB)/4, $0x00000000
-DATA attn512_perm9<>+4(SB)/4, $0x00000004
-DATA attn512_perm9<>+8(SB)/4, $0x00000008
-DATA attn512_perm9<>+12(SB)/4, $0x0000000c
-DATA attn512_perm9<>+16(SB)/4, $0x00000001
-DATA attn512_perm9<>+20(SB)/4, $0x00000005
-DATA attn512_perm9<>+24(SB)/4, $0x00000009
-DATA attn512_perm9<>+28(SB)/4, $0x0000000d
-DATA attn512_perm9<>+32(SB)/4, $0x00000002
-DATA attn512_perm9<>+36(SB)/4, $0x00000006
-DATA attn512_perm9<>+40(SB)/4, $0x00000000
-DATA attn512_perm9<>+44(SB)/4, $0x00000000
-DATA attn512_perm9<>+48(SB)/4, $0x00000000
-DATA attn512_perm9<>+52(SB)/4, $0x00000000
-DATA attn512_perm9<>+56(SB)/4, $0x00000000
-DATA attn512_perm9<>+60(SB)/4, $0x00000000
-GLOBL attn512_perm9<>(SB), RODATA|NOPTR, $64
+DATA attn512_perm13<>+0(SB)/4, $0x00000000
+DATA attn512_perm13<>+4(SB)/4, $0x00000004
+DATA attn512_perm13<>+8(SB)/4, $0x00000008
+DATA attn512_perm13<>+12(SB)/4, $0x0000000c
+DATA attn512_perm13<>+16(SB)/4, $0x00000001
+DATA attn512_perm13<>+20(SB)/4, $0x00000005
+DATA attn512_perm13<>+24(SB)/4, $0x00000009
+DATA attn512_perm13<>+28(SB)/4, $0x0000000d
+DATA attn512_perm13<>+32(SB)/4, $0x00000002
+DATA attn512_perm13<>+36(SB)/4, $0x00000006
+DATA attn512_perm13<>+40(SB)/4, $0x0000000a
+DATA attn512_perm13<>+44(SB)/4, $0x0000000e
+DATA attn512_perm13<>+48(SB)/4, $0x00000003
+DATA attn512_perm13<>+52(SB)/4, $0x00000007
+DATA attn512_perm13<>+56(SB)/4, $0x0000000b
+DATA attn512_perm13<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm13<>(SB), RODATA|NOPTR, $64
 
-DATA attn512_perm10<>+0(SB)/4, $0x00000000
-DATA attn512_perm10<>+4(SB)/4, $0x00000004
-DATA attn512_perm10<>+8(SB)/4, $0x00000008
-DATA attn512_perm10<>+12(SB)/4, $0x0000000c
-DATA attn512_perm10<>+16(SB)/4, $0x00000001
-DATA attn512_perm10<>+20(SB)/4, $0x00000000
-DATA attn512_perm10<>+24(SB)/4, $0x00000000
-DATA attn512_perm10<>+28(SB)/4, $0x00000000
-DATA attn512_perm10<>+32(SB)/4, $0x00000000
-DATA attn512_perm10<>+36(SB)/4, $0x00000000
-DATA attn512_perm10<>+40(SB)/4, $0x00000000
-DATA attn512_perm10<>+44(SB)/4, $0x00000000
-DATA attn512_perm10<>+48(SB)/4, $0x00000000
-DATA attn512_perm10<>+52(SB)/4, $0x00000000
-DATA attn512_perm10<>+56(SB)/4, $0x00000000
-DATA attn512_perm10<>+60(SB)/4, $0x00000000
-GLOBL attn512_perm10<>(SB), RODATA|NOPTR, $64
+DATA attn512_perm14<>+0(SB)/4, $0x00000000
+DATA attn512_perm14<>+4(SB)/4, $0x00000004
+DATA attn512_perm14<>+8(SB)/4, $0x00000008
+DATA attn512_perm14<>+12(SB)/4, $0x0000000c
+DATA attn512_perm14<>+16(SB)/4, $0x00000001
+DATA attn512_perm14<>+20(SB)/4, $0x00000005
+DATA attn512_perm14<>+24(SB)/4, $0x00000009
+DATA attn512_perm14<>+28(SB)/4, $0x0000000d
+DATA attn512_perm14<>+32(SB)/4, $0x00000002
+DATA attn512_perm14<>+36(SB)/4, $0x00000006
+DATA attn512_perm14<>+40(SB)/4, $0x00000000
+DATA attn512_perm14<>+44(SB)/4, $0x00000000
+DATA attn512_perm14<>+48(SB)/4, $0x00000000
+DATA attn512_perm14<>+52(SB)/4, $0x00000000
+DATA attn512_perm14<>+56(SB)/4, $0x00000000
+DATA attn512_perm14<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm14<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm15<>+0(SB)/4, $0x00000000
+DATA attn512_perm15<>+4(SB)/4, $0x00000004
+DATA attn512_perm15<>+8(SB)/4, $0x00000008
+DATA attn512_perm15<>+12(SB)/4, $0x0000000c
+DATA attn512_perm15<>+16(SB)/4, $0x00000001
+DATA attn512_perm15<>+20(SB)/4, $0x00000000
+DATA attn512_perm15<>+24(SB)/4, $0x00000000
+DATA attn512_perm15<>+28(SB)/4, $0x00000000
+DATA attn512_perm15<>+32(SB)/4, $0x00000000
+DATA attn512_perm15<>+36(SB)/4, $0x00000000
+DATA attn512_perm15<>+40(SB)/4, $0x00000000
+DATA attn512_perm15<>+44(SB)/4, $0x00000000
+DATA attn512_perm15<>+48(SB)/4, $0x00000000
+DATA attn512_perm15<>+52(SB)/4, $0x00000000
+DATA attn512_perm15<>+56(SB)/4, $0x00000000
+DATA attn512_perm15<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm15<>(SB), RODATA|NOPTR, $64
 
 // func attendF16AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
@@ -4885,7 +3833,7 @@ TEXT ·attendF16AVX512x6(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -4981,7 +3929,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm6<>+0(SB), Z26
+	VMOVDQU32   attn512_perm16<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x00000fff, DI
 	KMOVW       DI, K2
@@ -5055,7 +4003,7 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm7<>+0(SB), Z26
+	VMOVDQU32   attn512_perm17<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000003f, DI
 	KMOVW       DI, K2
@@ -5175,7 +4123,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5197,7 +4144,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5219,7 +4165,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5241,7 +4186,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5263,7 +4207,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5285,7 +4228,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5307,7 +4249,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5329,7 +4270,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5351,7 +4291,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5373,7 +4312,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5395,7 +4333,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 216(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5417,7 +4354,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5439,7 +4375,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 264(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5461,7 +4396,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 288(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5483,7 +4417,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 312(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5505,7 +4438,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 336(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -5527,8 +4459,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 360(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            192(DX), Y0, Y16
+	VMOVUPS           24(DX), Y0
+	VADDPS            216(DX), Y0, Y17
+	VMOVUPS           48(DX), Y0
+	VADDPS            240(DX), Y0, Y18
+	VMOVUPS           72(DX), Y0
+	VADDPS            264(DX), Y0, Y19
+	VMOVUPS           96(DX), Y0
+	VADDPS            288(DX), Y0, Y20
+	VMOVUPS           120(DX), Y0
+	VADDPS            312(DX), Y0, Y21
+	VMOVUPS           144(DX), Y0
+	VADDPS            336(DX), Y0, Y22
+	VMOVUPS           168(DX), Y0
+	VADDPS            360(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -5692,6 +4647,42 @@ done:
 	VZEROUPPER
 	RET
 
+DATA attn512_perm16<>+0(SB)/4, $0x00000000
+DATA attn512_perm16<>+4(SB)/4, $0x00000004
+DATA attn512_perm16<>+8(SB)/4, $0x00000008
+DATA attn512_perm16<>+12(SB)/4, $0x0000000c
+DATA attn512_perm16<>+16(SB)/4, $0x00000001
+DATA attn512_perm16<>+20(SB)/4, $0x00000005
+DATA attn512_perm16<>+24(SB)/4, $0x00000009
+DATA attn512_perm16<>+28(SB)/4, $0x0000000d
+DATA attn512_perm16<>+32(SB)/4, $0x00000002
+DATA attn512_perm16<>+36(SB)/4, $0x00000006
+DATA attn512_perm16<>+40(SB)/4, $0x0000000a
+DATA attn512_perm16<>+44(SB)/4, $0x0000000e
+DATA attn512_perm16<>+48(SB)/4, $0x00000000
+DATA attn512_perm16<>+52(SB)/4, $0x00000000
+DATA attn512_perm16<>+56(SB)/4, $0x00000000
+DATA attn512_perm16<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm16<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm17<>+0(SB)/4, $0x00000000
+DATA attn512_perm17<>+4(SB)/4, $0x00000004
+DATA attn512_perm17<>+8(SB)/4, $0x00000008
+DATA attn512_perm17<>+12(SB)/4, $0x0000000c
+DATA attn512_perm17<>+16(SB)/4, $0x00000001
+DATA attn512_perm17<>+20(SB)/4, $0x00000005
+DATA attn512_perm17<>+24(SB)/4, $0x00000000
+DATA attn512_perm17<>+28(SB)/4, $0x00000000
+DATA attn512_perm17<>+32(SB)/4, $0x00000000
+DATA attn512_perm17<>+36(SB)/4, $0x00000000
+DATA attn512_perm17<>+40(SB)/4, $0x00000000
+DATA attn512_perm17<>+44(SB)/4, $0x00000000
+DATA attn512_perm17<>+48(SB)/4, $0x00000000
+DATA attn512_perm17<>+52(SB)/4, $0x00000000
+DATA attn512_perm17<>+56(SB)/4, $0x00000000
+DATA attn512_perm17<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm17<>(SB), RODATA|NOPTR, $64
+
 // func attendF16AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF16AVX512x7(SB), NOSPLIT, $0-96
@@ -5702,7 +4693,7 @@ TEXT ·attendF16AVX512x7(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -5809,7 +4800,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm11<>+0(SB), Z26
+	VMOVDQU32   attn512_perm18<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x00003fff, DI
 	KMOVW       DI, K2
@@ -5889,7 +4880,7 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm12<>+0(SB), Z26
+	VMOVDQU32   attn512_perm19<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000007f, DI
 	KMOVW       DI, K2
@@ -6009,7 +5000,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6031,7 +5021,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6053,7 +5042,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 28(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6075,7 +5063,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6097,7 +5084,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 84(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6119,7 +5105,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6141,7 +5126,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 140(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6163,7 +5147,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6185,7 +5168,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 196(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6207,7 +5189,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6229,7 +5210,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 252(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6251,7 +5231,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 280(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6273,7 +5252,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 308(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6295,7 +5273,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 336(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6317,7 +5294,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 364(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6339,7 +5315,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 392(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6361,8 +5336,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 420(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            224(DX), Y0, Y16
+	VMOVUPS           28(DX), Y0
+	VADDPS            252(DX), Y0, Y17
+	VMOVUPS           56(DX), Y0
+	VADDPS            280(DX), Y0, Y18
+	VMOVUPS           84(DX), Y0
+	VADDPS            308(DX), Y0, Y19
+	VMOVUPS           112(DX), Y0
+	VADDPS            336(DX), Y0, Y20
+	VMOVUPS           140(DX), Y0
+	VADDPS            364(DX), Y0, Y21
+	VMOVUPS           168(DX), Y0
+	VADDPS            392(DX), Y0, Y22
+	VMOVUPS           196(DX), Y0
+	VADDPS            420(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -6540,41 +5538,41 @@ done:
 	VZEROUPPER
 	RET
 
-DATA attn512_perm11<>+0(SB)/4, $0x00000000
-DATA attn512_perm11<>+4(SB)/4, $0x00000004
-DATA attn512_perm11<>+8(SB)/4, $0x00000008
-DATA attn512_perm11<>+12(SB)/4, $0x0000000c
-DATA attn512_perm11<>+16(SB)/4, $0x00000001
-DATA attn512_perm11<>+20(SB)/4, $0x00000005
-DATA attn512_perm11<>+24(SB)/4, $0x00000009
-DATA attn512_perm11<>+28(SB)/4, $0x0000000d
-DATA attn512_perm11<>+32(SB)/4, $0x00000002
-DATA attn512_perm11<>+36(SB)/4, $0x00000006
-DATA attn512_perm11<>+40(SB)/4, $0x0000000a
-DATA attn512_perm11<>+44(SB)/4, $0x0000000e
-DATA attn512_perm11<>+48(SB)/4, $0x00000003
-DATA attn512_perm11<>+52(SB)/4, $0x00000007
-DATA attn512_perm11<>+56(SB)/4, $0x00000000
-DATA attn512_perm11<>+60(SB)/4, $0x00000000
-GLOBL attn512_perm11<>(SB), RODATA|NOPTR, $64
+DATA attn512_perm18<>+0(SB)/4, $0x00000000
+DATA attn512_perm18<>+4(SB)/4, $0x00000004
+DATA attn512_perm18<>+8(SB)/4, $0x00000008
+DATA attn512_perm18<>+12(SB)/4, $0x0000000c
+DATA attn512_perm18<>+16(SB)/4, $0x00000001
+DATA attn512_perm18<>+20(SB)/4, $0x00000005
+DATA attn512_perm18<>+24(SB)/4, $0x00000009
+DATA attn512_perm18<>+28(SB)/4, $0x0000000d
+DATA attn512_perm18<>+32(SB)/4, $0x00000002
+DATA attn512_perm18<>+36(SB)/4, $0x00000006
+DATA attn512_perm18<>+40(SB)/4, $0x0000000a
+DATA attn512_perm18<>+44(SB)/4, $0x0000000e
+DATA attn512_perm18<>+48(SB)/4, $0x00000003
+DATA attn512_perm18<>+52(SB)/4, $0x00000007
+DATA attn512_perm18<>+56(SB)/4, $0x00000000
+DATA attn512_perm18<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm18<>(SB), RODATA|NOPTR, $64
 
-DATA attn512_perm12<>+0(SB)/4, $0x00000000
-DATA attn512_perm12<>+4(SB)/4, $0x00000004
-DATA attn512_perm12<>+8(SB)/4, $0x00000008
-DATA attn512_perm12<>+12(SB)/4, $0x0000000c
-DATA attn512_perm12<>+16(SB)/4, $0x00000001
-DATA attn512_perm12<>+20(SB)/4, $0x00000005
-DATA attn512_perm12<>+24(SB)/4, $0x00000009
-DATA attn512_perm12<>+28(SB)/4, $0x00000000
-DATA attn512_perm12<>+32(SB)/4, $0x00000000
-DATA attn512_perm12<>+36(SB)/4, $0x00000000
-DATA attn512_perm12<>+40(SB)/4, $0x00000000
-DATA attn512_perm12<>+44(SB)/4, $0x00000000
-DATA attn512_perm12<>+48(SB)/4, $0x00000000
-DATA attn512_perm12<>+52(SB)/4, $0x00000000
-DATA attn512_perm12<>+56(SB)/4, $0x00000000
-DATA attn512_perm12<>+60(SB)/4, $0x00000000
-GLOBL attn512_perm12<>(SB), RODATA|NOPTR, $64
+DATA attn512_perm19<>+0(SB)/4, $0x00000000
+DATA attn512_perm19<>+4(SB)/4, $0x00000004
+DATA attn512_perm19<>+8(SB)/4, $0x00000008
+DATA attn512_perm19<>+12(SB)/4, $0x0000000c
+DATA attn512_perm19<>+16(SB)/4, $0x00000001
+DATA attn512_perm19<>+20(SB)/4, $0x00000005
+DATA attn512_perm19<>+24(SB)/4, $0x00000009
+DATA attn512_perm19<>+28(SB)/4, $0x00000000
+DATA attn512_perm19<>+32(SB)/4, $0x00000000
+DATA attn512_perm19<>+36(SB)/4, $0x00000000
+DATA attn512_perm19<>+40(SB)/4, $0x00000000
+DATA attn512_perm19<>+44(SB)/4, $0x00000000
+DATA attn512_perm19<>+48(SB)/4, $0x00000000
+DATA attn512_perm19<>+52(SB)/4, $0x00000000
+DATA attn512_perm19<>+56(SB)/4, $0x00000000
+DATA attn512_perm19<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm19<>(SB), RODATA|NOPTR, $64
 
 // func attendF16AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
@@ -6586,7 +5584,7 @@ TEXT ·attendF16AVX512x8(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -6701,7 +5699,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm4<>+0(SB), Z26
+	VMOVDQU32   attn512_perm20<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000ffff, DI
 	KMOVW       DI, K2
@@ -6904,7 +5902,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6926,7 +5923,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6948,7 +5944,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6970,7 +5965,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -6992,7 +5986,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7014,7 +6007,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 128(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7036,7 +6028,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7058,7 +6049,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7080,7 +6070,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7102,7 +6091,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 256(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7124,7 +6112,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 288(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7146,7 +6133,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 320(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7168,7 +6154,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 352(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7190,7 +6175,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 384(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7212,7 +6196,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 416(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7234,7 +6217,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 448(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -7256,8 +6238,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 480(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            256(DX), Y0, Y16
+	VMOVUPS           32(DX), Y0
+	VADDPS            288(DX), Y0, Y17
+	VMOVUPS           64(DX), Y0
+	VADDPS            320(DX), Y0, Y18
+	VMOVUPS           96(DX), Y0
+	VADDPS            352(DX), Y0, Y19
+	VMOVUPS           128(DX), Y0
+	VADDPS            384(DX), Y0, Y20
+	VMOVUPS           160(DX), Y0
+	VADDPS            416(DX), Y0, Y21
+	VMOVUPS           192(DX), Y0
+	VADDPS            448(DX), Y0, Y22
+	VMOVUPS           224(DX), Y0
+	VADDPS            480(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -7449,8 +6454,26 @@ done:
 	VZEROUPPER
 	RET
 
+DATA attn512_perm20<>+0(SB)/4, $0x00000000
+DATA attn512_perm20<>+4(SB)/4, $0x00000004
+DATA attn512_perm20<>+8(SB)/4, $0x00000008
+DATA attn512_perm20<>+12(SB)/4, $0x0000000c
+DATA attn512_perm20<>+16(SB)/4, $0x00000001
+DATA attn512_perm20<>+20(SB)/4, $0x00000005
+DATA attn512_perm20<>+24(SB)/4, $0x00000009
+DATA attn512_perm20<>+28(SB)/4, $0x0000000d
+DATA attn512_perm20<>+32(SB)/4, $0x00000002
+DATA attn512_perm20<>+36(SB)/4, $0x00000006
+DATA attn512_perm20<>+40(SB)/4, $0x0000000a
+DATA attn512_perm20<>+44(SB)/4, $0x0000000e
+DATA attn512_perm20<>+48(SB)/4, $0x00000003
+DATA attn512_perm20<>+52(SB)/4, $0x00000007
+DATA attn512_perm20<>+56(SB)/4, $0x0000000b
+DATA attn512_perm20<>+60(SB)/4, $0x0000000f
+GLOBL attn512_perm20<>(SB), RODATA|NOPTR, $64
+
 // func attendF32AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF32AVX512x1(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
@@ -7459,7 +6482,7 @@ TEXT ·attendF32AVX512x1(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -7742,473 +6765,74 @@ kpfg1:
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000001, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           4(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           20(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           28(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           44(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           52(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           4(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 4(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 8(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 12(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           20(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 20(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           28(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 28(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 36(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           44(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 44(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           52(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 52(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -8338,7 +6962,7 @@ done:
 	RET
 
 // func attendF32AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF32AVX512x2(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
@@ -8347,7 +6971,7 @@ TEXT ·attendF32AVX512x2(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -8474,10 +7098,13 @@ kpfP:
 	VMULPS      Z27, Z0, Z0
 	VMOVDQU32   attn512_perm4<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000ffff, DI
+	MOVL        $0x000000ff, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000040, DX
+	MOVL        $0x0000ff00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 32(DX)
+	ADDQ        $0x00000020, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -8565,12 +7192,15 @@ kpfg4:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VMOVDQU32   attn512_perm5<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x000000ff, DI
+	MOVL        $0x0000000f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000020, DX
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	ADDQ        $0x00000010, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -8631,12 +7261,15 @@ kpfg2:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm1<>+0(SB), Z26
+	VMOVDQU32   attn512_perm6<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000000f, DI
+	MOVL        $0x00000003, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000010, DX
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	ADDQ        $0x00000008, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	SUBQ        $0x02, R9
@@ -8689,481 +7322,149 @@ kpfg1:
 	VMULPS      Z27, Z0, Z0
 	VMOVDQU32   attn512_perm2<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00000003, DI
+	MOVL        $0x00000001, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000008, DX
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	ADDQ        $0x00000004, DX
 	ADDQ        R13, CX
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000003, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           88(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           104(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 8(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           88(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 88(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           104(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 104(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -9231,7 +7532,7 @@ vposG:
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 64(R8), Z17
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -9257,7 +7558,7 @@ vpfG:
 	VFMADD231PS  Z16, Z31, Z14
 	VFMADD231PS  Z17, Z31, Z15
 	ADDQ         R13, BX
-	ADDQ         $0x08, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -9311,12 +7612,12 @@ vpos1:
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 64(R8), Z17
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	ADDQ         R13, BX
-	ADDQ         $0x08, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -9331,7 +7632,7 @@ done:
 	RET
 
 // func attendF32AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF32AVX512x3(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
@@ -9340,7 +7641,7 @@ TEXT ·attendF32AVX512x3(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -9458,12 +7759,18 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm5<>+0(SB), Z26
+	VMOVDQU32   attn512_perm7<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00007fff, DI
+	MOVL        $0x0000001f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x0000003c, DX
+	MOVL        $0x000003e0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 44(DX)
+	MOVL        $0x00007c00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 88(DX)
+	ADDQ        $0x00000014, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -9569,12 +7876,18 @@ kpfg4:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm6<>+0(SB), Z26
+	VMOVDQU32   attn512_perm8<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00000fff, DI
+	MOVL        $0x0000000f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000030, DX
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	ADDQ        $0x00000010, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -9646,12 +7959,18 @@ kpfg2:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm7<>+0(SB), Z26
+	VMOVDQU32   attn512_perm9<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000003f, DI
+	MOVL        $0x00000003, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000018, DX
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	ADDQ        $0x00000008, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	SUBQ        $0x02, R9
@@ -9708,483 +8027,218 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm8<>+0(SB), Z26
+	VMOVDQU32   attn512_perm10<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x00000007, DI
+	MOVL        $0x00000001, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x0000000c, DX
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	ADDQ        $0x00000004, DX
 	ADDQ        R13, CX
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000007, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           84(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           108(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           132(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           156(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           168(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           180(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 12(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 36(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           84(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 84(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           108(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 108(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           132(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 132(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           156(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 156(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           168(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           180(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 180(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -10244,8 +8298,8 @@ vposG:
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -10263,7 +8317,7 @@ vpfG:
 	VFMADD231PS  Z17, Z31, Z10
 	VFMADD231PS  Z18, Z31, Z11
 	ADDQ         R13, BX
-	ADDQ         $0x0c, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -10315,14 +8369,14 @@ vpos1:
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	ADDQ         R13, BX
-	ADDQ         $0x0c, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -10338,7 +8392,7 @@ done:
 	RET
 
 // func attendF32AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendF32AVX512x4(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
@@ -10347,7 +8401,7 @@ TEXT ·attendF32AVX512x4(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -10467,12 +8521,21 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm4<>+0(SB), Z26
+	VMOVDQU32   attn512_perm11<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000ffff, DI
+	MOVL        $0x0000000f, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000040, DX
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	MOVL        $0x0000f000, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 144(DX)
+	ADDQ        $0x00000010, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
@@ -10553,12 +8616,21 @@ kpfg2:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VMOVDQU32   attn512_perm12<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x000000ff, DI
+	MOVL        $0x00000003, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000020, DX
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	MOVL        $0x000000c0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 168(DX)
+	ADDQ        $0x00000008, DX
 	ADDQ        R13, CX
 	ADDQ        R13, CX
 	SUBQ        $0x02, R9
@@ -10620,481 +8692,283 @@ kpfg1:
 	VMULPS      Z27, Z0, Z0
 	VMOVDQU32   attn512_perm1<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
-	MOVL        $0x0000000f, DI
+	MOVL        $0x00000001, DI
 	KMOVW       DI, K2
 	VMOVUPS     Z28, K2, (DX)
-	ADDQ        $0x00000010, DX
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	MOVL        $0x00000008, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 180(DX)
+	ADDQ        $0x00000004, DX
 	ADDQ        R13, CX
 	SUBQ        $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x0000000f, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           128(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           160(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           176(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           192(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           208(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           224(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           240(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           128(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 128(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           160(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           176(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 176(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           192(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           208(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 208(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           224(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           240(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
+	MOVL              12(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           192(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      12(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 192(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            44(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 44(R8)
+	VMOVSS            X21, 12(R8)
+	VMOVSS            X22, 524(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -11162,9 +9036,9 @@ vposG:
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
-	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -11186,7 +9060,7 @@ vpfG:
 	VFMADD231PS  Z18, Z31, Z14
 	VFMADD231PS  Z19, Z31, Z15
 	ADDQ         R13, BX
-	ADDQ         $0x10, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -11244,16 +9118,16 @@ vpos1:
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
-	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	VFMADD231PS  Z19, Z30, Z3
 	ADDQ         R13, BX
-	ADDQ         $0x10, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -11279,7 +9153,7 @@ TEXT ·attendF32AVX512x5(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -11394,7 +9268,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm5<>+0(SB), Z26
+	VMOVDQU32   attn512_perm13<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x00007fff, DI
 	KMOVW       DI, K2
@@ -11493,7 +9367,7 @@ kpfg2:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm9<>+0(SB), Z26
+	VMOVDQU32   attn512_perm14<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x000003ff, DI
 	KMOVW       DI, K2
@@ -11567,7 +9441,7 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm10<>+0(SB), Z26
+	VMOVDQU32   attn512_perm15<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000001f, DI
 	KMOVW       DI, K2
@@ -11687,7 +9561,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11709,7 +9582,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11731,7 +9603,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 20(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11753,7 +9624,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11775,7 +9645,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11797,7 +9666,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11819,7 +9687,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 100(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11841,7 +9708,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11863,7 +9729,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 140(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11885,7 +9750,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11907,7 +9771,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 180(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11929,7 +9792,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 200(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11951,7 +9813,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 220(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11973,7 +9834,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -11995,7 +9855,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 260(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12017,7 +9876,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 280(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12039,8 +9897,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 300(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            160(DX), Y0, Y16
+	VMOVUPS           20(DX), Y0
+	VADDPS            180(DX), Y0, Y17
+	VMOVUPS           40(DX), Y0
+	VADDPS            200(DX), Y0, Y18
+	VMOVUPS           60(DX), Y0
+	VADDPS            220(DX), Y0, Y19
+	VMOVUPS           80(DX), Y0
+	VADDPS            240(DX), Y0, Y20
+	VMOVUPS           100(DX), Y0
+	VADDPS            260(DX), Y0, Y21
+	VMOVUPS           120(DX), Y0
+	VADDPS            280(DX), Y0, Y22
+	VMOVUPS           140(DX), Y0
+	VADDPS            300(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -12208,7 +10089,7 @@ TEXT ·attendF32AVX512x6(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -12308,7 +10189,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm6<>+0(SB), Z26
+	VMOVDQU32   attn512_perm16<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x00000fff, DI
 	KMOVW       DI, K2
@@ -12386,7 +10267,7 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm7<>+0(SB), Z26
+	VMOVDQU32   attn512_perm17<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000003f, DI
 	KMOVW       DI, K2
@@ -12506,7 +10387,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12528,7 +10408,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12550,7 +10429,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12572,7 +10450,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12594,7 +10471,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12616,7 +10492,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12638,7 +10513,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12660,7 +10534,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12682,7 +10555,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12704,7 +10576,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12726,7 +10597,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 216(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12748,7 +10618,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12770,7 +10639,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 264(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12792,7 +10660,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 288(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12814,7 +10681,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 312(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12836,7 +10702,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 336(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -12858,8 +10723,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 360(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            192(DX), Y0, Y16
+	VMOVUPS           24(DX), Y0
+	VADDPS            216(DX), Y0, Y17
+	VMOVUPS           48(DX), Y0
+	VADDPS            240(DX), Y0, Y18
+	VMOVUPS           72(DX), Y0
+	VADDPS            264(DX), Y0, Y19
+	VMOVUPS           96(DX), Y0
+	VADDPS            288(DX), Y0, Y20
+	VMOVUPS           120(DX), Y0
+	VADDPS            312(DX), Y0, Y21
+	VMOVUPS           144(DX), Y0
+	VADDPS            336(DX), Y0, Y22
+	VMOVUPS           168(DX), Y0
+	VADDPS            360(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -13041,7 +10929,7 @@ TEXT ·attendF32AVX512x7(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -13152,7 +11040,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm11<>+0(SB), Z26
+	VMOVDQU32   attn512_perm18<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x00003fff, DI
 	KMOVW       DI, K2
@@ -13236,7 +11124,7 @@ kpfg1:
 	VSHUFPS     $0xdd, Z0, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm12<>+0(SB), Z26
+	VMOVDQU32   attn512_perm19<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000007f, DI
 	KMOVW       DI, K2
@@ -13356,7 +11244,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13378,7 +11265,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13400,7 +11286,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 28(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13422,7 +11307,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13444,7 +11328,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 84(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13466,7 +11349,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13488,7 +11370,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 140(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13510,7 +11391,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13532,7 +11412,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 196(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13554,7 +11433,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13576,7 +11454,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 252(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13598,7 +11475,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 280(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13620,7 +11496,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 308(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13642,7 +11517,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 336(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13664,7 +11538,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 364(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13686,7 +11559,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 392(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -13708,8 +11580,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 420(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            224(DX), Y0, Y16
+	VMOVUPS           28(DX), Y0
+	VADDPS            252(DX), Y0, Y17
+	VMOVUPS           56(DX), Y0
+	VADDPS            280(DX), Y0, Y18
+	VMOVUPS           84(DX), Y0
+	VADDPS            308(DX), Y0, Y19
+	VMOVUPS           112(DX), Y0
+	VADDPS            336(DX), Y0, Y20
+	VMOVUPS           140(DX), Y0
+	VADDPS            364(DX), Y0, Y21
+	VMOVUPS           168(DX), Y0
+	VADDPS            392(DX), Y0, Y22
+	VMOVUPS           196(DX), Y0
+	VADDPS            420(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -13905,7 +11800,7 @@ TEXT ·attendF32AVX512x8(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -14024,7 +11919,7 @@ kpfP:
 	VSHUFPS     $0xdd, Z8, Z0, Z25
 	VADDPS      Z25, Z24, Z0
 	VMULPS      Z27, Z0, Z0
-	VMOVDQU32   attn512_perm4<>+0(SB), Z26
+	VMOVDQU32   attn512_perm20<>+0(SB), Z26
 	VPERMPS     Z0, Z26, Z28
 	MOVL        $0x0000ffff, DI
 	KMOVW       DI, K2
@@ -14231,7 +12126,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14253,7 +12147,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14275,7 +12168,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14297,7 +12189,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14319,7 +12210,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14341,7 +12231,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 128(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14363,7 +12252,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14385,7 +12273,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14407,7 +12294,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14429,7 +12315,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 256(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14451,7 +12336,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 288(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14473,7 +12357,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 320(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14495,7 +12378,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 352(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14517,7 +12399,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 384(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14539,7 +12420,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 416(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14561,7 +12441,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 448(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -14583,8 +12462,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 480(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            256(DX), Y0, Y16
+	VMOVUPS           32(DX), Y0
+	VADDPS            288(DX), Y0, Y17
+	VMOVUPS           64(DX), Y0
+	VADDPS            320(DX), Y0, Y18
+	VMOVUPS           96(DX), Y0
+	VADDPS            352(DX), Y0, Y19
+	VMOVUPS           128(DX), Y0
+	VADDPS            384(DX), Y0, Y20
+	VMOVUPS           160(DX), Y0
+	VADDPS            416(DX), Y0, Y21
+	VMOVUPS           192(DX), Y0
+	VADDPS            448(DX), Y0, Y22
+	VMOVUPS           224(DX), Y0
+	VADDPS            480(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -14785,7 +12687,7 @@ done:
 	RET
 
 // func attendQ8AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendQ8AVX512x1(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	IMUL3Q       $0x11, R13, R13
@@ -14794,7 +12696,7 @@ TEXT ·attendQ8AVX512x1(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -14824,8 +12726,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y17
@@ -14977,8 +12882,11 @@ chunkg4:
 	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg4:
 	VPBROADCASTW (AX), Y17
@@ -15071,8 +12979,11 @@ chunkg2:
 	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg2:
 	VPBROADCASTW (AX), Y17
@@ -15138,8 +13049,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y17
@@ -15181,473 +13095,74 @@ kpfg1:
 	SUBQ         $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000001, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           4(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           20(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           28(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           44(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           52(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           4(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 4(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 8(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 12(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           20(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 20(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           28(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 28(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 36(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           44(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 44(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           52(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 52(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -15689,8 +13204,11 @@ vposG:
 	JLE        vpfG
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpfG:
 	VBROADCASTSS (R8), Z16
@@ -15770,8 +13288,11 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16
@@ -15801,7 +13322,7 @@ done:
 	RET
 
 // func attendQ8AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendQ8AVX512x2(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	IMUL3Q       $0x11, R13, R13
@@ -15810,7 +13331,7 @@ TEXT ·attendQ8AVX512x2(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -15848,8 +13369,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y18
@@ -16006,10 +13530,13 @@ kpfP:
 	VMULPS       Z27, Z0, Z0
 	VMOVDQU32    attn512_perm4<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x0000ffff, DI
+	MOVL         $0x000000ff, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000040, DX
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 32(DX)
+	ADDQ         $0x00000020, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
@@ -16044,8 +13571,11 @@ chunkg4:
 	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg4:
 	VPBROADCASTW (AX), Y18
@@ -16130,12 +13660,15 @@ kpfg4:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VMOVDQU32    attn512_perm5<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x000000ff, DI
+	MOVL         $0x0000000f, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000020, DX
+	MOVL         $0x000000f0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 48(DX)
+	ADDQ         $0x00000010, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
@@ -16159,8 +13692,11 @@ chunkg2:
 	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg2:
 	VPBROADCASTW (AX), Y18
@@ -16211,12 +13747,15 @@ kpfg2:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm1<>+0(SB), Z26
+	VMOVDQU32    attn512_perm6<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x0000000f, DI
+	MOVL         $0x00000003, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000010, DX
+	MOVL         $0x0000000c, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 56(DX)
+	ADDQ         $0x00000008, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	SUBQ         $0x02, R9
@@ -16236,8 +13775,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y18
@@ -16275,481 +13817,149 @@ kpfg1:
 	VMULPS       Z27, Z0, Z0
 	VMOVDQU32    attn512_perm2<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x00000003, DI
+	MOVL         $0x00000001, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000008, DX
+	MOVL         $0x00000002, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 60(DX)
+	ADDQ         $0x00000004, DX
 	ADDQ         R13, CX
 	SUBQ         $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000003, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           88(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           104(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           8(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 8(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           40(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           56(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           88(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 88(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           104(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 104(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -16807,12 +14017,15 @@ vposG:
 	JLE        vpfG
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 64(R8), Z17
 	VPBROADCASTW (BX), Y28
 	VCVTPH2PS    Y28, Z28
 	VPMOVSXBD    2(BX), Z30
@@ -16862,7 +14075,7 @@ vpfG:
 	VFMADD231PS  Z16, Z31, Z14
 	VFMADD231PS  Z17, Z31, Z15
 	ADDQ         R13, BX
-	ADDQ         $0x08, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -16909,12 +14122,15 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 64(R8), Z17
 	VPBROADCASTW (BX), Y28
 	VCVTPH2PS    Y28, Z28
 	VPMOVSXBD    2(BX), Z30
@@ -16928,7 +14144,7 @@ vpf1:
 	VFMADD231PS  Z16, Z31, Z2
 	VFMADD231PS  Z17, Z31, Z3
 	ADDQ         R13, BX
-	ADDQ         $0x08, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -16945,7 +14161,7 @@ done:
 	RET
 
 // func attendQ8AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendQ8AVX512x3(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	IMUL3Q       $0x11, R13, R13
@@ -16954,7 +14170,7 @@ TEXT ·attendQ8AVX512x3(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -16989,8 +14205,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y19
@@ -17120,12 +14339,18 @@ kpfP:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm5<>+0(SB), Z26
+	VMOVDQU32    attn512_perm7<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x00007fff, DI
+	MOVL         $0x0000001f, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x0000003c, DX
+	MOVL         $0x000003e0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 44(DX)
+	MOVL         $0x00007c00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 88(DX)
+	ADDQ         $0x00000014, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
@@ -17161,8 +14386,11 @@ chunkg4:
 	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg4:
 	VPBROADCASTW (AX), Y19
@@ -17269,12 +14497,18 @@ kpfg4:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm6<>+0(SB), Z26
+	VMOVDQU32    attn512_perm8<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x00000fff, DI
+	MOVL         $0x0000000f, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000030, DX
+	MOVL         $0x000000f0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 48(DX)
+	MOVL         $0x00000f00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 96(DX)
+	ADDQ         $0x00000010, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
@@ -17300,8 +14534,11 @@ chunkg2:
 	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg2:
 	VPBROADCASTW (AX), Y19
@@ -17364,12 +14601,18 @@ kpfg2:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm7<>+0(SB), Z26
+	VMOVDQU32    attn512_perm9<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x0000003f, DI
+	MOVL         $0x00000003, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000018, DX
+	MOVL         $0x0000000c, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 56(DX)
+	MOVL         $0x00000030, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 112(DX)
+	ADDQ         $0x00000008, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	SUBQ         $0x02, R9
@@ -17390,8 +14633,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y19
@@ -17434,483 +14680,218 @@ kpfg1:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm8<>+0(SB), Z26
+	VMOVDQU32    attn512_perm10<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x00000007, DI
+	MOVL         $0x00000001, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x0000000c, DX
+	MOVL         $0x00000002, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 60(DX)
+	MOVL         $0x00000004, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 120(DX)
+	ADDQ         $0x00000004, DX
 	ADDQ         R13, CX
 	SUBQ         $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x00000007, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           84(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           108(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           132(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           156(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           168(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           180(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           12(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 12(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           24(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           36(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 36(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           60(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           72(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           84(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 84(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           108(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 108(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           120(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           132(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 132(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           156(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 156(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           168(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           180(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 180(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -17960,13 +14941,16 @@ vposG:
 	JLE        vpfG
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VPBROADCASTW (BX), Y28
 	VCVTPH2PS    Y28, Z28
 	VPMOVSXBD    2(BX), Z30
@@ -17996,7 +14980,7 @@ vpfG:
 	VFMADD231PS  Z17, Z31, Z10
 	VFMADD231PS  Z18, Z31, Z11
 	ADDQ         R13, BX
-	ADDQ         $0x0c, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -18043,13 +15027,16 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VPBROADCASTW (BX), Y28
 	VCVTPH2PS    Y28, Z28
 	VPMOVSXBD    2(BX), Z30
@@ -18065,7 +15052,7 @@ vpf1:
 	VFMADD231PS  Z17, Z31, Z4
 	VFMADD231PS  Z18, Z31, Z5
 	ADDQ         R13, BX
-	ADDQ         $0x0c, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -18084,7 +15071,7 @@ done:
 	RET
 
 // func attendQ8AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·attendQ8AVX512x4(SB), NOSPLIT, $0-96
 	MOVQ         nch+24(FP), R13
 	IMUL3Q       $0x11, R13, R13
@@ -18093,7 +15080,7 @@ TEXT ·attendQ8AVX512x4(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -18129,8 +15116,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y20
@@ -18256,12 +15246,21 @@ kpfP:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm4<>+0(SB), Z26
+	VMOVDQU32    attn512_perm11<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x0000ffff, DI
+	MOVL         $0x0000000f, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000040, DX
+	MOVL         $0x000000f0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 48(DX)
+	MOVL         $0x00000f00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 96(DX)
+	MOVL         $0x0000f000, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 144(DX)
+	ADDQ         $0x00000010, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
@@ -18290,8 +15289,11 @@ chunkg2:
 	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg2:
 	VPBROADCASTW (AX), Y20
@@ -18363,12 +15365,21 @@ kpfg2:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VMOVDQU32    attn512_perm12<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x000000ff, DI
+	MOVL         $0x00000003, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000020, DX
+	MOVL         $0x0000000c, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 56(DX)
+	MOVL         $0x00000030, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 112(DX)
+	MOVL         $0x000000c0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 168(DX)
+	ADDQ         $0x00000008, DX
 	ADDQ         R13, CX
 	ADDQ         R13, CX
 	SUBQ         $0x02, R9
@@ -18390,8 +15401,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y20
@@ -18440,481 +15454,283 @@ kpfg1:
 	VMULPS       Z27, Z0, Z0
 	VMOVDQU32    attn512_perm1<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
-	MOVL         $0x0000000f, DI
+	MOVL         $0x00000001, DI
 	KMOVW        DI, K2
 	VMOVUPS      Z28, K2, (DX)
-	ADDQ         $0x00000010, DX
+	MOVL         $0x00000002, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 60(DX)
+	MOVL         $0x00000004, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 120(DX)
+	MOVL         $0x00000008, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 180(DX)
+	ADDQ         $0x00000004, DX
 	ADDQ         R13, CX
 	SUBQ         $0x01, R9
 
 skip1:
-	// Softmax step of all rows at once, one vector of rows per position;
-	// position p of row h counts if p < lim[h].
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	MOVQ              lim+72(FP), AX
-	VMOVDQU           (AX), Y8
-	VMOVUPS           (R8), Y9
-	VPCMPEQD          Y11, Y11, Y11
-	VBROADCASTSS      neg_inf<>+0(SB), Y12
-	MOVL              $0x0000000f, DI
-	KMOVW             DI, K3
-	VMOVAPS           Y9, Y5
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           128(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           160(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           176(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           192(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           208(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           224(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           240(DX), K2, Y3
-	VMAXPS            Y3, Y5, Y5
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           Y5, (R8)
-	VSUBPS            Y5, Y9, Y6
-	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
-	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
-	VSCALEFPS         Y0, Y1, Y6
-	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
-	VPXOR             Y10, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           (DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           16(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 16(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           32(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           48(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           64(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           80(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           96(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           112(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           128(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 128(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           144(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           160(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           176(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 176(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           192(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           208(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 208(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           224(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VPCMPGTD          Y10, Y8, K2
-	VMOVAPS           Y12, Y3
-	VMOVUPS           240(DX), K2, Y3
-	VSUBPS            Y5, Y3, Y3
-	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
-	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
-	VRNDSCALEPS       $0x00, Y0, Y0
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
-	VBROADCASTSS      exp_p0<>+0(SB), Y1
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
-	VSCALEFPS         Y0, Y1, Y3
-	VMOVAPS.Z         Y3, K2, Y3
-	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
-	VPSUBD            Y11, Y10, Y10
-	VMOVUPS           32(R8), Y4
-	VFMADD213PS       Y7, Y6, Y4
-	VMOVUPS           Y4, 32(R8)
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
+	MOVL              12(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           192(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      12(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 192(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            44(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 44(R8)
+	VMOVSS            X21, 12(R8)
+	VMOVSS            X22, 524(DX)
 
 	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
@@ -18972,14 +15788,17 @@ vposG:
 	JLE        vpfG
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpfG:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
-	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VPBROADCASTW (BX), Y28
 	VCVTPH2PS    Y28, Z28
 	VPMOVSXBD    2(BX), Z30
@@ -19013,7 +15832,7 @@ vpfG:
 	VFMADD231PS  Z18, Z31, Z14
 	VFMADD231PS  Z19, Z31, Z15
 	ADDQ         R13, BX
-	ADDQ         $0x10, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vposG
 	VMOVUPS      Z0, (DI)
@@ -19068,14 +15887,17 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16
-	VBROADCASTSS 4(R8), Z17
-	VBROADCASTSS 8(R8), Z18
-	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VPBROADCASTW (BX), Y28
 	VCVTPH2PS    Y28, Z28
 	VPMOVSXBD    2(BX), Z30
@@ -19093,7 +15915,7 @@ vpf1:
 	VFMADD231PS  Z18, Z31, Z6
 	VFMADD231PS  Z19, Z31, Z7
 	ADDQ         R13, BX
-	ADDQ         $0x10, R8
+	ADDQ         $0x04, R8
 	DECQ         R12
 	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
@@ -19123,7 +15945,7 @@ TEXT ·attendQ8AVX512x5(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -19156,8 +15978,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y21
@@ -19274,7 +16099,7 @@ kpfP:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm5<>+0(SB), Z26
+	VMOVDQU32    attn512_perm13<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x00007fff, DI
 	KMOVW        DI, K2
@@ -19309,8 +16134,11 @@ chunkg2:
 	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg2:
 	VPBROADCASTW (AX), Y21
@@ -19397,7 +16225,7 @@ kpfg2:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm9<>+0(SB), Z26
+	VMOVDQU32    attn512_perm14<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x000003ff, DI
 	KMOVW        DI, K2
@@ -19425,8 +16253,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y21
@@ -19483,7 +16314,7 @@ kpfg1:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm10<>+0(SB), Z26
+	VMOVDQU32    attn512_perm15<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x0000001f, DI
 	KMOVW        DI, K2
@@ -19603,7 +16434,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19625,7 +16455,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19647,7 +16476,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 20(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19669,7 +16497,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 40(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19691,7 +16518,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 60(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19713,7 +16539,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 80(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19735,7 +16560,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 100(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19757,7 +16581,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19779,7 +16602,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 140(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19801,7 +16623,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19823,7 +16644,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 180(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19845,7 +16665,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 200(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19867,7 +16686,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 220(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19889,7 +16707,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19911,7 +16728,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 260(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19933,7 +16749,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 280(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -19955,8 +16770,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 300(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            160(DX), Y0, Y16
+	VMOVUPS           20(DX), Y0
+	VADDPS            180(DX), Y0, Y17
+	VMOVUPS           40(DX), Y0
+	VADDPS            200(DX), Y0, Y18
+	VMOVUPS           60(DX), Y0
+	VADDPS            220(DX), Y0, Y19
+	VMOVUPS           80(DX), Y0
+	VADDPS            240(DX), Y0, Y20
+	VMOVUPS           100(DX), Y0
+	VADDPS            260(DX), Y0, Y21
+	VMOVUPS           120(DX), Y0
+	VADDPS            280(DX), Y0, Y22
+	VMOVUPS           140(DX), Y0
+	VADDPS            300(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -20001,8 +16839,11 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16
@@ -20059,7 +16900,7 @@ TEXT ·attendQ8AVX512x6(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -20089,8 +16930,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y22
@@ -20186,7 +17030,7 @@ kpfP:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm6<>+0(SB), Z26
+	VMOVDQU32    attn512_perm16<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x00000fff, DI
 	KMOVW        DI, K2
@@ -20216,8 +17060,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y22
@@ -20278,7 +17125,7 @@ kpfg1:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm7<>+0(SB), Z26
+	VMOVDQU32    attn512_perm17<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x0000003f, DI
 	KMOVW        DI, K2
@@ -20398,7 +17245,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20420,7 +17266,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20442,7 +17287,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 24(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20464,7 +17308,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 48(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20486,7 +17329,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 72(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20508,7 +17350,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20530,7 +17371,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 120(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20552,7 +17392,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 144(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20574,7 +17413,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20596,7 +17434,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20618,7 +17455,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 216(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20640,7 +17476,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 240(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20662,7 +17497,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 264(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20684,7 +17518,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 288(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20706,7 +17539,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 312(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20728,7 +17560,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 336(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -20750,8 +17581,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 360(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            192(DX), Y0, Y16
+	VMOVUPS           24(DX), Y0
+	VADDPS            216(DX), Y0, Y17
+	VMOVUPS           48(DX), Y0
+	VADDPS            240(DX), Y0, Y18
+	VMOVUPS           72(DX), Y0
+	VADDPS            264(DX), Y0, Y19
+	VMOVUPS           96(DX), Y0
+	VADDPS            288(DX), Y0, Y20
+	VMOVUPS           120(DX), Y0
+	VADDPS            312(DX), Y0, Y21
+	VMOVUPS           144(DX), Y0
+	VADDPS            336(DX), Y0, Y22
+	VMOVUPS           168(DX), Y0
+	VADDPS            360(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -20800,8 +17654,11 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16
@@ -20863,7 +17720,7 @@ TEXT ·attendQ8AVX512x7(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -20895,8 +17752,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y23
@@ -21004,7 +17864,7 @@ kpfP:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm11<>+0(SB), Z26
+	VMOVDQU32    attn512_perm18<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x00003fff, DI
 	KMOVW        DI, K2
@@ -21035,8 +17895,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y23
@@ -21104,7 +17967,7 @@ kpfg1:
 	VSHUFPS      $0xdd, Z0, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm12<>+0(SB), Z26
+	VMOVDQU32    attn512_perm19<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x0000007f, DI
 	KMOVW        DI, K2
@@ -21224,7 +18087,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21246,7 +18108,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21268,7 +18129,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 28(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21290,7 +18150,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 56(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21312,7 +18171,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 84(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21334,7 +18192,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 112(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21356,7 +18213,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 140(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21378,7 +18234,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 168(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21400,7 +18255,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 196(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21422,7 +18276,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21444,7 +18297,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 252(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21466,7 +18318,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 280(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21488,7 +18339,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 308(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21510,7 +18360,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 336(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21532,7 +18381,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 364(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21554,7 +18402,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 392(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -21576,8 +18423,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 420(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            224(DX), Y0, Y16
+	VMOVUPS           28(DX), Y0
+	VADDPS            252(DX), Y0, Y17
+	VMOVUPS           56(DX), Y0
+	VADDPS            280(DX), Y0, Y18
+	VMOVUPS           84(DX), Y0
+	VADDPS            308(DX), Y0, Y19
+	VMOVUPS           112(DX), Y0
+	VADDPS            336(DX), Y0, Y20
+	VMOVUPS           140(DX), Y0
+	VADDPS            364(DX), Y0, Y21
+	VMOVUPS           168(DX), Y0
+	VADDPS            392(DX), Y0, Y22
+	VMOVUPS           196(DX), Y0
+	VADDPS            420(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -21630,8 +18500,11 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16
@@ -21698,7 +18571,7 @@ TEXT ·attendQ8AVX512x8(SB), NOSPLIT, $0-96
 	MOVQ         cnt+48(FP), R10
 	IMULQ        R13, R10
 
-	// Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
 	MOVQ k+32(FP), CX
 	MOVQ s+64(FP), DX
 	MOVQ cnt+48(FP), R9
@@ -21732,8 +18605,11 @@ chunkP:
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfP:
 	VPBROADCASTW (AX), Y24
@@ -21850,7 +18726,7 @@ kpfP:
 	VSHUFPS      $0xdd, Z8, Z0, Z25
 	VADDPS       Z25, Z24, Z0
 	VMULPS       Z27, Z0, Z0
-	VMOVDQU32    attn512_perm4<>+0(SB), Z26
+	VMOVDQU32    attn512_perm20<>+0(SB), Z26
 	VPERMPS      Z0, Z26, Z28
 	MOVL         $0x0000ffff, DI
 	KMOVW        DI, K2
@@ -21882,8 +18758,11 @@ chunkg1:
 	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
-	ADDQ       $0x00000080, R14
-	SUBQ       $0x00000080, R10
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
 
 kpfg1:
 	VPBROADCASTW (AX), Y24
@@ -22075,7 +18954,6 @@ skip1:
 	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
 	VSCALEFPS         Y0, Y1, Y6
 	VMOVUPS           Y6, 512(DX)
-	VXORPS            Y7, Y7, Y7
 	VPXOR             Y10, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22097,7 +18975,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, (DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22119,7 +18996,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 32(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22141,7 +19017,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 64(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22163,7 +19038,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 96(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22185,7 +19059,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 128(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22207,7 +19080,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 160(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22229,7 +19101,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 192(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22251,7 +19122,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 224(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22273,7 +19143,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 256(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22295,7 +19164,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 288(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22317,7 +19185,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 320(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22339,7 +19206,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 352(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22361,7 +19227,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 384(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22383,7 +19248,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 416(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22405,7 +19269,6 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 448(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
 	VPCMPGTD          Y10, Y8, K2
 	VMOVAPS           Y12, Y3
@@ -22427,8 +19290,31 @@ skip1:
 	VSCALEFPS         Y0, Y1, Y3
 	VMOVAPS.Z         Y3, K2, Y3
 	VMOVUPS           Y3, K3, 480(DX)
-	VADDPS            Y3, Y7, Y7
 	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            256(DX), Y0, Y16
+	VMOVUPS           32(DX), Y0
+	VADDPS            288(DX), Y0, Y17
+	VMOVUPS           64(DX), Y0
+	VADDPS            320(DX), Y0, Y18
+	VMOVUPS           96(DX), Y0
+	VADDPS            352(DX), Y0, Y19
+	VMOVUPS           128(DX), Y0
+	VADDPS            384(DX), Y0, Y20
+	VMOVUPS           160(DX), Y0
+	VADDPS            416(DX), Y0, Y21
+	VMOVUPS           192(DX), Y0
+	VADDPS            448(DX), Y0, Y22
+	VMOVUPS           224(DX), Y0
+	VADDPS            480(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
 	VMOVUPS           32(R8), Y4
 	VFMADD213PS       Y7, Y6, Y4
 	VMOVUPS           Y4, 32(R8)
@@ -22485,8 +19371,11 @@ vpos1:
 	JLE        vpf1
 	PREFETCHT0 (R10)
 	PREFETCHT0 64(R10)
-	ADDQ       $0x00000080, R10
-	SUBQ       $0x00000080, SI
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
 
 vpf1:
 	VBROADCASTSS (R8), Z16

@@ -90,14 +90,29 @@ func genAttnBlock512(nq int, kind string) {
 	}
 	pfLines := 2 * csz / 16 // 4 (f16) or 8 (f32) lines per iteration
 	if q8 {
-		pfLines = 2 // per block of every row
+		// Per block of P rows in the score loop (P = 8 for 2 rows: 8
+		// iterations per 16 positions, 40 lines ≥ the 34 of 16 rows of 4
+		// blocks), per position in the value loop.
+		pfLines = 5
 	}
 	KN := Load(Param("kn"), reg.R14)
 	KREM := reg.R10
 	Load(Param("cnt"), KREM)
 	IMULQ(RS, KREM)
 
-	Comment("Scores: s[nq·p+h] = scale · q_h·k_p, P positions × all rows at a time.")
+	// Up to 4 rows (decode) keep the scores head-major, s[16h+p], and take
+	// the softmax one row at a time over the 16 positions in the lanes;
+	// more rows (prefill passes) keep them position-major, s[nq·p+h], and
+	// take it for all rows at once, rows in the lanes. Both give the same
+	// bits (the same max, exps and order of the sum Σw).
+	headMajor := nq <= 4
+	wOff := func(h int) int { return 4 * h } // weight of row h at the current position
+	wStep := 4 * nq
+	if headMajor {
+		wOff = func(h int) int { return 64 * h }
+		wStep = 4
+	}
+	Comment("Scores: scale · q_h·k_p, P positions × all rows at a time.")
 	K := Load(Param("k"), reg.RCX)
 	S := Load(Param("s"), reg.RDX)
 	CNT := Load(Param("cnt"), reg.R9)
@@ -174,12 +189,30 @@ func genAttnBlock512(nq int, kind string) {
 		}
 		sum, lane := treeSum(accs, reg.Z24, reg.Z25)
 		VMULPS(reg.Z27, sum, sum)
-		VMOVDQU32(permConst(lane), reg.Z26)
-		VPERMPS(sum, reg.Z26, reg.Z28) // lane p·nq+h = the score of (p, h)
-		MOVL(U32(1<<(P*nq)-1), reg.EDI)
-		KMOVW(reg.EDI, reg.K2)
-		VMOVUPS(reg.Z28, reg.K2, M(S, 0))
-		ADDQ(U32(4*nq*P), S)
+		if headMajor {
+			// lane h·P+p = the score of (p, h), stored to s[16h+p].
+			hl := make([]int, 0, len(lane))
+			for h := range nq {
+				for p := range P {
+					hl = append(hl, lane[p*nq+h])
+				}
+			}
+			VMOVDQU32(permConst(hl), reg.Z26)
+			VPERMPS(sum, reg.Z26, reg.Z28)
+			for h := range nq {
+				MOVL(U32(((1<<P)-1)<<(h*P)), reg.EDI)
+				KMOVW(reg.EDI, reg.K2)
+				VMOVUPS(reg.Z28, reg.K2, M(S, 64*h-4*P*h))
+			}
+			ADDQ(U32(4*P), S)
+		} else {
+			VMOVDQU32(permConst(lane), reg.Z26)
+			VPERMPS(sum, reg.Z26, reg.Z28) // lane p·nq+h = the score of (p, h)
+			MOVL(U32(1<<(P*nq)-1), reg.EDI)
+			KMOVW(reg.EDI, reg.K2)
+			VMOVUPS(reg.Z28, reg.K2, M(S, 0))
+			ADDQ(U32(4*nq*P), S)
+		}
 		for range P {
 			ADDQ(RS, K)
 		}
@@ -206,7 +239,11 @@ func genAttnBlock512(nq int, kind string) {
 		Label(skip)
 	}
 
-	S = attn512Softmax(nq)
+	if headMajor {
+		S = attn512SoftmaxRows(nq)
+	} else {
+		S = attn512Softmax(nq)
+	}
 
 	Comment("acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.")
 	CNT = Load(Param("cnt"), reg.RCX)
@@ -231,7 +268,7 @@ func genAttnBlock512(nq int, kind string) {
 		Label("vpos" + sfx)
 		prefetch(VN, VREM, pfLines, "vpf"+sfx)
 		for h := range nq {
-			VBROADCASTSS(M(reg.R8, 4*h), Z(16+h))
+			VBROADCASTSS(M(reg.R8, wOff(h)), Z(16+h))
 		}
 		for c := range G {
 			vz := []reg.VecPhysical{reg.Z30, reg.Z31}[c%2]
@@ -248,7 +285,7 @@ func genAttnBlock512(nq int, kind string) {
 			}
 		}
 		ADDQ(RS, reg.RBX)
-		ADDQ(U8(4*nq), reg.R8)
+		ADDQ(U8(wStep), reg.R8)
 		DECQ(reg.R12)
 		JNZ(LabelRef("vpos" + sfx))
 		for c := range G {
@@ -329,7 +366,6 @@ func attn512Softmax(nq int) reg.Register {
 	VSUBPS(reg.Y5, reg.Y9, reg.Y6) // m - m'
 	vexp(reg.Y6, reg.Y0, reg.Y1)   // c
 	VMOVUPS(reg.Y6, M(S, 4*128))
-	VXORPS(reg.Y7, reg.Y7, reg.Y7) // Σw
 	VPXOR(reg.Y10, reg.Y10, reg.Y10)
 	for p := range 16 {
 		VPCMPGTD(reg.Y10, reg.Y8, reg.K2)
@@ -339,13 +375,89 @@ func attn512Softmax(nq int) reg.Register {
 		vexp(reg.Y3, reg.Y0, reg.Y1)
 		VMOVAPS_Z(reg.Y3, reg.K2, reg.Y3)
 		VMOVUPS(reg.Y3, reg.K3, M(S, 4*nq*p))
-		VADDPS(reg.Y3, reg.Y7, reg.Y7)
 		VPSUBD(reg.Y11, reg.Y10, reg.Y10)
 	}
+	// Σw over the 16 positions in hreduce's order (as the head-major
+	// softmax sums its lanes): a_i = w_i + w_{i+8}, b_i = a_i + a_{i+4},
+	// c_i = b_i + b_{i+2}, Σw = c_0 + c_1.
+	for i := range 8 {
+		VMOVUPS(M(S, 4*nq*i), Y(0))
+		VADDPS(M(S, 4*nq*(i+8)), reg.Y0, yHi(i))
+	}
+	for _, w := range []int{4, 2, 1} {
+		for i := range w {
+			VADDPS(yHi(i+w), yHi(i), yHi(i))
+		}
+	}
+	VMOVAPS(yHi(0), reg.Y7)
 	VMOVUPS(M(ML, 32), reg.Y4)
 	VFMADD213PS(reg.Y7, reg.Y6, reg.Y4) // l = l·c + Σw
 	VMOVUPS(reg.Y4, M(ML, 32))
 	return S
+}
+
+// yHi is Y16+i (EVEX-only registers).
+func yHi(i int) reg.VecPhysical {
+	return []reg.VecPhysical{reg.Y16, reg.Y17, reg.Y18, reg.Y19, reg.Y20, reg.Y21, reg.Y22, reg.Y23}[i]
+}
+
+// attn512SoftmaxRows is attn512Softmax for scores kept head-major
+// (s[16h+p]): one row at a time, the 16 positions in the lanes, lanes
+// ≥ lim[h] masked. The weights go back to s[16h+p], c_h to s[128+h].
+func attn512SoftmaxRows(nq int) reg.Register {
+	Comment("Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).")
+	S := Load(Param("s"), reg.RDX)
+	ML := Load(Param("ml"), reg.R8)
+	LIM := Load(Param("lim"), reg.R10)
+	for h := range nq {
+		MOVL(M(LIM, 4*h), reg.ECX)
+		MOVL(U32(1), reg.EAX)
+		SHLL(reg.CL, reg.EAX)
+		DECL(reg.EAX)
+		KMOVW(reg.EAX, reg.K1) // lanes < lim[h]
+		VBROADCASTSS(expConsts.negInf, reg.Z20)
+		VMOVUPS(M(S, 64*h), reg.K1, reg.Z20) // scores, -Inf from lim[h] on
+		VMOVAPS(reg.Z20, reg.Z21)
+		hreduce(reg.Z21, reg.Z24, true)
+		VBROADCASTSS(reg.X21, reg.Z21)
+		VBROADCASTSS(M(ML, 4*h), reg.Z22) // m
+		VMAXPS(reg.Z21, reg.Z22, reg.Z21) // m'
+		VSUBPS(reg.Z21, reg.Z22, reg.Z22) // m - m'
+		VSUBPS(reg.Z21, reg.Z20, reg.Z20) // sc - m'
+		vexp(reg.Z22, reg.Z24, reg.Z25)   // c
+		vexp(reg.Z20, reg.Z24, reg.Z25)   // w
+		VMOVAPS_Z(reg.Z20, reg.K1, reg.Z20)
+		VMOVUPS(reg.Z20, M(S, 64*h))
+		hreduce(reg.Z20, reg.Z24, false)
+		VMOVSS(M(ML, 32+4*h), reg.X23)
+		VFMADD213SS(reg.X20, reg.X22, reg.X23) // l = l·c + Σw
+		VMOVSS(reg.X23, M(ML, 32+4*h))
+		VMOVSS(reg.X21, M(ML, 4*h))
+		VMOVSS(reg.X22, M(S, 4*128+4*h))
+	}
+	return S
+}
+
+// hreduce leaves in the low lane of x the max (max=true) or sum of the 16
+// lanes of z (x is z's xmm view), using t as a temporary: lane pairs i, i+8,
+// then i, i+4, then i, i+2, then i, i+1.
+func hreduce(z, t reg.VecPhysical, max bool) {
+	op := func(a, b, d Op) {
+		if max {
+			VMAXPS(a, b, d)
+		} else {
+			VADDPS(a, b, d)
+		}
+	}
+	y, x := z.AsY(), z.AsX()
+	VEXTRACTF32X8(U8(1), z, t.AsY())
+	op(t.AsY(), y, y)
+	VEXTRACTF32X4(U8(1), y, t.AsX())
+	op(t.AsX(), x, x)
+	VPERMILPS(U8(0x4e), x, t.AsX())
+	op(t.AsX(), x, x)
+	VPERMILPS(U8(0xb1), x, t.AsX())
+	op(t.AsX(), x, x)
 }
 
 // tslot is what one lane of a vector holds during treeSum: part of the sum
