@@ -261,7 +261,8 @@ func attendF32AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, 
 func attendF32AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x1 advances the online softmax of 1 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -277,7 +278,8 @@ func attendF32AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, 
 func attendQ8AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x2 advances the online softmax of 2 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -293,7 +295,8 @@ func attendQ8AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 func attendQ8AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x3 advances the online softmax of 3 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -309,7 +312,8 @@ func attendQ8AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 func attendQ8AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x4 advances the online softmax of 4 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -325,7 +329,8 @@ func attendQ8AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 func attendQ8AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x5 advances the online softmax of 5 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -341,7 +346,8 @@ func attendQ8AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 func attendQ8AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x6 advances the online softmax of 6 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -357,7 +363,8 @@ func attendQ8AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 func attendQ8AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x7 advances the online softmax of 7 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -373,7 +380,8 @@ func attendQ8AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 func attendQ8AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendQ8AVX512x8 advances the online softmax of 8 query rows by cnt (1…16)
-// cached positions: k and v hold cnt rows of 16·nch q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q) elements.
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for

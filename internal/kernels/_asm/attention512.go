@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -32,13 +33,13 @@ func genAttnBlock512(nq int, kind string) {
 	case "f16":
 		t, ld, csz, csh = "F16", "f16", 32, 5
 	case "q8":
-		t, ld = "Q8", "q8_0 (nch/2 block_q8_0 of 34 bytes: f16 scale d, 32 int8 q; element d·q)"
+		t, ld = "Q8", "q8_0"
 	}
 	const blk = 34 // bytes of one block_q8_0
 	name := fmt.Sprintf("attend%sAVX512x%d", t, nq)
 	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s advances the online softmax of %d query rows by cnt (1…16)", name, nq),
+	doc := []string{fmt.Sprintf("%s advances the online softmax of %d query rows by cnt (1…16)", name, nq),
 		fmt.Sprintf("cached positions: k and v hold cnt rows of 16·nch %s elements.", ld),
 		"q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].",
 		"ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]",
@@ -49,7 +50,11 @@ func genAttnBlock512(nq int, kind string) {
 		"\tl = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'",
 		"",
 		"Every row must see at least one position in its first call (m finite).",
-		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
+		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block)."}
+	if q8 {
+		doc = slices.Insert(doc, 2, "A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).")
+	}
+	Doc(doc...)
 	RS := reg.R13 // row stride of k and v in bytes
 	Load(Param("nch"), RS)
 	if q8 {
