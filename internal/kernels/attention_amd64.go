@@ -1,13 +1,16 @@
 //go:build !purego
 
-// Attention on amd64. AVX-512: the query heads of one KV head are processed together
-// so each cached key and value is read once; per 16 positions one kernel
-// call computes the scores (f32 dot products over the widened f16 or f32
-// cache), the online-softmax step (vector exp) and the weighted sum of
-// values. Queries and accumulators are kept chunk-interleaved ((headDim/16,
-// nq, 16)) so every head's data is a constant offset from one pointer.
-// AVX2 (attnPass2 below): the same on 8-lane vectors, with per-row position
-// limits so that the rows of several prefill tokens share each pass.
+// Attention on amd64: the (token, head) query rows of one KV head go through
+// the cache in passes of up to 8 rows, so each cached key and value a pass
+// loads serves all of its rows; rows of later tokens see a few more
+// positions, masked per row in the kernel (flash-style block attention for
+// prefill; decode is the one-token case). Per 16 positions one kernel call
+// computes the scores, the online-softmax step (vector exp) and the
+// weighted sum of values. Queries and accumulators are kept
+// chunk-interleaved ((headDim/W, rows, W), W = 16 lanes on AVX-512, 8 on
+// AVX2) so every row's data is a constant offset from one pointer. A q8_0
+// cache is widened to f32 in registers (AVX-512, and AVX2 passes of up to 2
+// rows) or per 16-position tile in L1 (AVX2 passes of more rows).
 package kernels
 
 import (
@@ -17,68 +20,51 @@ import (
 
 const attnMaxNQ = 8
 
-// attnScratch is the per-call working memory of attend, on the stack
-// (headDim ≤ 256).
-type attnScratch struct {
-	q, acc [attnMaxNQ * 256]float32
-	ml     [16]float32
-	s      [attnMaxNQ*16 + 8]float32
-}
+// use512 reports whether the AVX-512 kernels take a head of headDim.
+func use512(headDim int) bool { return impl == implAVX512 && headDim%16 == 0 && headDim <= 256 }
+
+// use2 reports whether the AVX2 kernels take a head of headDim.
+func use2(headDim int) bool { return impl >= implAVX2 && headDim%8 == 0 && headDim <= 256 }
 
 func attendF16(out, q []float32, nq, headDim int, keys, vals [][]uint16, bs, n int, scale float32) {
 	switch {
-	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
-		attend(out, q, nq, headDim, keys, vals, bs, n, scale)
-	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+	case use512(headDim):
+		attendCausal512(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+	case use2(headDim):
 		attendCausal2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
 	default:
 		attendF16Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 	}
 }
 
-// attendQ8_0 and attendCausalQ8_0 run the AVX2 block kernel on AVX2 and
-// AVX-512 hosts (no AVX-512 q8_0 kernel exists: the development machine
-// cannot run one).
-func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
-	checkQ8Head(headDim)
-	if impl >= implAVX2 && headDim <= 256 {
-		attendCausalQ8AVX2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
-		return
-	}
-	attendQ8_0Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
-}
-
-func attendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
-	checkQ8Head(headDim)
-	if impl >= implAVX2 && headDim <= 256 {
-		attendCausalQ8AVX2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
-		return
-	}
-	attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
-}
-
 func attendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n int, scale float32) {
 	switch {
-	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
-		attend(out, q, nq, headDim, keys, vals, bs, n, scale)
-	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+	case use512(headDim):
+		attendCausal512(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+	case use2(headDim):
 		attendCausal2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
 	default:
 		attendF32Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 	}
 }
 
-// attendCausalF16 runs the AVX2 block kernel; the AVX-512 path keeps its
-// one-token-at-a-time kernel (it cannot be measured on the AVX2
-// development machine, so it is left as it was).
+func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
+	checkQ8Head(headDim)
+	switch {
+	case use512(headDim):
+		attendCausal512(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+	case use2(headDim):
+		attendCausalQ8AVX2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+	default:
+		attendQ8_0Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
+	}
+}
+
 func attendCausalF16(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]uint16, bs, p0 int, scale float32) {
 	switch {
-	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
-		checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
-		for i := range nt {
-			attend(out[i*stride:], q[i*stride:], nq, headDim, keys, vals, bs, p0+i+1, scale)
-		}
-	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+	case use512(headDim):
+		attendCausal512(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	case use2(headDim):
 		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	default:
 		attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
@@ -87,81 +73,171 @@ func attendCausalF16(out, q []float32, stride, nt, nq, headDim int, keys, vals [
 
 func attendCausalF32(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]float32, bs, p0 int, scale float32) {
 	switch {
-	case impl == implAVX512 && headDim%16 == 0 && headDim <= 256:
-		checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
-		for i := range nt {
-			attend(out[i*stride:], q[i*stride:], nq, headDim, keys, vals, bs, p0+i+1, scale)
-		}
-	case impl >= implAVX2 && headDim%8 == 0 && headDim <= 256:
+	case use512(headDim):
+		attendCausal512(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	case use2(headDim):
 		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	default:
 		attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	}
 }
 
-func attend[T uint16 | float32](out, q []float32, nq, headDim int, keys, vals [][]T, bs, n int, scale float32) {
-	checkAttend(out, q, nq, headDim, len(keys), len(vals), bs, n)
-	var sc attnScratch
-	for h0 := 0; h0 < nq; h0 += attnMaxNQ {
-		g := min(attnMaxNQ, nq-h0)
-		attnBegin(&sc, q[h0*headDim:], g, headDim)
-		for p := 0; p < n; {
-			blk, off := p/bs, p%bs
-			cnt := min(16, bs-off, n-p)
-			k := keys[blk][off*headDim : (off+cnt)*headDim]
-			v := vals[blk][off*headDim : (off+cnt)*headDim]
-			kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, headDim, &k[0], &v[0])
-			attnKernel(&sc, g, headDim/16, &k[0], &v[0], cnt, scale, kn, vn)
-			p += cnt
-		}
-		attnEnd(&sc, out[h0*headDim:], g, headDim)
+func attendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
+	checkQ8Head(headDim)
+	switch {
+	case use512(headDim):
+		attendCausal512(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	case use2(headDim):
+		attendCausalQ8AVX2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+	default:
+		attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	}
 }
 
-// attnKernel calls the kernel for g heads directly (not through a func
-// value, so that escape analysis keeps sc on the stack).
-func attnKernel[T uint16 | float32](sc *attnScratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
-	acc, q, ml, s := &sc.acc[0], &sc.q[0], &sc.ml[0], &sc.s[0]
+// attnScratch is the working memory of one AVX-512 pass, on the stack
+// (headDim ≤ 256).
+type attnScratch struct {
+	q, acc [attnMaxNQ * 256]float32 // (headDim/16, rows, 16) chunk-interleaved
+	ml     [16]float32              // running max (8 rows), then running sum (8 rows)
+	s      [16*8 + 8]float32        // (16 positions, rows) scores, then 8 rescale factors
+	lim    [attnMaxNQ]int32         // valid positions of each row in the current call (0 past the rows)
+}
+
+// attendCausal512 is the AVX-512 AttendCausal (and, with nt = 1, Attend):
+// attendCausal2 on 16-lane kernels, for f16, f32 and q8_0 caches (the q8_0
+// kernels widen every element once per pass, in registers). A row's result
+// does not depend on the rows that share its pass, so a token gets the same
+// bits from a prefill block as from a decode step.
+func attendCausal512[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
+	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
+	var sc attnScratch
+	var qo, end [attnMaxNQ]int
+	rows := nt * nq
+	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
+		g := min(attnMaxNQ, rows-r0)
+		for j := range g {
+			i, h := (r0+j)/nq, (r0+j)%nq
+			qo[j], end[j] = i*stride+h*headDim, p0+i+1
+		}
+		attnPass512(&sc, out, q, &qo, &end, g, headDim, keys, vals, bs, scale)
+	}
+}
+
+// attnPass512 runs g ≤ 8 query rows through the cache (as attnPass2).
+func attnPass512[T uint16 | float32 | byte](sc *attnScratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
+	nch := headDim / 16
+	rl := rowLen[T](headDim) // stored T of one cached row
+	n := attnBegin512(sc, q, qo, end, g, headDim)
+	for p := 0; p < n; {
+		blk, off := p/bs, p%bs
+		cnt := min(16, bs-off, n-p)
+		for j := range g {
+			sc.lim[j] = int32(min(max(end[j]-p, 0), cnt))
+		}
+		k := keys[blk][off*rl : (off+cnt)*rl]
+		v := vals[blk][off*rl : (off+cnt)*rl]
+		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
+		attnKernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
+		p += cnt
+	}
+	attnEnd512(sc, out, qo, g, headDim)
+}
+
+// attnBegin512 interleaves the g rows' queries into sc.q, resets the
+// softmax state and returns the positions the pass covers.
+func attnBegin512(sc *attnScratch, q []float32, qo, end *[attnMaxNQ]int, g, headDim int) int {
+	n := 0
+	for j := range attnMaxNQ {
+		sc.ml[j], sc.ml[8+j], sc.lim[j] = float32(math.Inf(-1)), 0, 0
+	}
+	for j := range g {
+		for i := range headDim / 16 {
+			copy(sc.q[(i*g+j)*16:(i*g+j)*16+16], q[qo[j]+16*i:])
+		}
+		n = max(n, end[j])
+	}
+	clear(sc.acc[:g*headDim])
+	return n
+}
+
+// attnEnd512 writes acc / l of the g rows to out.
+func attnEnd512(sc *attnScratch, out []float32, qo *[attnMaxNQ]int, g, headDim int) {
+	for j := range g {
+		l := sc.ml[8+j]
+		o := out[qo[j] : qo[j]+headDim]
+		for i := range headDim / 16 {
+			a := sc.acc[(i*g+j)*16 : (i*g+j)*16+16]
+			for e, v := range a {
+				o[16*i+e] = v / l
+			}
+		}
+	}
+}
+
+// attnKernel calls the AVX-512 kernel for g rows directly (see attn2Kernel).
+func attnKernel[T uint16 | float32 | byte](sc *attnScratch, g, nch int, k, v *T, cnt int, scale float32, kn, vn *T) {
+	acc, q, ml, s, lim := &sc.acc[0], &sc.q[0], &sc.ml[0], &sc.s[0], &sc.lim[0]
 	kb, vb := (*byte)(unsafe.Pointer(k)), (*byte)(unsafe.Pointer(v))
 	knb, vnb := (*byte)(unsafe.Pointer(kn)), (*byte)(unsafe.Pointer(vn))
+	if unsafe.Sizeof(*k) == 1 {
+		switch g {
+		case 1:
+			attendQ8AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 2:
+			attendQ8AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 3:
+			attendQ8AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 4:
+			attendQ8AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 5:
+			attendQ8AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 6:
+			attendQ8AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		case 7:
+			attendQ8AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		default:
+			attendQ8AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+		}
+		return
+	}
 	if unsafe.Sizeof(*k) == 2 {
 		switch g {
 		case 1:
-			attendF16AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		case 2:
-			attendF16AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		case 3:
-			attendF16AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		case 4:
-			attendF16AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		case 5:
-			attendF16AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		case 6:
-			attendF16AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		case 7:
-			attendF16AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		default:
-			attendF16AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+			attendF16AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 		}
 		return
 	}
 	switch g {
 	case 1:
-		attendF32AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x1(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	case 2:
-		attendF32AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x2(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	case 3:
-		attendF32AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x3(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	case 4:
-		attendF32AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x4(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	case 5:
-		attendF32AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x5(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	case 6:
-		attendF32AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x6(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	case 7:
-		attendF32AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	default:
-		attendF32AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, knb, vnb)
+		attendF32AVX512x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	}
 }
 
@@ -176,38 +252,6 @@ func nextRows[T uint16 | float32 | byte](keys, vals [][]T, p, n, bs, cnt, rl int
 		return defK, defV
 	}
 	return &keys[b][o*rl], &vals[b][o*rl]
-}
-
-func checkAttend(out, q []float32, nq, headDim, nk, nv, bs, n int) {
-	if len(out) < nq*headDim || len(q) < nq*headDim || bs <= 0 || n <= 0 || nk*bs < n || nv*bs < n {
-		panic("kernels.Attend: arguments out of range")
-	}
-}
-
-// attnBegin interleaves g heads of q into sc.q and resets the softmax state.
-func attnBegin(sc *attnScratch, q []float32, g, headDim int) {
-	for h := range g {
-		for i := range headDim / 16 {
-			copy(sc.q[(i*g+h)*16:(i*g+h)*16+16], q[h*headDim+16*i:])
-		}
-	}
-	for h := range attnMaxNQ {
-		sc.ml[h] = float32(math.Inf(-1))
-	}
-}
-
-// attnEnd writes acc / l for g heads to out.
-func attnEnd(sc *attnScratch, out []float32, g, headDim int) {
-	for h := range g {
-		l := sc.ml[8+h]
-		o := out[h*headDim : (h+1)*headDim]
-		for i := range headDim / 16 {
-			a := sc.acc[(i*g+h)*16 : (i*g+h)*16+16]
-			for j, v := range a {
-				o[16*i+j] = v / l
-			}
-		}
-	}
 }
 
 // attendCausalQ8AVX2 is attendCausal2 for a q8_0 cache. Passes of up to 2

@@ -40,35 +40,24 @@ GLOBL exp_p4<>(SB), RODATA|NOPTR, $4
 DATA exp_p5<>+0(SB)/4, $0x3f000000
 GLOBL exp_p5<>(SB), RODATA|NOPTR, $4
 
-// func attendF16AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+// func attendF16AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x1(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF16AVX512x1(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x08
-	JL     single
+	CMPQ   R9, $0x08
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -77,185 +66,266 @@ group:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z1
-	VCVTPH2PS     (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z2
-	VCVTPH2PS     (BX), Z31
-	VFMADD231PS   (R8), Z31, Z3
-	VCVTPH2PS     (BX)(R13*1), Z30
-	VFMADD231PS   (R8), Z30, Z4
-	VCVTPH2PS     (BX)(R13*2), Z31
-	VFMADD231PS   (R8), Z31, Z5
-	VCVTPH2PS     (R12), Z30
-	VFMADD231PS   (R8), Z30, Z6
-	VCVTPH2PS     (R12)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z7
-	ADDQ          $0x20, AX
-	ADDQ          $0x20, BX
-	ADDQ          $0x20, R12
-	ADDQ          $0x00000040, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 4(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 8(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 12(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 16(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 20(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 24(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 28(DX)
-	ADDQ          $0x20, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x08, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z1
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z2
+	VCVTPH2PS   (BX), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VCVTPH2PS   (BX)(R13*1), Z30
+	VFMADD231PS Z16, Z30, Z4
+	VCVTPH2PS   (BX)(R13*2), Z31
+	VFMADD231PS Z16, Z31, Z5
+	VCVTPH2PS   (R12), Z30
+	VFMADD231PS Z16, Z30, Z6
+	VCVTPH2PS   (R12)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z7
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x20, R12
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000000ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000020, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x08, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
 	VPXORD Z0, Z0, Z0
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000040, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg4:
+	VMOVUPS     (R8), Z16
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z1
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z2
+	VCVTPH2PS   (BX), Z31
+	VFMADD231PS Z16, Z31, Z3
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkg4
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm1<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z1
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z0, Z0, Z24
+	VSHUFF32X4  $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm2<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z0, Z0, Z24
+	VSHUFF32X4  $0xee, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z0, Z0, Z24
+	VSHUFF32X4  $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm3<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -316,18 +386,17 @@ scored:
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x07, R9
-	SHRQ  $0x03, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x07, AX
+	SHRQ  $0x03, R9
 	JZ    vtail
 
 vgroup:
@@ -348,7 +417,8 @@ vgroup:
 	VMOVUPS     448(DI), Z7
 	VMULPS.BCST 512(DX), Z7, Z7
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -361,7 +431,7 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
+	VBROADCASTSS (R8), Z16
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VCVTPH2PS    32(BX), Z31
@@ -379,9 +449,9 @@ vpfG:
 	VCVTPH2PS    224(BX), Z31
 	VFMADD231PS  Z16, Z31, Z7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -392,19 +462,20 @@ vpfG:
 	VMOVUPS      Z7, 448(DI)
 	ADDQ         $0x00000200, DI
 	ADDQ         $0x00000100, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
 	VMOVUPS     (DI), Z0
 	VMULPS.BCST 512(DX), Z0, Z0
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -417,52 +488,113 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
+	VBROADCASTSS (R8), Z16
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	ADDQ         $0x00000040, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF16AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+DATA attn512_perm0<>+0(SB)/4, $0x00000000
+DATA attn512_perm0<>+4(SB)/4, $0x00000004
+DATA attn512_perm0<>+8(SB)/4, $0x00000008
+DATA attn512_perm0<>+12(SB)/4, $0x0000000c
+DATA attn512_perm0<>+16(SB)/4, $0x00000001
+DATA attn512_perm0<>+20(SB)/4, $0x00000005
+DATA attn512_perm0<>+24(SB)/4, $0x00000009
+DATA attn512_perm0<>+28(SB)/4, $0x0000000d
+DATA attn512_perm0<>+32(SB)/4, $0x00000000
+DATA attn512_perm0<>+36(SB)/4, $0x00000000
+DATA attn512_perm0<>+40(SB)/4, $0x00000000
+DATA attn512_perm0<>+44(SB)/4, $0x00000000
+DATA attn512_perm0<>+48(SB)/4, $0x00000000
+DATA attn512_perm0<>+52(SB)/4, $0x00000000
+DATA attn512_perm0<>+56(SB)/4, $0x00000000
+DATA attn512_perm0<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm0<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm1<>+0(SB)/4, $0x00000000
+DATA attn512_perm1<>+4(SB)/4, $0x00000004
+DATA attn512_perm1<>+8(SB)/4, $0x00000008
+DATA attn512_perm1<>+12(SB)/4, $0x0000000c
+DATA attn512_perm1<>+16(SB)/4, $0x00000000
+DATA attn512_perm1<>+20(SB)/4, $0x00000000
+DATA attn512_perm1<>+24(SB)/4, $0x00000000
+DATA attn512_perm1<>+28(SB)/4, $0x00000000
+DATA attn512_perm1<>+32(SB)/4, $0x00000000
+DATA attn512_perm1<>+36(SB)/4, $0x00000000
+DATA attn512_perm1<>+40(SB)/4, $0x00000000
+DATA attn512_perm1<>+44(SB)/4, $0x00000000
+DATA attn512_perm1<>+48(SB)/4, $0x00000000
+DATA attn512_perm1<>+52(SB)/4, $0x00000000
+DATA attn512_perm1<>+56(SB)/4, $0x00000000
+DATA attn512_perm1<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm1<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm2<>+0(SB)/4, $0x00000000
+DATA attn512_perm2<>+4(SB)/4, $0x00000004
+DATA attn512_perm2<>+8(SB)/4, $0x00000000
+DATA attn512_perm2<>+12(SB)/4, $0x00000000
+DATA attn512_perm2<>+16(SB)/4, $0x00000000
+DATA attn512_perm2<>+20(SB)/4, $0x00000000
+DATA attn512_perm2<>+24(SB)/4, $0x00000000
+DATA attn512_perm2<>+28(SB)/4, $0x00000000
+DATA attn512_perm2<>+32(SB)/4, $0x00000000
+DATA attn512_perm2<>+36(SB)/4, $0x00000000
+DATA attn512_perm2<>+40(SB)/4, $0x00000000
+DATA attn512_perm2<>+44(SB)/4, $0x00000000
+DATA attn512_perm2<>+48(SB)/4, $0x00000000
+DATA attn512_perm2<>+52(SB)/4, $0x00000000
+DATA attn512_perm2<>+56(SB)/4, $0x00000000
+DATA attn512_perm2<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm2<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm3<>+0(SB)/4, $0x00000000
+DATA attn512_perm3<>+4(SB)/4, $0x00000000
+DATA attn512_perm3<>+8(SB)/4, $0x00000000
+DATA attn512_perm3<>+12(SB)/4, $0x00000000
+DATA attn512_perm3<>+16(SB)/4, $0x00000000
+DATA attn512_perm3<>+20(SB)/4, $0x00000000
+DATA attn512_perm3<>+24(SB)/4, $0x00000000
+DATA attn512_perm3<>+28(SB)/4, $0x00000000
+DATA attn512_perm3<>+32(SB)/4, $0x00000000
+DATA attn512_perm3<>+36(SB)/4, $0x00000000
+DATA attn512_perm3<>+40(SB)/4, $0x00000000
+DATA attn512_perm3<>+44(SB)/4, $0x00000000
+DATA attn512_perm3<>+48(SB)/4, $0x00000000
+DATA attn512_perm3<>+52(SB)/4, $0x00000000
+DATA attn512_perm3<>+56(SB)/4, $0x00000000
+DATA attn512_perm3<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm3<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x2(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF16AVX512x2(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x08
-	JL     single
+	CMPQ   R9, $0x08
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -479,285 +611,337 @@ group:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z2
-	VFMADD231PS   64(R8), Z31, Z3
-	VCVTPH2PS     (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z4
-	VFMADD231PS   64(R8), Z30, Z5
-	VCVTPH2PS     (BX), Z31
-	VFMADD231PS   (R8), Z31, Z6
-	VFMADD231PS   64(R8), Z31, Z7
-	VCVTPH2PS     (BX)(R13*1), Z30
-	VFMADD231PS   (R8), Z30, Z8
-	VFMADD231PS   64(R8), Z30, Z9
-	VCVTPH2PS     (BX)(R13*2), Z31
-	VFMADD231PS   (R8), Z31, Z10
-	VFMADD231PS   64(R8), Z31, Z11
-	VCVTPH2PS     (R12), Z30
-	VFMADD231PS   (R8), Z30, Z12
-	VFMADD231PS   64(R8), Z30, Z13
-	VCVTPH2PS     (R12)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z14
-	VFMADD231PS   64(R8), Z31, Z15
-	ADDQ          $0x20, AX
-	ADDQ          $0x20, BX
-	ADDQ          $0x20, R12
-	ADDQ          $0x00000080, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 4(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 68(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 8(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 72(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 12(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 76(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 16(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 80(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 20(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 84(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 24(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 88(DX)
-	VEXTRACTF32X8 $0x01, Z14, Y24
-	VADDPS        Y24, Y14, Y14
-	VEXTRACTF32X4 $0x01, Y14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0x4e, X14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0xb1, X14, X24
-	VADDPS        X24, X14, X14
-	VMULSS        X27, X14, X14
-	VMOVSS        X14, 28(DX)
-	VEXTRACTF32X8 $0x01, Z15, Y24
-	VADDPS        Y24, Y15, Y15
-	VEXTRACTF32X4 $0x01, Y15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0x4e, X15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0xb1, X15, X24
-	VADDPS        X24, X15, X15
-	VMULSS        X27, X15, X15
-	VMOVSS        X15, 92(DX)
-	ADDQ          $0x20, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x08, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z4
+	VFMADD231PS Z17, Z30, Z5
+	VCVTPH2PS   (BX), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VCVTPH2PS   (BX)(R13*1), Z30
+	VFMADD231PS Z16, Z30, Z8
+	VFMADD231PS Z17, Z30, Z9
+	VCVTPH2PS   (BX)(R13*2), Z31
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VCVTPH2PS   (R12), Z30
+	VFMADD231PS Z16, Z30, Z12
+	VFMADD231PS Z17, Z30, Z13
+	VCVTPH2PS   (R12)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z14
+	VFMADD231PS Z17, Z31, Z15
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x20, R12
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z15, Z14, Z24
+	VSHUFF32X4  $0xee, Z15, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm4<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000000ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000ff00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 32(DX)
+	ADDQ        $0x00000020, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x08, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000080, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg4:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z4
+	VFMADD231PS Z17, Z30, Z5
+	VCVTPH2PS   (BX), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkg4
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm5<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm6<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z0, Z0, Z24
+	VSHUFF32X4  $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm2<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -817,6 +1001,11 @@ scored:
 	VMOVSS            X23, 32(R8)
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           64(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -877,18 +1066,17 @@ scored:
 	VMOVSS            X21, 4(R8)
 	VMOVSS            X22, 516(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x07, R9
-	SHRQ  $0x03, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x07, AX
+	SHRQ  $0x03, R9
 	JZ    vtail
 
 vgroup:
@@ -925,7 +1113,8 @@ vgroup:
 	VMOVUPS     960(DI), Z15
 	VMULPS.BCST 516(DX), Z15, Z15
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -938,8 +1127,8 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -965,9 +1154,9 @@ vpfG:
 	VFMADD231PS  Z16, Z31, Z14
 	VFMADD231PS  Z17, Z31, Z15
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -986,12 +1175,12 @@ vpfG:
 	VMOVUPS      Z15, 960(DI)
 	ADDQ         $0x00000400, DI
 	ADDQ         $0x00000100, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -1000,7 +1189,8 @@ vone:
 	VMOVUPS     64(DI), Z1
 	VMULPS.BCST 516(DX), Z1, Z1
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -1013,55 +1203,98 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	ADDQ         $0x00000080, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF16AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+DATA attn512_perm4<>+0(SB)/4, $0x00000000
+DATA attn512_perm4<>+4(SB)/4, $0x00000008
+DATA attn512_perm4<>+8(SB)/4, $0x00000001
+DATA attn512_perm4<>+12(SB)/4, $0x00000009
+DATA attn512_perm4<>+16(SB)/4, $0x00000002
+DATA attn512_perm4<>+20(SB)/4, $0x0000000a
+DATA attn512_perm4<>+24(SB)/4, $0x00000003
+DATA attn512_perm4<>+28(SB)/4, $0x0000000b
+DATA attn512_perm4<>+32(SB)/4, $0x00000004
+DATA attn512_perm4<>+36(SB)/4, $0x0000000c
+DATA attn512_perm4<>+40(SB)/4, $0x00000005
+DATA attn512_perm4<>+44(SB)/4, $0x0000000d
+DATA attn512_perm4<>+48(SB)/4, $0x00000006
+DATA attn512_perm4<>+52(SB)/4, $0x0000000e
+DATA attn512_perm4<>+56(SB)/4, $0x00000007
+DATA attn512_perm4<>+60(SB)/4, $0x0000000f
+GLOBL attn512_perm4<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm5<>+0(SB)/4, $0x00000000
+DATA attn512_perm5<>+4(SB)/4, $0x00000008
+DATA attn512_perm5<>+8(SB)/4, $0x00000001
+DATA attn512_perm5<>+12(SB)/4, $0x00000009
+DATA attn512_perm5<>+16(SB)/4, $0x00000004
+DATA attn512_perm5<>+20(SB)/4, $0x0000000c
+DATA attn512_perm5<>+24(SB)/4, $0x00000005
+DATA attn512_perm5<>+28(SB)/4, $0x0000000d
+DATA attn512_perm5<>+32(SB)/4, $0x00000000
+DATA attn512_perm5<>+36(SB)/4, $0x00000000
+DATA attn512_perm5<>+40(SB)/4, $0x00000000
+DATA attn512_perm5<>+44(SB)/4, $0x00000000
+DATA attn512_perm5<>+48(SB)/4, $0x00000000
+DATA attn512_perm5<>+52(SB)/4, $0x00000000
+DATA attn512_perm5<>+56(SB)/4, $0x00000000
+DATA attn512_perm5<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm5<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm6<>+0(SB)/4, $0x00000000
+DATA attn512_perm6<>+4(SB)/4, $0x00000008
+DATA attn512_perm6<>+8(SB)/4, $0x00000004
+DATA attn512_perm6<>+12(SB)/4, $0x0000000c
+DATA attn512_perm6<>+16(SB)/4, $0x00000000
+DATA attn512_perm6<>+20(SB)/4, $0x00000000
+DATA attn512_perm6<>+24(SB)/4, $0x00000000
+DATA attn512_perm6<>+28(SB)/4, $0x00000000
+DATA attn512_perm6<>+32(SB)/4, $0x00000000
+DATA attn512_perm6<>+36(SB)/4, $0x00000000
+DATA attn512_perm6<>+40(SB)/4, $0x00000000
+DATA attn512_perm6<>+44(SB)/4, $0x00000000
+DATA attn512_perm6<>+48(SB)/4, $0x00000000
+DATA attn512_perm6<>+52(SB)/4, $0x00000000
+DATA attn512_perm6<>+56(SB)/4, $0x00000000
+DATA attn512_perm6<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm6<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x3(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF16AVX512x3(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x04
-	JL     single
+	CMPQ   R9, $0x05
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -1074,242 +1307,381 @@ group:
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
-	MOVQ   R10, AX
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z3
-	VFMADD231PS   64(R8), Z31, Z4
-	VFMADD231PS   128(R8), Z31, Z5
-	VCVTPH2PS     (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z6
-	VFMADD231PS   64(R8), Z30, Z7
-	VFMADD231PS   128(R8), Z30, Z8
-	VCVTPH2PS     (BX), Z31
-	VFMADD231PS   (R8), Z31, Z9
-	VFMADD231PS   64(R8), Z31, Z10
-	VFMADD231PS   128(R8), Z31, Z11
-	ADDQ          $0x20, AX
-	ADDQ          $0x20, BX
-	ADDQ          $0x000000c0, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 4(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 68(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 132(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 8(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 72(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 136(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 12(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 76(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 140(DX)
-	ADDQ          $0x10, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x04, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VFMADD231PS Z17, Z31, Z4
+	VFMADD231PS Z18, Z31, Z5
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z6
+	VFMADD231PS Z17, Z30, Z7
+	VFMADD231PS Z18, Z30, Z8
+	VCVTPH2PS   (BX), Z31
+	VFMADD231PS Z16, Z31, Z9
+	VFMADD231PS Z17, Z31, Z10
+	VFMADD231PS Z18, Z31, Z11
+	VCVTPH2PS   (BX)(R13*1), Z30
+	VFMADD231PS Z16, Z30, Z12
+	VFMADD231PS Z17, Z30, Z13
+	VFMADD231PS Z18, Z30, Z14
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z14, Z14, Z24
+	VSHUFF32X4  $0xee, Z14, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm7<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000001f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000003e0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 44(DX)
+	MOVL        $0x00007c00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 88(DX)
+	ADDQ        $0x00000014, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x05, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	ADDQ          $0x20, AX
-	ADDQ          $0x000000c0, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg4:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VFMADD231PS Z17, Z31, Z4
+	VFMADD231PS Z18, Z31, Z5
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z6
+	VFMADD231PS Z17, Z30, Z7
+	VFMADD231PS Z18, Z30, Z8
+	VCVTPH2PS   (BX), Z31
+	VFMADD231PS Z16, Z31, Z9
+	VFMADD231PS Z17, Z31, Z10
+	VFMADD231PS Z18, Z31, Z11
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkg4
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z8, Z8, Z24
+	VSHUFPS     $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm8<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VFMADD231PS Z17, Z31, Z4
+	VFMADD231PS Z18, Z31, Z5
+	ADDQ        $0x20, AX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z4, Z4, Z24
+	VSHUFF32X4  $0xdd, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm9<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	ADDQ        $0x20, AX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z2, Z2, Z24
+	VSHUFF32X4  $0xee, Z2, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm10<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -1369,6 +1741,11 @@ scored:
 	VMOVSS            X23, 32(R8)
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           64(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -1428,6 +1805,11 @@ scored:
 	VMOVSS            X23, 36(R8)
 	VMOVSS            X21, 4(R8)
 	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           128(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -1488,18 +1870,17 @@ scored:
 	VMOVSS            X21, 8(R8)
 	VMOVSS            X22, 520(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x03, R9
-	SHRQ  $0x02, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
 	JZ    vtail
 
 vgroup:
@@ -1528,7 +1909,8 @@ vgroup:
 	VMOVUPS     704(DI), Z11
 	VMULPS.BCST 520(DX), Z11, Z11
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -1541,9 +1923,9 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -1561,9 +1943,9 @@ vpfG:
 	VFMADD231PS  Z17, Z31, Z10
 	VFMADD231PS  Z18, Z31, Z11
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -1578,12 +1960,12 @@ vpfG:
 	VMOVUPS      Z11, 704(DI)
 	ADDQ         $0x00000300, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -1594,7 +1976,8 @@ vone:
 	VMOVUPS     128(DI), Z2
 	VMULPS.BCST 520(DX), Z2, Z2
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -1607,58 +1990,119 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
 	ADDQ         $0x000000c0, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF16AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+DATA attn512_perm7<>+0(SB)/4, $0x00000000
+DATA attn512_perm7<>+4(SB)/4, $0x0000000c
+DATA attn512_perm7<>+8(SB)/4, $0x00000009
+DATA attn512_perm7<>+12(SB)/4, $0x00000006
+DATA attn512_perm7<>+16(SB)/4, $0x00000003
+DATA attn512_perm7<>+20(SB)/4, $0x00000004
+DATA attn512_perm7<>+24(SB)/4, $0x00000001
+DATA attn512_perm7<>+28(SB)/4, $0x0000000d
+DATA attn512_perm7<>+32(SB)/4, $0x0000000a
+DATA attn512_perm7<>+36(SB)/4, $0x00000007
+DATA attn512_perm7<>+40(SB)/4, $0x00000008
+DATA attn512_perm7<>+44(SB)/4, $0x00000005
+DATA attn512_perm7<>+48(SB)/4, $0x00000002
+DATA attn512_perm7<>+52(SB)/4, $0x0000000e
+DATA attn512_perm7<>+56(SB)/4, $0x0000000b
+DATA attn512_perm7<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm7<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm8<>+0(SB)/4, $0x00000000
+DATA attn512_perm8<>+4(SB)/4, $0x0000000c
+DATA attn512_perm8<>+8(SB)/4, $0x00000009
+DATA attn512_perm8<>+12(SB)/4, $0x00000006
+DATA attn512_perm8<>+16(SB)/4, $0x00000004
+DATA attn512_perm8<>+20(SB)/4, $0x00000001
+DATA attn512_perm8<>+24(SB)/4, $0x0000000d
+DATA attn512_perm8<>+28(SB)/4, $0x0000000a
+DATA attn512_perm8<>+32(SB)/4, $0x00000008
+DATA attn512_perm8<>+36(SB)/4, $0x00000005
+DATA attn512_perm8<>+40(SB)/4, $0x00000002
+DATA attn512_perm8<>+44(SB)/4, $0x0000000e
+DATA attn512_perm8<>+48(SB)/4, $0x00000000
+DATA attn512_perm8<>+52(SB)/4, $0x00000000
+DATA attn512_perm8<>+56(SB)/4, $0x00000000
+DATA attn512_perm8<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm8<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm9<>+0(SB)/4, $0x00000000
+DATA attn512_perm9<>+4(SB)/4, $0x0000000c
+DATA attn512_perm9<>+8(SB)/4, $0x00000004
+DATA attn512_perm9<>+12(SB)/4, $0x00000001
+DATA attn512_perm9<>+16(SB)/4, $0x00000008
+DATA attn512_perm9<>+20(SB)/4, $0x00000005
+DATA attn512_perm9<>+24(SB)/4, $0x00000000
+DATA attn512_perm9<>+28(SB)/4, $0x00000000
+DATA attn512_perm9<>+32(SB)/4, $0x00000000
+DATA attn512_perm9<>+36(SB)/4, $0x00000000
+DATA attn512_perm9<>+40(SB)/4, $0x00000000
+DATA attn512_perm9<>+44(SB)/4, $0x00000000
+DATA attn512_perm9<>+48(SB)/4, $0x00000000
+DATA attn512_perm9<>+52(SB)/4, $0x00000000
+DATA attn512_perm9<>+56(SB)/4, $0x00000000
+DATA attn512_perm9<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm9<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm10<>+0(SB)/4, $0x00000000
+DATA attn512_perm10<>+4(SB)/4, $0x00000004
+DATA attn512_perm10<>+8(SB)/4, $0x00000008
+DATA attn512_perm10<>+12(SB)/4, $0x00000000
+DATA attn512_perm10<>+16(SB)/4, $0x00000000
+DATA attn512_perm10<>+20(SB)/4, $0x00000000
+DATA attn512_perm10<>+24(SB)/4, $0x00000000
+DATA attn512_perm10<>+28(SB)/4, $0x00000000
+DATA attn512_perm10<>+32(SB)/4, $0x00000000
+DATA attn512_perm10<>+36(SB)/4, $0x00000000
+DATA attn512_perm10<>+40(SB)/4, $0x00000000
+DATA attn512_perm10<>+44(SB)/4, $0x00000000
+DATA attn512_perm10<>+48(SB)/4, $0x00000000
+DATA attn512_perm10<>+52(SB)/4, $0x00000000
+DATA attn512_perm10<>+56(SB)/4, $0x00000000
+DATA attn512_perm10<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm10<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x4(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF16AVX512x4(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x04
-	JL     single
+	CMPQ   R9, $0x04
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -1675,298 +2119,287 @@ group:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z4
-	VFMADD231PS   64(R8), Z31, Z5
-	VFMADD231PS   128(R8), Z31, Z6
-	VFMADD231PS   192(R8), Z31, Z7
-	VCVTPH2PS     (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z8
-	VFMADD231PS   64(R8), Z30, Z9
-	VFMADD231PS   128(R8), Z30, Z10
-	VFMADD231PS   192(R8), Z30, Z11
-	VCVTPH2PS     (BX), Z31
-	VFMADD231PS   (R8), Z31, Z12
-	VFMADD231PS   64(R8), Z31, Z13
-	VFMADD231PS   128(R8), Z31, Z14
-	VFMADD231PS   192(R8), Z31, Z15
-	ADDQ          $0x20, AX
-	ADDQ          $0x20, BX
-	ADDQ          $0x00000100, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 4(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 68(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 132(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 196(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 8(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 72(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 136(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 200(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 12(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 76(DX)
-	VEXTRACTF32X8 $0x01, Z14, Y24
-	VADDPS        Y24, Y14, Y14
-	VEXTRACTF32X4 $0x01, Y14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0x4e, X14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0xb1, X14, X24
-	VADDPS        X24, X14, X14
-	VMULSS        X27, X14, X14
-	VMOVSS        X14, 140(DX)
-	VEXTRACTF32X8 $0x01, Z15, Y24
-	VADDPS        Y24, Y15, Y15
-	VEXTRACTF32X4 $0x01, Y15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0x4e, X15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0xb1, X15, X24
-	VADDPS        X24, X15, X15
-	VMULSS        X27, X15, X15
-	VMOVSS        X15, 204(DX)
-	ADDQ          $0x10, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x04, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z8
+	VFMADD231PS Z17, Z30, Z9
+	VFMADD231PS Z18, Z30, Z10
+	VFMADD231PS Z19, Z30, Z11
+	VCVTPH2PS   (BX), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VFMADD231PS Z18, Z31, Z14
+	VFMADD231PS Z19, Z31, Z15
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x00000100, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z15, Z14, Z24
+	VSHUFF32X4  $0xee, Z15, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm11<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	MOVL        $0x0000f000, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 144(DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000100, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000100, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm12<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	MOVL        $0x000000c0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 168(DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000100, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm1<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	MOVL        $0x00000008, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 180(DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -2026,6 +2459,11 @@ scored:
 	VMOVSS            X23, 32(R8)
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           64(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -2085,6 +2523,11 @@ scored:
 	VMOVSS            X23, 36(R8)
 	VMOVSS            X21, 4(R8)
 	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           128(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -2144,6 +2587,11 @@ scored:
 	VMOVSS            X23, 40(R8)
 	VMOVSS            X21, 8(R8)
 	VMOVSS            X22, 520(DX)
+	MOVL              12(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           192(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -2204,18 +2652,17 @@ scored:
 	VMOVSS            X21, 12(R8)
 	VMOVSS            X22, 524(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x03, R9
-	SHRQ  $0x02, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
 	JZ    vtail
 
 vgroup:
@@ -2252,7 +2699,8 @@ vgroup:
 	VMOVUPS     960(DI), Z15
 	VMULPS.BCST 524(DX), Z15, Z15
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -2265,10 +2713,10 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -2290,9 +2738,9 @@ vpfG:
 	VFMADD231PS  Z18, Z31, Z14
 	VFMADD231PS  Z19, Z31, Z15
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -2311,12 +2759,12 @@ vpfG:
 	VMOVUPS      Z15, 960(DI)
 	ADDQ         $0x00000400, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -2329,7 +2777,8 @@ vone:
 	VMOVUPS     192(DI), Z3
 	VMULPS.BCST 524(DX), Z3, Z3
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -2342,61 +2791,86 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	VFMADD231PS  Z19, Z30, Z3
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
 	VMOVUPS      Z3, 192(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF16AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x5(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+DATA attn512_perm11<>+0(SB)/4, $0x00000000
+DATA attn512_perm11<>+4(SB)/4, $0x00000001
+DATA attn512_perm11<>+8(SB)/4, $0x00000002
+DATA attn512_perm11<>+12(SB)/4, $0x00000003
+DATA attn512_perm11<>+16(SB)/4, $0x00000004
+DATA attn512_perm11<>+20(SB)/4, $0x00000005
+DATA attn512_perm11<>+24(SB)/4, $0x00000006
+DATA attn512_perm11<>+28(SB)/4, $0x00000007
+DATA attn512_perm11<>+32(SB)/4, $0x00000008
+DATA attn512_perm11<>+36(SB)/4, $0x00000009
+DATA attn512_perm11<>+40(SB)/4, $0x0000000a
+DATA attn512_perm11<>+44(SB)/4, $0x0000000b
+DATA attn512_perm11<>+48(SB)/4, $0x0000000c
+DATA attn512_perm11<>+52(SB)/4, $0x0000000d
+DATA attn512_perm11<>+56(SB)/4, $0x0000000e
+DATA attn512_perm11<>+60(SB)/4, $0x0000000f
+GLOBL attn512_perm11<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm12<>+0(SB)/4, $0x00000000
+DATA attn512_perm12<>+4(SB)/4, $0x00000001
+DATA attn512_perm12<>+8(SB)/4, $0x00000004
+DATA attn512_perm12<>+12(SB)/4, $0x00000005
+DATA attn512_perm12<>+16(SB)/4, $0x00000008
+DATA attn512_perm12<>+20(SB)/4, $0x00000009
+DATA attn512_perm12<>+24(SB)/4, $0x0000000c
+DATA attn512_perm12<>+28(SB)/4, $0x0000000d
+DATA attn512_perm12<>+32(SB)/4, $0x00000000
+DATA attn512_perm12<>+36(SB)/4, $0x00000000
+DATA attn512_perm12<>+40(SB)/4, $0x00000000
+DATA attn512_perm12<>+44(SB)/4, $0x00000000
+DATA attn512_perm12<>+48(SB)/4, $0x00000000
+DATA attn512_perm12<>+52(SB)/4, $0x00000000
+DATA attn512_perm12<>+56(SB)/4, $0x00000000
+DATA attn512_perm12<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm12<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF16AVX512x5(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x03
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -2407,545 +2881,760 @@ group:
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z5
-	VFMADD231PS   64(R8), Z31, Z6
-	VFMADD231PS   128(R8), Z31, Z7
-	VFMADD231PS   192(R8), Z31, Z8
-	VFMADD231PS   256(R8), Z31, Z9
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000140, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 4(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 68(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 132(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 196(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 260(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z5
+	VFMADD231PS Z17, Z31, Z6
+	VFMADD231PS Z18, Z31, Z7
+	VFMADD231PS Z19, Z31, Z8
+	VFMADD231PS Z20, Z31, Z9
+	VCVTPH2PS   (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z10
+	VFMADD231PS Z17, Z30, Z11
+	VFMADD231PS Z18, Z30, Z12
+	VFMADD231PS Z19, Z30, Z13
+	VFMADD231PS Z20, Z30, Z14
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000140, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z14, Z14, Z24
+	VSHUFF32X4  $0xee, Z14, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm13<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00007fff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x0000003c, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x03, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000140, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z5
+	VFMADD231PS Z17, Z31, Z6
+	VFMADD231PS Z18, Z31, Z7
+	VFMADD231PS Z19, Z31, Z8
+	VFMADD231PS Z20, Z31, Z9
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000140, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z8, Z8, Z24
+	VSHUFF32X4  $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z8, Z8, Z24
+	VSHUFPS     $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm14<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000003ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000028, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	ADDQ       $0x00000100, R14
+	SUBQ       $0x00000100, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000140, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z4, Z4, Z24
+	VSHUFF32X4  $0xee, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z4, Z4, Z24
+	VSHUFF32X4  $0xdd, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm15<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000001f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000014, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000001f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 20(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 40(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 60(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 80(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 100(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 180(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 200(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 220(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 260(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 300(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            160(DX), Y0, Y16
+	VMOVUPS           20(DX), Y0
+	VADDPS            180(DX), Y0, Y17
+	VMOVUPS           40(DX), Y0
+	VADDPS            200(DX), Y0, Y18
+	VMOVUPS           60(DX), Y0
+	VADDPS            220(DX), Y0, Y19
+	VMOVUPS           80(DX), Y0
+	VADDPS            240(DX), Y0, Y20
+	VMOVUPS           100(DX), Y0
+	VADDPS            260(DX), Y0, Y21
+	VMOVUPS           120(DX), Y0
+	VADDPS            280(DX), Y0, Y22
+	VMOVUPS           140(DX), Y0
+	VADDPS            300(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -2970,7 +3659,8 @@ vgroup:
 	VMOVUPS     576(DI), Z9
 	VMULPS.BCST 528(DX), Z9, Z9
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -2983,11 +3673,11 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -3001,9 +3691,9 @@ vpfG:
 	VFMADD231PS  Z19, Z31, Z8
 	VFMADD231PS  Z20, Z31, Z9
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x14, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -3016,12 +3706,12 @@ vpfG:
 	VMOVUPS      Z9, 576(DI)
 	ADDQ         $0x00000280, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -3036,7 +3726,8 @@ vone:
 	VMOVUPS     256(DI), Z4
 	VMULPS.BCST 528(DX), Z4, Z4
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -3049,11 +3740,11 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -3061,9 +3752,9 @@ vpf1:
 	VFMADD231PS  Z19, Z30, Z3
 	VFMADD231PS  Z20, Z30, Z4
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x14, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -3071,42 +3762,85 @@ vpf1:
 	VMOVUPS      Z4, 256(DI)
 	ADDQ         $0x00000140, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF16AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x6(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+DATA attn512_perm13<>+0(SB)/4, $0x00000000
+DATA attn512_perm13<>+4(SB)/4, $0x00000004
+DATA attn512_perm13<>+8(SB)/4, $0x00000008
+DATA attn512_perm13<>+12(SB)/4, $0x0000000c
+DATA attn512_perm13<>+16(SB)/4, $0x00000001
+DATA attn512_perm13<>+20(SB)/4, $0x00000005
+DATA attn512_perm13<>+24(SB)/4, $0x00000009
+DATA attn512_perm13<>+28(SB)/4, $0x0000000d
+DATA attn512_perm13<>+32(SB)/4, $0x00000002
+DATA attn512_perm13<>+36(SB)/4, $0x00000006
+DATA attn512_perm13<>+40(SB)/4, $0x0000000a
+DATA attn512_perm13<>+44(SB)/4, $0x0000000e
+DATA attn512_perm13<>+48(SB)/4, $0x00000003
+DATA attn512_perm13<>+52(SB)/4, $0x00000007
+DATA attn512_perm13<>+56(SB)/4, $0x0000000b
+DATA attn512_perm13<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm13<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm14<>+0(SB)/4, $0x00000000
+DATA attn512_perm14<>+4(SB)/4, $0x00000004
+DATA attn512_perm14<>+8(SB)/4, $0x00000008
+DATA attn512_perm14<>+12(SB)/4, $0x0000000c
+DATA attn512_perm14<>+16(SB)/4, $0x00000001
+DATA attn512_perm14<>+20(SB)/4, $0x00000005
+DATA attn512_perm14<>+24(SB)/4, $0x00000009
+DATA attn512_perm14<>+28(SB)/4, $0x0000000d
+DATA attn512_perm14<>+32(SB)/4, $0x00000002
+DATA attn512_perm14<>+36(SB)/4, $0x00000006
+DATA attn512_perm14<>+40(SB)/4, $0x00000000
+DATA attn512_perm14<>+44(SB)/4, $0x00000000
+DATA attn512_perm14<>+48(SB)/4, $0x00000000
+DATA attn512_perm14<>+52(SB)/4, $0x00000000
+DATA attn512_perm14<>+56(SB)/4, $0x00000000
+DATA attn512_perm14<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm14<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm15<>+0(SB)/4, $0x00000000
+DATA attn512_perm15<>+4(SB)/4, $0x00000004
+DATA attn512_perm15<>+8(SB)/4, $0x00000008
+DATA attn512_perm15<>+12(SB)/4, $0x0000000c
+DATA attn512_perm15<>+16(SB)/4, $0x00000001
+DATA attn512_perm15<>+20(SB)/4, $0x00000000
+DATA attn512_perm15<>+24(SB)/4, $0x00000000
+DATA attn512_perm15<>+28(SB)/4, $0x00000000
+DATA attn512_perm15<>+32(SB)/4, $0x00000000
+DATA attn512_perm15<>+36(SB)/4, $0x00000000
+DATA attn512_perm15<>+40(SB)/4, $0x00000000
+DATA attn512_perm15<>+44(SB)/4, $0x00000000
+DATA attn512_perm15<>+48(SB)/4, $0x00000000
+DATA attn512_perm15<>+52(SB)/4, $0x00000000
+DATA attn512_perm15<>+56(SB)/4, $0x00000000
+DATA attn512_perm15<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm15<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF16AVX512x6(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x02
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -3119,638 +3853,652 @@ group:
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z6
-	VFMADD231PS   64(R8), Z31, Z7
-	VFMADD231PS   128(R8), Z31, Z8
-	VFMADD231PS   192(R8), Z31, Z9
-	VFMADD231PS   256(R8), Z31, Z10
-	VFMADD231PS   320(R8), Z31, Z11
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000180, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 4(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 68(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 132(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 196(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 260(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 324(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VFMADD231PS Z18, Z31, Z8
+	VFMADD231PS Z19, Z31, Z9
+	VFMADD231PS Z20, Z31, Z10
+	VFMADD231PS Z21, Z31, Z11
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000180, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z8, Z8, Z24
+	VSHUFPS     $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm16<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000fff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000030, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
 	VPXORD Z5, Z5, Z5
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000180, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000180, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z4, Z4, Z24
+	VSHUFF32X4  $0xdd, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm17<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000003f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000018, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           320(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      20(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 320(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            52(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 52(R8)
-	VMOVSS            X21, 20(R8)
-	VMOVSS            X22, 532(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000003f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 24(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 72(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 144(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 216(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 264(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 312(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 360(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            192(DX), Y0, Y16
+	VMOVUPS           24(DX), Y0
+	VADDPS            216(DX), Y0, Y17
+	VMOVUPS           48(DX), Y0
+	VADDPS            240(DX), Y0, Y18
+	VMOVUPS           72(DX), Y0
+	VADDPS            264(DX), Y0, Y19
+	VMOVUPS           96(DX), Y0
+	VADDPS            288(DX), Y0, Y20
+	VMOVUPS           120(DX), Y0
+	VADDPS            312(DX), Y0, Y21
+	VMOVUPS           144(DX), Y0
+	VADDPS            336(DX), Y0, Y22
+	VMOVUPS           168(DX), Y0
+	VADDPS            360(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -3779,7 +4527,8 @@ vgroup:
 	VMOVUPS     704(DI), Z11
 	VMULPS.BCST 532(DX), Z11, Z11
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -3792,12 +4541,12 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -3813,9 +4562,9 @@ vpfG:
 	VFMADD231PS  Z20, Z31, Z10
 	VFMADD231PS  Z21, Z31, Z11
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x18, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -3830,12 +4579,12 @@ vpfG:
 	VMOVUPS      Z11, 704(DI)
 	ADDQ         $0x00000300, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -3852,7 +4601,8 @@ vone:
 	VMOVUPS     320(DI), Z5
 	VMULPS.BCST 532(DX), Z5, Z5
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -3865,12 +4615,12 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -3879,9 +4629,9 @@ vpf1:
 	VFMADD231PS  Z20, Z30, Z4
 	VFMADD231PS  Z21, Z30, Z5
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x18, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -3890,42 +4640,67 @@ vpf1:
 	VMOVUPS      Z5, 320(DI)
 	ADDQ         $0x00000180, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF16AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x7(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+DATA attn512_perm16<>+0(SB)/4, $0x00000000
+DATA attn512_perm16<>+4(SB)/4, $0x00000004
+DATA attn512_perm16<>+8(SB)/4, $0x00000008
+DATA attn512_perm16<>+12(SB)/4, $0x0000000c
+DATA attn512_perm16<>+16(SB)/4, $0x00000001
+DATA attn512_perm16<>+20(SB)/4, $0x00000005
+DATA attn512_perm16<>+24(SB)/4, $0x00000009
+DATA attn512_perm16<>+28(SB)/4, $0x0000000d
+DATA attn512_perm16<>+32(SB)/4, $0x00000002
+DATA attn512_perm16<>+36(SB)/4, $0x00000006
+DATA attn512_perm16<>+40(SB)/4, $0x0000000a
+DATA attn512_perm16<>+44(SB)/4, $0x0000000e
+DATA attn512_perm16<>+48(SB)/4, $0x00000000
+DATA attn512_perm16<>+52(SB)/4, $0x00000000
+DATA attn512_perm16<>+56(SB)/4, $0x00000000
+DATA attn512_perm16<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm16<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm17<>+0(SB)/4, $0x00000000
+DATA attn512_perm17<>+4(SB)/4, $0x00000004
+DATA attn512_perm17<>+8(SB)/4, $0x00000008
+DATA attn512_perm17<>+12(SB)/4, $0x0000000c
+DATA attn512_perm17<>+16(SB)/4, $0x00000001
+DATA attn512_perm17<>+20(SB)/4, $0x00000005
+DATA attn512_perm17<>+24(SB)/4, $0x00000000
+DATA attn512_perm17<>+28(SB)/4, $0x00000000
+DATA attn512_perm17<>+32(SB)/4, $0x00000000
+DATA attn512_perm17<>+36(SB)/4, $0x00000000
+DATA attn512_perm17<>+40(SB)/4, $0x00000000
+DATA attn512_perm17<>+44(SB)/4, $0x00000000
+DATA attn512_perm17<>+48(SB)/4, $0x00000000
+DATA attn512_perm17<>+52(SB)/4, $0x00000000
+DATA attn512_perm17<>+56(SB)/4, $0x00000000
+DATA attn512_perm17<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm17<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF16AVX512x7(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x02
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -3940,191 +4715,105 @@ group:
 	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z7
-	VFMADD231PS   64(R8), Z31, Z8
-	VFMADD231PS   128(R8), Z31, Z9
-	VFMADD231PS   192(R8), Z31, Z10
-	VFMADD231PS   256(R8), Z31, Z11
-	VFMADD231PS   320(R8), Z31, Z12
-	VFMADD231PS   384(R8), Z31, Z13
-	ADDQ          $0x20, AX
-	ADDQ          $0x000001c0, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 4(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 68(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 132(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 196(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 260(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 324(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 388(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z7
+	VFMADD231PS Z17, Z31, Z8
+	VFMADD231PS Z18, Z31, Z9
+	VFMADD231PS Z19, Z31, Z10
+	VFMADD231PS Z20, Z31, Z11
+	VFMADD231PS Z21, Z31, Z12
+	VFMADD231PS Z22, Z31, Z13
+	ADDQ        $0x20, AX
+	ADDQ        $0x000001c0, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z12, Z12, Z24
+	VSHUFF32X4  $0xdd, Z12, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm18<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00003fff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000038, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -4132,539 +4821,561 @@ single:
 	VPXORD Z4, Z4, Z4
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	ADDQ          $0x20, AX
-	ADDQ          $0x000001c0, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	ADDQ        $0x20, AX
+	ADDQ        $0x000001c0, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z6, Z6, Z24
+	VSHUFF32X4  $0xee, Z6, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm19<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000007f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x0000001c, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           320(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      20(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 320(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            52(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 52(R8)
-	VMOVSS            X21, 20(R8)
-	VMOVSS            X22, 532(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           384(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      24(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 384(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            56(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 56(R8)
-	VMOVSS            X21, 24(R8)
-	VMOVSS            X22, 536(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000007f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 28(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 56(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 84(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 112(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 196(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 252(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 308(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 364(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 392(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 420(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            224(DX), Y0, Y16
+	VMOVUPS           28(DX), Y0
+	VADDPS            252(DX), Y0, Y17
+	VMOVUPS           56(DX), Y0
+	VADDPS            280(DX), Y0, Y18
+	VMOVUPS           84(DX), Y0
+	VADDPS            308(DX), Y0, Y19
+	VMOVUPS           112(DX), Y0
+	VADDPS            336(DX), Y0, Y20
+	VMOVUPS           140(DX), Y0
+	VADDPS            364(DX), Y0, Y21
+	VMOVUPS           168(DX), Y0
+	VADDPS            392(DX), Y0, Y22
+	VMOVUPS           196(DX), Y0
+	VADDPS            420(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -4697,7 +5408,8 @@ vgroup:
 	VMOVUPS     832(DI), Z13
 	VMULPS.BCST 536(DX), Z13, Z13
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -4710,13 +5422,13 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -4734,9 +5446,9 @@ vpfG:
 	VFMADD231PS  Z21, Z31, Z12
 	VFMADD231PS  Z22, Z31, Z13
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x1c, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -4753,12 +5465,12 @@ vpfG:
 	VMOVUPS      Z13, 832(DI)
 	ADDQ         $0x00000380, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -4777,7 +5489,8 @@ vone:
 	VMOVUPS     384(DI), Z6
 	VMULPS.BCST 536(DX), Z6, Z6
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -4790,13 +5503,13 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -4806,9 +5519,9 @@ vpf1:
 	VFMADD231PS  Z21, Z30, Z5
 	VFMADD231PS  Z22, Z30, Z6
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x1c, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -4818,42 +5531,67 @@ vpf1:
 	VMOVUPS      Z6, 384(DI)
 	ADDQ         $0x000001c0, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF16AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF16AVX512x8(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+DATA attn512_perm18<>+0(SB)/4, $0x00000000
+DATA attn512_perm18<>+4(SB)/4, $0x00000004
+DATA attn512_perm18<>+8(SB)/4, $0x00000008
+DATA attn512_perm18<>+12(SB)/4, $0x0000000c
+DATA attn512_perm18<>+16(SB)/4, $0x00000001
+DATA attn512_perm18<>+20(SB)/4, $0x00000005
+DATA attn512_perm18<>+24(SB)/4, $0x00000009
+DATA attn512_perm18<>+28(SB)/4, $0x0000000d
+DATA attn512_perm18<>+32(SB)/4, $0x00000002
+DATA attn512_perm18<>+36(SB)/4, $0x00000006
+DATA attn512_perm18<>+40(SB)/4, $0x0000000a
+DATA attn512_perm18<>+44(SB)/4, $0x0000000e
+DATA attn512_perm18<>+48(SB)/4, $0x00000003
+DATA attn512_perm18<>+52(SB)/4, $0x00000007
+DATA attn512_perm18<>+56(SB)/4, $0x00000000
+DATA attn512_perm18<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm18<>(SB), RODATA|NOPTR, $64
+
+DATA attn512_perm19<>+0(SB)/4, $0x00000000
+DATA attn512_perm19<>+4(SB)/4, $0x00000004
+DATA attn512_perm19<>+8(SB)/4, $0x00000008
+DATA attn512_perm19<>+12(SB)/4, $0x0000000c
+DATA attn512_perm19<>+16(SB)/4, $0x00000001
+DATA attn512_perm19<>+20(SB)/4, $0x00000005
+DATA attn512_perm19<>+24(SB)/4, $0x00000009
+DATA attn512_perm19<>+28(SB)/4, $0x00000000
+DATA attn512_perm19<>+32(SB)/4, $0x00000000
+DATA attn512_perm19<>+36(SB)/4, $0x00000000
+DATA attn512_perm19<>+40(SB)/4, $0x00000000
+DATA attn512_perm19<>+44(SB)/4, $0x00000000
+DATA attn512_perm19<>+48(SB)/4, $0x00000000
+DATA attn512_perm19<>+52(SB)/4, $0x00000000
+DATA attn512_perm19<>+56(SB)/4, $0x00000000
+DATA attn512_perm19<>+60(SB)/4, $0x00000000
+GLOBL attn512_perm19<>(SB), RODATA|NOPTR, $64
+
+// func attendF16AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF16AVX512x8(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x05, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x02
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -4870,213 +5608,111 @@ group:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
 kpfP:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	VFMADD231PS   448(R8), Z30, Z7
-	VCVTPH2PS     (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z8
-	VFMADD231PS   64(R8), Z31, Z9
-	VFMADD231PS   128(R8), Z31, Z10
-	VFMADD231PS   192(R8), Z31, Z11
-	VFMADD231PS   256(R8), Z31, Z12
-	VFMADD231PS   320(R8), Z31, Z13
-	VFMADD231PS   384(R8), Z31, Z14
-	VFMADD231PS   448(R8), Z31, Z15
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000200, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 448(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 4(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 68(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 132(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 196(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 260(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 324(DX)
-	VEXTRACTF32X8 $0x01, Z14, Y24
-	VADDPS        Y24, Y14, Y14
-	VEXTRACTF32X4 $0x01, Y14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0x4e, X14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0xb1, X14, X24
-	VADDPS        X24, X14, X14
-	VMULSS        X27, X14, X14
-	VMOVSS        X14, 388(DX)
-	VEXTRACTF32X8 $0x01, Z15, Y24
-	VADDPS        Y24, Y15, Y15
-	VEXTRACTF32X4 $0x01, Y15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0x4e, X15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0xb1, X15, X24
-	VADDPS        X24, X15, X15
-	VMULSS        X27, X15, X15
-	VMOVSS        X15, 452(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VMOVUPS     448(R8), Z23
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	VFMADD231PS Z23, Z30, Z7
+	VCVTPH2PS   (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000200, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z15, Z14, Z24
+	VSHUFF32X4  $0xee, Z15, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm20<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000ffff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000040, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -5085,609 +5721,563 @@ single:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x05, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
 	PREFETCHT0 192(R14)
 	ADDQ       $0x00000100, R14
-	SUBQ       $0x00000100, R9
+	SUBQ       $0x00000100, R10
 
-kpf1:
-	VCVTPH2PS     (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	VFMADD231PS   448(R8), Z30, Z7
-	ADDQ          $0x20, AX
-	ADDQ          $0x00000200, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 448(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VMOVUPS     448(R8), Z23
+	VCVTPH2PS   (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	VFMADD231PS Z23, Z30, Z7
+	ADDQ        $0x20, AX
+	ADDQ        $0x00000200, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000000ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000020, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           320(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      20(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 320(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            52(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 52(R8)
-	VMOVSS            X21, 20(R8)
-	VMOVSS            X22, 532(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           384(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      24(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 384(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            56(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 56(R8)
-	VMOVSS            X21, 24(R8)
-	VMOVSS            X22, 536(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           448(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      28(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 448(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            60(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 60(R8)
-	VMOVSS            X21, 28(R8)
-	VMOVSS            X22, 540(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x000000ff, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 32(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 64(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 128(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 256(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 320(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 352(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 384(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 416(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 448(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 480(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            256(DX), Y0, Y16
+	VMOVUPS           32(DX), Y0
+	VADDPS            288(DX), Y0, Y17
+	VMOVUPS           64(DX), Y0
+	VADDPS            320(DX), Y0, Y18
+	VMOVUPS           96(DX), Y0
+	VADDPS            352(DX), Y0, Y19
+	VMOVUPS           128(DX), Y0
+	VADDPS            384(DX), Y0, Y20
+	VMOVUPS           160(DX), Y0
+	VADDPS            416(DX), Y0, Y21
+	VMOVUPS           192(DX), Y0
+	VADDPS            448(DX), Y0, Y22
+	VMOVUPS           224(DX), Y0
+	VADDPS            480(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x05, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -5724,7 +6314,8 @@ vgroup:
 	VMOVUPS     960(DI), Z15
 	VMULPS.BCST 540(DX), Z15, Z15
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -5737,14 +6328,14 @@ vposG:
 	SUBQ       $0x00000100, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
-	VBROADCASTSS 448(DX)(R8*4), Z23
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VBROADCASTSS 28(R8), Z23
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -5764,9 +6355,9 @@ vpfG:
 	VFMADD231PS  Z22, Z31, Z14
 	VFMADD231PS  Z23, Z31, Z15
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -5785,12 +6376,12 @@ vpfG:
 	VMOVUPS      Z15, 960(DI)
 	ADDQ         $0x00000400, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -5811,7 +6402,8 @@ vone:
 	VMOVUPS     448(DI), Z7
 	VMULPS.BCST 540(DX), Z7, Z7
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -5824,14 +6416,14 @@ vpos1:
 	SUBQ       $0x00000100, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
-	VBROADCASTSS 448(DX)(R8*4), Z23
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VBROADCASTSS 28(R8), Z23
 	VCVTPH2PS    (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -5842,9 +6434,9 @@ vpf1:
 	VFMADD231PS  Z22, Z30, Z6
 	VFMADD231PS  Z23, Z30, Z7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -5855,42 +6447,49 @@ vpf1:
 	VMOVUPS      Z7, 448(DI)
 	ADDQ         $0x00000200, DI
 	ADDQ         $0x00000020, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+DATA attn512_perm20<>+0(SB)/4, $0x00000000
+DATA attn512_perm20<>+4(SB)/4, $0x00000004
+DATA attn512_perm20<>+8(SB)/4, $0x00000008
+DATA attn512_perm20<>+12(SB)/4, $0x0000000c
+DATA attn512_perm20<>+16(SB)/4, $0x00000001
+DATA attn512_perm20<>+20(SB)/4, $0x00000005
+DATA attn512_perm20<>+24(SB)/4, $0x00000009
+DATA attn512_perm20<>+28(SB)/4, $0x0000000d
+DATA attn512_perm20<>+32(SB)/4, $0x00000002
+DATA attn512_perm20<>+36(SB)/4, $0x00000006
+DATA attn512_perm20<>+40(SB)/4, $0x0000000a
+DATA attn512_perm20<>+44(SB)/4, $0x0000000e
+DATA attn512_perm20<>+48(SB)/4, $0x00000003
+DATA attn512_perm20<>+52(SB)/4, $0x00000007
+DATA attn512_perm20<>+56(SB)/4, $0x0000000b
+DATA attn512_perm20<>+60(SB)/4, $0x0000000f
+GLOBL attn512_perm20<>(SB), RODATA|NOPTR, $64
+
+// func attendF32AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x1(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF32AVX512x1(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x08
-	JL     single
+	CMPQ   R9, $0x08
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -5899,17 +6498,16 @@ group:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -5920,135 +6518,90 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z1
-	VMOVUPS       (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z2
-	VMOVUPS       (BX), Z31
-	VFMADD231PS   (R8), Z31, Z3
-	VMOVUPS       (BX)(R13*1), Z30
-	VFMADD231PS   (R8), Z30, Z4
-	VMOVUPS       (BX)(R13*2), Z31
-	VFMADD231PS   (R8), Z31, Z5
-	VMOVUPS       (R12), Z30
-	VFMADD231PS   (R8), Z30, Z6
-	VMOVUPS       (R12)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z7
-	ADDQ          $0x40, AX
-	ADDQ          $0x40, BX
-	ADDQ          $0x40, R12
-	ADDQ          $0x00000040, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 4(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 8(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 12(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 16(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 20(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 24(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 28(DX)
-	ADDQ          $0x20, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x08, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z1
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z2
+	VMOVUPS     (BX), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VMOVUPS     (BX)(R13*1), Z30
+	VFMADD231PS Z16, Z30, Z4
+	VMOVUPS     (BX)(R13*2), Z31
+	VFMADD231PS Z16, Z31, Z5
+	VMOVUPS     (R12), Z30
+	VFMADD231PS Z16, Z30, Z6
+	VMOVUPS     (R12)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z7
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, BX
+	ADDQ        $0x40, R12
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000000ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000020, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x08, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
 	VPXORD Z0, Z0, Z0
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -6058,34 +6611,169 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000040, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg4:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z1
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z2
+	VMOVUPS     (BX), Z31
+	VFMADD231PS Z16, Z31, Z3
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, BX
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkg4
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm1<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z1
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z0, Z0, Z24
+	VSHUFF32X4  $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm2<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000040, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z0, Z0, Z24
+	VSHUFF32X4  $0xee, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z0, Z0, Z24
+	VSHUFF32X4  $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm3<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -6146,18 +6834,17 @@ scored:
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x07, R9
-	SHRQ  $0x03, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x07, AX
+	SHRQ  $0x03, R9
 	JZ    vtail
 
 vgroup:
@@ -6178,7 +6865,8 @@ vgroup:
 	VMOVUPS     448(DI), Z7
 	VMULPS.BCST 512(DX), Z7, Z7
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -6195,7 +6883,7 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
+	VBROADCASTSS (R8), Z16
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VMOVUPS      64(BX), Z31
@@ -6213,9 +6901,9 @@ vpfG:
 	VMOVUPS      448(BX), Z31
 	VFMADD231PS  Z16, Z31, Z7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -6226,19 +6914,20 @@ vpfG:
 	VMOVUPS      Z7, 448(DI)
 	ADDQ         $0x00000200, DI
 	ADDQ         $0x00000200, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
 	VMOVUPS     (DI), Z0
 	VMULPS.BCST 512(DX), Z0, Z0
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -6255,52 +6944,41 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
+	VBROADCASTSS (R8), Z16
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	ADDQ         $0x00000040, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+// func attendF32AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x2(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF32AVX512x2(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x08
-	JL     single
+	CMPQ   R9, $0x08
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -6317,17 +6995,16 @@ group:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
 	LEAQ   (BX)(R13*2), R12
 	ADDQ   R13, R12
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -6338,224 +7015,127 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z2
-	VFMADD231PS   64(R8), Z31, Z3
-	VMOVUPS       (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z4
-	VFMADD231PS   64(R8), Z30, Z5
-	VMOVUPS       (BX), Z31
-	VFMADD231PS   (R8), Z31, Z6
-	VFMADD231PS   64(R8), Z31, Z7
-	VMOVUPS       (BX)(R13*1), Z30
-	VFMADD231PS   (R8), Z30, Z8
-	VFMADD231PS   64(R8), Z30, Z9
-	VMOVUPS       (BX)(R13*2), Z31
-	VFMADD231PS   (R8), Z31, Z10
-	VFMADD231PS   64(R8), Z31, Z11
-	VMOVUPS       (R12), Z30
-	VFMADD231PS   (R8), Z30, Z12
-	VFMADD231PS   64(R8), Z30, Z13
-	VMOVUPS       (R12)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z14
-	VFMADD231PS   64(R8), Z31, Z15
-	ADDQ          $0x40, AX
-	ADDQ          $0x40, BX
-	ADDQ          $0x40, R12
-	ADDQ          $0x00000080, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 4(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 68(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 8(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 72(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 12(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 76(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 16(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 80(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 20(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 84(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 24(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 88(DX)
-	VEXTRACTF32X8 $0x01, Z14, Y24
-	VADDPS        Y24, Y14, Y14
-	VEXTRACTF32X4 $0x01, Y14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0x4e, X14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0xb1, X14, X24
-	VADDPS        X24, X14, X14
-	VMULSS        X27, X14, X14
-	VMOVSS        X14, 28(DX)
-	VEXTRACTF32X8 $0x01, Z15, Y24
-	VADDPS        Y24, Y15, Y15
-	VEXTRACTF32X4 $0x01, Y15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0x4e, X15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0xb1, X15, X24
-	VADDPS        X24, X15, X15
-	VMULSS        X27, X15, X15
-	VMOVSS        X15, 92(DX)
-	ADDQ          $0x20, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x08, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z4
+	VFMADD231PS Z17, Z30, Z5
+	VMOVUPS     (BX), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VMOVUPS     (BX)(R13*1), Z30
+	VFMADD231PS Z16, Z30, Z8
+	VFMADD231PS Z17, Z30, Z9
+	VMOVUPS     (BX)(R13*2), Z31
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VMOVUPS     (R12), Z30
+	VFMADD231PS Z16, Z30, Z12
+	VFMADD231PS Z17, Z30, Z13
+	VMOVUPS     (R12)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z14
+	VFMADD231PS Z17, Z31, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, BX
+	ADDQ        $0x40, R12
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z15, Z14, Z24
+	VSHUFF32X4  $0xee, Z15, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm4<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000000ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000ff00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 32(DX)
+	ADDQ        $0x00000020, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x08, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -6565,45 +7145,203 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000080, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg4:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z4
+	VFMADD231PS Z17, Z30, Z5
+	VMOVUPS     (BX), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, BX
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkg4
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm5<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm6<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000080, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z0, Z0, Z24
+	VSHUFF32X4  $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm2<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -6663,6 +7401,11 @@ scored:
 	VMOVSS            X23, 32(R8)
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           64(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -6723,18 +7466,17 @@ scored:
 	VMOVSS            X21, 4(R8)
 	VMOVSS            X22, 516(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x07, R9
-	SHRQ  $0x03, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x07, AX
+	SHRQ  $0x03, R9
 	JZ    vtail
 
 vgroup:
@@ -6771,7 +7513,8 @@ vgroup:
 	VMOVUPS     960(DI), Z15
 	VMULPS.BCST 516(DX), Z15, Z15
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -6788,8 +7531,8 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -6815,9 +7558,9 @@ vpfG:
 	VFMADD231PS  Z16, Z31, Z14
 	VFMADD231PS  Z17, Z31, Z15
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -6836,12 +7579,12 @@ vpfG:
 	VMOVUPS      Z15, 960(DI)
 	ADDQ         $0x00000400, DI
 	ADDQ         $0x00000200, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -6850,7 +7593,8 @@ vone:
 	VMOVUPS     64(DI), Z1
 	VMULPS.BCST 516(DX), Z1, Z1
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -6867,55 +7611,44 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	ADDQ         $0x00000080, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+// func attendF32AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x3(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF32AVX512x3(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x04
-	JL     single
+	CMPQ   R9, $0x05
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -6928,15 +7661,17 @@ group:
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
-	MOVQ   R10, AX
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -6947,172 +7682,127 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z3
-	VFMADD231PS   64(R8), Z31, Z4
-	VFMADD231PS   128(R8), Z31, Z5
-	VMOVUPS       (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z6
-	VFMADD231PS   64(R8), Z30, Z7
-	VFMADD231PS   128(R8), Z30, Z8
-	VMOVUPS       (BX), Z31
-	VFMADD231PS   (R8), Z31, Z9
-	VFMADD231PS   64(R8), Z31, Z10
-	VFMADD231PS   128(R8), Z31, Z11
-	ADDQ          $0x40, AX
-	ADDQ          $0x40, BX
-	ADDQ          $0x000000c0, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 4(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 68(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 132(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 8(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 72(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 136(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 12(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 76(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 140(DX)
-	ADDQ          $0x10, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x04, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VFMADD231PS Z17, Z31, Z4
+	VFMADD231PS Z18, Z31, Z5
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z6
+	VFMADD231PS Z17, Z30, Z7
+	VFMADD231PS Z18, Z30, Z8
+	VMOVUPS     (BX), Z31
+	VFMADD231PS Z16, Z31, Z9
+	VFMADD231PS Z17, Z31, Z10
+	VFMADD231PS Z18, Z31, Z11
+	VMOVUPS     (BX)(R13*1), Z30
+	VFMADD231PS Z16, Z30, Z12
+	VFMADD231PS Z17, Z30, Z13
+	VFMADD231PS Z18, Z30, Z14
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, BX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z14, Z14, Z24
+	VSHUFF32X4  $0xee, Z14, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm7<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000001f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000003e0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 44(DX)
+	MOVL        $0x00007c00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 88(DX)
+	ADDQ        $0x00000014, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x05, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -7122,56 +7812,246 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	ADDQ          $0x40, AX
-	ADDQ          $0x000000c0, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg4:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VFMADD231PS Z17, Z31, Z4
+	VFMADD231PS Z18, Z31, Z5
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z6
+	VFMADD231PS Z17, Z30, Z7
+	VFMADD231PS Z18, Z30, Z8
+	VMOVUPS     (BX), Z31
+	VFMADD231PS Z16, Z31, Z9
+	VFMADD231PS Z17, Z31, Z10
+	VFMADD231PS Z18, Z31, Z11
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, BX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkg4
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z8, Z8, Z24
+	VSHUFPS     $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm8<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z3
+	VFMADD231PS Z17, Z31, Z4
+	VFMADD231PS Z18, Z31, Z5
+	ADDQ        $0x40, AX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z4, Z4, Z24
+	VSHUFF32X4  $0xdd, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm9<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	ADDQ        $0x40, AX
+	ADDQ        $0x000000c0, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z2, Z2, Z24
+	VSHUFF32X4  $0xee, Z2, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm10<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -7231,6 +8111,11 @@ scored:
 	VMOVSS            X23, 32(R8)
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           64(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -7290,6 +8175,11 @@ scored:
 	VMOVSS            X23, 36(R8)
 	VMOVSS            X21, 4(R8)
 	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           128(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -7350,18 +8240,17 @@ scored:
 	VMOVSS            X21, 8(R8)
 	VMOVSS            X22, 520(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x03, R9
-	SHRQ  $0x02, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
 	JZ    vtail
 
 vgroup:
@@ -7390,7 +8279,8 @@ vgroup:
 	VMOVUPS     704(DI), Z11
 	VMULPS.BCST 520(DX), Z11, Z11
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -7407,9 +8297,9 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -7427,9 +8317,9 @@ vpfG:
 	VFMADD231PS  Z17, Z31, Z10
 	VFMADD231PS  Z18, Z31, Z11
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -7444,12 +8334,12 @@ vpfG:
 	VMOVUPS      Z11, 704(DI)
 	ADDQ         $0x00000300, DI
 	ADDQ         $0x00000100, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -7460,7 +8350,8 @@ vone:
 	VMOVUPS     128(DI), Z2
 	VMULPS.BCST 520(DX), Z2, Z2
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -7477,58 +8368,47 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
 	ADDQ         $0x000000c0, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+// func attendF32AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x4(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+TEXT ·attendF32AVX512x4(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x04
-	JL     single
+	CMPQ   R9, $0x04
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -7545,15 +8425,14 @@ group:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
-	MOVQ   R10, AX
+	MOVQ   CX, AX
 	LEAQ   (AX)(R13*2), BX
 	ADDQ   R13, BX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -7564,217 +8443,124 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z4
-	VFMADD231PS   64(R8), Z31, Z5
-	VFMADD231PS   128(R8), Z31, Z6
-	VFMADD231PS   192(R8), Z31, Z7
-	VMOVUPS       (AX)(R13*2), Z30
-	VFMADD231PS   (R8), Z30, Z8
-	VFMADD231PS   64(R8), Z30, Z9
-	VFMADD231PS   128(R8), Z30, Z10
-	VFMADD231PS   192(R8), Z30, Z11
-	VMOVUPS       (BX), Z31
-	VFMADD231PS   (R8), Z31, Z12
-	VFMADD231PS   64(R8), Z31, Z13
-	VFMADD231PS   128(R8), Z31, Z14
-	VFMADD231PS   192(R8), Z31, Z15
-	ADDQ          $0x40, AX
-	ADDQ          $0x40, BX
-	ADDQ          $0x00000100, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 4(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 68(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 132(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 196(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 8(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 72(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 136(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 200(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 12(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 76(DX)
-	VEXTRACTF32X8 $0x01, Z14, Y24
-	VADDPS        Y24, Y14, Y14
-	VEXTRACTF32X4 $0x01, Y14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0x4e, X14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0xb1, X14, X24
-	VADDPS        X24, X14, X14
-	VMULSS        X27, X14, X14
-	VMOVSS        X14, 140(DX)
-	VEXTRACTF32X8 $0x01, Z15, Y24
-	VADDPS        Y24, Y15, Y15
-	VEXTRACTF32X4 $0x01, Y15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0x4e, X15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0xb1, X15, X24
-	VADDPS        X24, X15, X15
-	VMULSS        X27, X15, X15
-	VMOVSS        X15, 204(DX)
-	ADDQ          $0x10, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x04, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z8
+	VFMADD231PS Z17, Z30, Z9
+	VFMADD231PS Z18, Z30, Z10
+	VFMADD231PS Z19, Z30, Z11
+	VMOVUPS     (BX), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VFMADD231PS Z18, Z31, Z14
+	VFMADD231PS Z19, Z31, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, BX
+	ADDQ        $0x00000100, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z15, Z14, Z24
+	VSHUFF32X4  $0xee, Z15, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm11<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000000f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x000000f0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 48(DX)
+	MOVL        $0x00000f00, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 96(DX)
+	MOVL        $0x0000f000, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 144(DX)
+	ADDQ        $0x00000010, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x04, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -7784,67 +8570,154 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000100, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000100, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm12<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000003, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x0000000c, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 56(DX)
+	MOVL        $0x00000030, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 112(DX)
+	MOVL        $0x000000c0, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 168(DX)
+	ADDQ        $0x00000008, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000100, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm1<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000001, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	MOVL        $0x00000002, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 60(DX)
+	MOVL        $0x00000004, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 120(DX)
+	MOVL        $0x00000008, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, 180(DX)
+	ADDQ        $0x00000004, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           (DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -7904,6 +8777,11 @@ scored:
 	VMOVSS            X23, 32(R8)
 	VMOVSS            X21, (R8)
 	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           64(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -7963,6 +8841,11 @@ scored:
 	VMOVSS            X23, 36(R8)
 	VMOVSS            X21, 4(R8)
 	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           128(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -8022,6 +8905,11 @@ scored:
 	VMOVSS            X23, 40(R8)
 	VMOVSS            X21, 8(R8)
 	VMOVSS            X22, 520(DX)
+	MOVL              12(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
 	VBROADCASTSS      neg_inf<>+0(SB), Z20
 	VMOVUPS           192(DX), K1, Z20
 	VMOVAPS           Z20, Z21
@@ -8082,18 +8970,17 @@ scored:
 	VMOVSS            X21, 12(R8)
 	VMOVSS            X22, 524(DX)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x03, R9
-	SHRQ  $0x02, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
 	JZ    vtail
 
 vgroup:
@@ -8130,7 +9017,8 @@ vgroup:
 	VMOVUPS     960(DI), Z15
 	VMULPS.BCST 524(DX), Z15, Z15
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -8147,10 +9035,10 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -8172,9 +9060,9 @@ vpfG:
 	VFMADD231PS  Z18, Z31, Z14
 	VFMADD231PS  Z19, Z31, Z15
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -8193,12 +9081,12 @@ vpfG:
 	VMOVUPS      Z15, 960(DI)
 	ADDQ         $0x00000400, DI
 	ADDQ         $0x00000100, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -8211,7 +9099,8 @@ vone:
 	VMOVUPS     192(DI), Z3
 	VMULPS.BCST 524(DX), Z3, Z3
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -8228,61 +9117,50 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
 	VFMADD231PS  Z18, Z30, Z2
 	VFMADD231PS  Z19, Z30, Z3
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
 	VMOVUPS      Z3, 192(DI)
 	ADDQ         $0x00000100, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x5(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+// func attendF32AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF32AVX512x5(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x03
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -8293,13 +9171,17 @@ group:
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -8310,147 +9192,114 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z5
-	VFMADD231PS   64(R8), Z31, Z6
-	VFMADD231PS   128(R8), Z31, Z7
-	VFMADD231PS   192(R8), Z31, Z8
-	VFMADD231PS   256(R8), Z31, Z9
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000140, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 4(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 68(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 132(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 196(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 260(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z5
+	VFMADD231PS Z17, Z31, Z6
+	VFMADD231PS Z18, Z31, Z7
+	VFMADD231PS Z19, Z31, Z8
+	VFMADD231PS Z20, Z31, Z9
+	VMOVUPS     (AX)(R13*2), Z30
+	VFMADD231PS Z16, Z30, Z10
+	VFMADD231PS Z17, Z30, Z11
+	VFMADD231PS Z18, Z30, Z12
+	VFMADD231PS Z19, Z30, Z13
+	VFMADD231PS Z20, Z30, Z14
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000140, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z14, Z14, Z24
+	VSHUFF32X4  $0xee, Z14, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm13<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00007fff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x0000003c, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x03, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -8460,386 +9309,634 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000140, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg2:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z5
+	VFMADD231PS Z17, Z31, Z6
+	VFMADD231PS Z18, Z31, Z7
+	VFMADD231PS Z19, Z31, Z8
+	VFMADD231PS Z20, Z31, Z9
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000140, R8
+	DECQ        R11
+	JNZ         chunkg2
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z8, Z8, Z24
+	VSHUFF32X4  $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z8, Z8, Z24
+	VSHUFPS     $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm14<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000003ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000028, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	PREFETCHT0 320(R14)
+	PREFETCHT0 384(R14)
+	PREFETCHT0 448(R14)
+	ADDQ       $0x00000200, R14
+	SUBQ       $0x00000200, R10
+
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000140, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z4, Z4, Z24
+	VSHUFF32X4  $0xee, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z4, Z4, Z24
+	VSHUFF32X4  $0xdd, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm15<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000001f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000014, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000001f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 20(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 40(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 60(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 80(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 100(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 180(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 200(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 220(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 260(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 300(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            160(DX), Y0, Y16
+	VMOVUPS           20(DX), Y0
+	VADDPS            180(DX), Y0, Y17
+	VMOVUPS           40(DX), Y0
+	VADDPS            200(DX), Y0, Y18
+	VMOVUPS           60(DX), Y0
+	VADDPS            220(DX), Y0, Y19
+	VMOVUPS           80(DX), Y0
+	VADDPS            240(DX), Y0, Y20
+	VMOVUPS           100(DX), Y0
+	VADDPS            260(DX), Y0, Y21
+	VMOVUPS           120(DX), Y0
+	VADDPS            280(DX), Y0, Y22
+	VMOVUPS           140(DX), Y0
+	VADDPS            300(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -8864,7 +9961,8 @@ vgroup:
 	VMOVUPS     576(DI), Z9
 	VMULPS.BCST 528(DX), Z9, Z9
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -8881,11 +9979,11 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -8899,9 +9997,9 @@ vpfG:
 	VFMADD231PS  Z19, Z31, Z8
 	VFMADD231PS  Z20, Z31, Z9
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x14, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -8914,12 +10012,12 @@ vpfG:
 	VMOVUPS      Z9, 576(DI)
 	ADDQ         $0x00000280, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -8934,7 +10032,8 @@ vone:
 	VMOVUPS     256(DI), Z4
 	VMULPS.BCST 528(DX), Z4, Z4
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -8951,11 +10050,11 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -8963,9 +10062,9 @@ vpf1:
 	VFMADD231PS  Z19, Z30, Z3
 	VFMADD231PS  Z20, Z30, Z4
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x14, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -8973,42 +10072,31 @@ vpf1:
 	VMOVUPS      Z4, 256(DI)
 	ADDQ         $0x00000140, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x6(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+// func attendF32AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF32AVX512x6(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x02
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -9021,13 +10109,12 @@ group:
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -9038,170 +10125,97 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z6
-	VFMADD231PS   64(R8), Z31, Z7
-	VFMADD231PS   128(R8), Z31, Z8
-	VFMADD231PS   192(R8), Z31, Z9
-	VFMADD231PS   256(R8), Z31, Z10
-	VFMADD231PS   320(R8), Z31, Z11
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000180, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 4(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 68(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 132(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 196(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 260(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 324(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VFMADD231PS Z18, Z31, Z8
+	VFMADD231PS Z19, Z31, Z9
+	VFMADD231PS Z20, Z31, Z10
+	VFMADD231PS Z21, Z31, Z11
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000180, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z8, Z8, Z24
+	VSHUFPS     $0xdd, Z8, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm16<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00000fff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000030, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
 	VPXORD Z5, Z5, Z5
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -9211,456 +10225,544 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000180, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000180, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z4, Z4, Z24
+	VSHUFF32X4  $0xdd, Z4, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm17<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000003f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000018, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           320(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      20(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 320(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            52(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 52(R8)
-	VMOVSS            X21, 20(R8)
-	VMOVSS            X22, 532(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000003f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 24(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 72(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 144(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 216(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 264(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 312(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 360(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            192(DX), Y0, Y16
+	VMOVUPS           24(DX), Y0
+	VADDPS            216(DX), Y0, Y17
+	VMOVUPS           48(DX), Y0
+	VADDPS            240(DX), Y0, Y18
+	VMOVUPS           72(DX), Y0
+	VADDPS            264(DX), Y0, Y19
+	VMOVUPS           96(DX), Y0
+	VADDPS            288(DX), Y0, Y20
+	VMOVUPS           120(DX), Y0
+	VADDPS            312(DX), Y0, Y21
+	VMOVUPS           144(DX), Y0
+	VADDPS            336(DX), Y0, Y22
+	VMOVUPS           168(DX), Y0
+	VADDPS            360(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -9689,7 +10791,8 @@ vgroup:
 	VMOVUPS     704(DI), Z11
 	VMULPS.BCST 532(DX), Z11, Z11
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -9706,12 +10809,12 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -9727,9 +10830,9 @@ vpfG:
 	VFMADD231PS  Z20, Z31, Z10
 	VFMADD231PS  Z21, Z31, Z11
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x18, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -9744,12 +10847,12 @@ vpfG:
 	VMOVUPS      Z11, 704(DI)
 	ADDQ         $0x00000300, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -9766,7 +10869,8 @@ vone:
 	VMOVUPS     320(DI), Z5
 	VMULPS.BCST 532(DX), Z5, Z5
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -9783,12 +10887,12 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -9797,9 +10901,9 @@ vpf1:
 	VFMADD231PS  Z20, Z30, Z4
 	VFMADD231PS  Z21, Z30, Z5
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x18, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -9808,42 +10912,31 @@ vpf1:
 	VMOVUPS      Z5, 320(DI)
 	ADDQ         $0x00000180, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x7(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+// func attendF32AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF32AVX512x7(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x02
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -9858,13 +10951,12 @@ group:
 	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -9875,178 +10967,93 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z7
-	VFMADD231PS   64(R8), Z31, Z8
-	VFMADD231PS   128(R8), Z31, Z9
-	VFMADD231PS   192(R8), Z31, Z10
-	VFMADD231PS   256(R8), Z31, Z11
-	VFMADD231PS   320(R8), Z31, Z12
-	VFMADD231PS   384(R8), Z31, Z13
-	ADDQ          $0x40, AX
-	ADDQ          $0x000001c0, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 4(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 68(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 132(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 196(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 260(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 324(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 388(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z7
+	VFMADD231PS Z17, Z31, Z8
+	VFMADD231PS Z18, Z31, Z9
+	VFMADD231PS Z19, Z31, Z10
+	VFMADD231PS Z20, Z31, Z11
+	VFMADD231PS Z21, Z31, Z12
+	VFMADD231PS Z22, Z31, Z13
+	ADDQ        $0x40, AX
+	ADDQ        $0x000001c0, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z12, Z12, Z24
+	VSHUFF32X4  $0xdd, Z12, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm18<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x00003fff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000038, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10054,14 +11061,13 @@ single:
 	VPXORD Z4, Z4, Z4
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -10071,526 +11077,549 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	ADDQ          $0x40, AX
-	ADDQ          $0x000001c0, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	ADDQ        $0x40, AX
+	ADDQ        $0x000001c0, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z6, Z6, Z24
+	VSHUFF32X4  $0xee, Z6, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm19<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000007f, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x0000001c, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           320(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      20(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 320(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            52(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 52(R8)
-	VMOVSS            X21, 20(R8)
-	VMOVSS            X22, 532(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           384(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      24(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 384(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            56(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 56(R8)
-	VMOVSS            X21, 24(R8)
-	VMOVSS            X22, 536(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000007f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 28(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 56(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 84(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 112(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 196(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 252(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 308(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 364(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 392(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 420(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            224(DX), Y0, Y16
+	VMOVUPS           28(DX), Y0
+	VADDPS            252(DX), Y0, Y17
+	VMOVUPS           56(DX), Y0
+	VADDPS            280(DX), Y0, Y18
+	VMOVUPS           84(DX), Y0
+	VADDPS            308(DX), Y0, Y19
+	VMOVUPS           112(DX), Y0
+	VADDPS            336(DX), Y0, Y20
+	VMOVUPS           140(DX), Y0
+	VADDPS            364(DX), Y0, Y21
+	VMOVUPS           168(DX), Y0
+	VADDPS            392(DX), Y0, Y22
+	VMOVUPS           196(DX), Y0
+	VADDPS            420(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -10623,7 +11652,8 @@ vgroup:
 	VMOVUPS     832(DI), Z13
 	VMULPS.BCST 536(DX), Z13, Z13
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -10640,13 +11670,13 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -10664,9 +11694,9 @@ vpfG:
 	VFMADD231PS  Z21, Z31, Z12
 	VFMADD231PS  Z22, Z31, Z13
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x1c, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -10683,12 +11713,12 @@ vpfG:
 	VMOVUPS      Z13, 832(DI)
 	ADDQ         $0x00000380, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -10707,7 +11737,8 @@ vone:
 	VMOVUPS     384(DI), Z6
 	VMULPS.BCST 536(DX), Z6, Z6
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -10724,13 +11755,13 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -10740,9 +11771,9 @@ vpf1:
 	VFMADD231PS  Z21, Z30, Z5
 	VFMADD231PS  Z22, Z30, Z6
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x1c, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -10752,42 +11783,31 @@ vpf1:
 	VMOVUPS      Z6, 384(DI)
 	ADDQ         $0x000001c0, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
 	VZEROUPPER
 	RET
 
-// func attendF32AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
-TEXT ·attendF32AVX512x8(SB), NOSPLIT, $0-88
-	MOVQ         acc+0(FP), DI
-	MOVQ         q+8(FP), SI
-	MOVQ         ml+16(FP), R8
-	MOVQ         nch+24(FP), R9
-	MOVQ         k+32(FP), R10
-	MOVQ         v+40(FP), R11
-	MOVQ         cnt+48(FP), CX
-	MOVQ         s+64(FP), DX
-	MOVQ         R9, R13
+// func attendF32AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendF32AVX512x8(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
 	SHLQ         $0x06, R13
 	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
 
-	// K1 = lanes < cnt
-	MOVL  $0x00000001, AX
-	SHLL  CL, AX
-	DECL  AX
-	KMOVW AX, K1
-
-	// Scores: s[16h+p] = scale · q_h·k_p, for P positions at a time.
-	MOVQ  kn+72(FP), R14
-	MOVQ  cnt+48(FP), R9
-	IMULQ R13, R9
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
 
 group:
-	CMPQ   CX, $0x02
-	JL     single
+	CMPQ   R9, $0x02
+	JL     rest
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -10804,13 +11824,12 @@ group:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
 chunkP:
-	CMPQ       R9, $0x00
+	CMPQ       R10, $0x00
 	JLE        kpfP
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
@@ -10821,200 +11840,99 @@ chunkP:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
 kpfP:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	VFMADD231PS   448(R8), Z30, Z7
-	VMOVUPS       (AX)(R13*1), Z31
-	VFMADD231PS   (R8), Z31, Z8
-	VFMADD231PS   64(R8), Z31, Z9
-	VFMADD231PS   128(R8), Z31, Z10
-	VFMADD231PS   192(R8), Z31, Z11
-	VFMADD231PS   256(R8), Z31, Z12
-	VFMADD231PS   320(R8), Z31, Z13
-	VFMADD231PS   384(R8), Z31, Z14
-	VFMADD231PS   448(R8), Z31, Z15
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000200, R8
-	DECQ          R11
-	JNZ           chunkP
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 448(DX)
-	VEXTRACTF32X8 $0x01, Z8, Y24
-	VADDPS        Y24, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0x4e, X8, X24
-	VADDPS        X24, X8, X8
-	VPERMILPS     $0xb1, X8, X24
-	VADDPS        X24, X8, X8
-	VMULSS        X27, X8, X8
-	VMOVSS        X8, 4(DX)
-	VEXTRACTF32X8 $0x01, Z9, Y24
-	VADDPS        Y24, Y9, Y9
-	VEXTRACTF32X4 $0x01, Y9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0x4e, X9, X24
-	VADDPS        X24, X9, X9
-	VPERMILPS     $0xb1, X9, X24
-	VADDPS        X24, X9, X9
-	VMULSS        X27, X9, X9
-	VMOVSS        X9, 68(DX)
-	VEXTRACTF32X8 $0x01, Z10, Y24
-	VADDPS        Y24, Y10, Y10
-	VEXTRACTF32X4 $0x01, Y10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0x4e, X10, X24
-	VADDPS        X24, X10, X10
-	VPERMILPS     $0xb1, X10, X24
-	VADDPS        X24, X10, X10
-	VMULSS        X27, X10, X10
-	VMOVSS        X10, 132(DX)
-	VEXTRACTF32X8 $0x01, Z11, Y24
-	VADDPS        Y24, Y11, Y11
-	VEXTRACTF32X4 $0x01, Y11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0x4e, X11, X24
-	VADDPS        X24, X11, X11
-	VPERMILPS     $0xb1, X11, X24
-	VADDPS        X24, X11, X11
-	VMULSS        X27, X11, X11
-	VMOVSS        X11, 196(DX)
-	VEXTRACTF32X8 $0x01, Z12, Y24
-	VADDPS        Y24, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0x4e, X12, X24
-	VADDPS        X24, X12, X12
-	VPERMILPS     $0xb1, X12, X24
-	VADDPS        X24, X12, X12
-	VMULSS        X27, X12, X12
-	VMOVSS        X12, 260(DX)
-	VEXTRACTF32X8 $0x01, Z13, Y24
-	VADDPS        Y24, Y13, Y13
-	VEXTRACTF32X4 $0x01, Y13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0x4e, X13, X24
-	VADDPS        X24, X13, X13
-	VPERMILPS     $0xb1, X13, X24
-	VADDPS        X24, X13, X13
-	VMULSS        X27, X13, X13
-	VMOVSS        X13, 324(DX)
-	VEXTRACTF32X8 $0x01, Z14, Y24
-	VADDPS        Y24, Y14, Y14
-	VEXTRACTF32X4 $0x01, Y14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0x4e, X14, X24
-	VADDPS        X24, X14, X14
-	VPERMILPS     $0xb1, X14, X24
-	VADDPS        X24, X14, X14
-	VMULSS        X27, X14, X14
-	VMOVSS        X14, 388(DX)
-	VEXTRACTF32X8 $0x01, Z15, Y24
-	VADDPS        Y24, Y15, Y15
-	VEXTRACTF32X4 $0x01, Y15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0x4e, X15, X24
-	VADDPS        X24, X15, X15
-	VPERMILPS     $0xb1, X15, X24
-	VADDPS        X24, X15, X15
-	VMULSS        X27, X15, X15
-	VMOVSS        X15, 452(DX)
-	ADDQ          $0x08, DX
-	ADDQ          R13, R10
-	ADDQ          R13, R10
-	SUBQ          $0x02, CX
-	JMP           group
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VMOVUPS     448(R8), Z23
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	VFMADD231PS Z23, Z30, Z7
+	VMOVUPS     (AX)(R13*1), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000200, R8
+	DECQ        R11
+	JNZ         chunkP
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x44, Z9, Z8, Z24
+	VSHUFF32X4  $0xee, Z9, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x44, Z11, Z10, Z24
+	VSHUFF32X4  $0xee, Z11, Z10, Z25
+	VADDPS      Z25, Z24, Z10
+	VSHUFF32X4  $0x44, Z13, Z12, Z24
+	VSHUFF32X4  $0xee, Z13, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFF32X4  $0x44, Z15, Z14, Z24
+	VSHUFF32X4  $0xee, Z15, Z14, Z25
+	VADDPS      Z25, Z24, Z14
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x88, Z10, Z8, Z24
+	VSHUFF32X4  $0xdd, Z10, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFF32X4  $0x88, Z14, Z12, Z24
+	VSHUFF32X4  $0xdd, Z14, Z12, Z25
+	VADDPS      Z25, Z24, Z12
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z12, Z8, Z24
+	VSHUFPS     $0xdd, Z12, Z8, Z25
+	VADDPS      Z25, Z24, Z8
+	VSHUFPS     $0x88, Z8, Z0, Z24
+	VSHUFPS     $0xdd, Z8, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm20<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x0000ffff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000040, DX
+	ADDQ        R13, CX
+	ADDQ        R13, CX
+	SUBQ        $0x02, R9
+	JMP         group
 
-single:
-	TESTQ  CX, CX
-	JZ     scored
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -11023,14 +11941,13 @@ single:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R10, AX
-	MOVQ   SI, R8
-	MOVQ   R13, R11
-	SHRQ   $0x06, R11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
 
-chunk1:
-	CMPQ       R9, $0x00
-	JLE        kpf1
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
 	PREFETCHT0 (R14)
 	PREFETCHT0 64(R14)
 	PREFETCHT0 128(R14)
@@ -11040,596 +11957,551 @@ chunk1:
 	PREFETCHT0 384(R14)
 	PREFETCHT0 448(R14)
 	ADDQ       $0x00000200, R14
-	SUBQ       $0x00000200, R9
+	SUBQ       $0x00000200, R10
 
-kpf1:
-	VMOVUPS       (AX), Z30
-	VFMADD231PS   (R8), Z30, Z0
-	VFMADD231PS   64(R8), Z30, Z1
-	VFMADD231PS   128(R8), Z30, Z2
-	VFMADD231PS   192(R8), Z30, Z3
-	VFMADD231PS   256(R8), Z30, Z4
-	VFMADD231PS   320(R8), Z30, Z5
-	VFMADD231PS   384(R8), Z30, Z6
-	VFMADD231PS   448(R8), Z30, Z7
-	ADDQ          $0x40, AX
-	ADDQ          $0x00000200, R8
-	DECQ          R11
-	JNZ           chunk1
-	VEXTRACTF32X8 $0x01, Z0, Y24
-	VADDPS        Y24, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0x4e, X0, X24
-	VADDPS        X24, X0, X0
-	VPERMILPS     $0xb1, X0, X24
-	VADDPS        X24, X0, X0
-	VMULSS        X27, X0, X0
-	VMOVSS        X0, (DX)
-	VEXTRACTF32X8 $0x01, Z1, Y24
-	VADDPS        Y24, Y1, Y1
-	VEXTRACTF32X4 $0x01, Y1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0x4e, X1, X24
-	VADDPS        X24, X1, X1
-	VPERMILPS     $0xb1, X1, X24
-	VADDPS        X24, X1, X1
-	VMULSS        X27, X1, X1
-	VMOVSS        X1, 64(DX)
-	VEXTRACTF32X8 $0x01, Z2, Y24
-	VADDPS        Y24, Y2, Y2
-	VEXTRACTF32X4 $0x01, Y2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0x4e, X2, X24
-	VADDPS        X24, X2, X2
-	VPERMILPS     $0xb1, X2, X24
-	VADDPS        X24, X2, X2
-	VMULSS        X27, X2, X2
-	VMOVSS        X2, 128(DX)
-	VEXTRACTF32X8 $0x01, Z3, Y24
-	VADDPS        Y24, Y3, Y3
-	VEXTRACTF32X4 $0x01, Y3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0x4e, X3, X24
-	VADDPS        X24, X3, X3
-	VPERMILPS     $0xb1, X3, X24
-	VADDPS        X24, X3, X3
-	VMULSS        X27, X3, X3
-	VMOVSS        X3, 192(DX)
-	VEXTRACTF32X8 $0x01, Z4, Y24
-	VADDPS        Y24, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0x4e, X4, X24
-	VADDPS        X24, X4, X4
-	VPERMILPS     $0xb1, X4, X24
-	VADDPS        X24, X4, X4
-	VMULSS        X27, X4, X4
-	VMOVSS        X4, 256(DX)
-	VEXTRACTF32X8 $0x01, Z5, Y24
-	VADDPS        Y24, Y5, Y5
-	VEXTRACTF32X4 $0x01, Y5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0x4e, X5, X24
-	VADDPS        X24, X5, X5
-	VPERMILPS     $0xb1, X5, X24
-	VADDPS        X24, X5, X5
-	VMULSS        X27, X5, X5
-	VMOVSS        X5, 320(DX)
-	VEXTRACTF32X8 $0x01, Z6, Y24
-	VADDPS        Y24, Y6, Y6
-	VEXTRACTF32X4 $0x01, Y6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0x4e, X6, X24
-	VADDPS        X24, X6, X6
-	VPERMILPS     $0xb1, X6, X24
-	VADDPS        X24, X6, X6
-	VMULSS        X27, X6, X6
-	VMOVSS        X6, 384(DX)
-	VEXTRACTF32X8 $0x01, Z7, Y24
-	VADDPS        Y24, Y7, Y7
-	VEXTRACTF32X4 $0x01, Y7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0x4e, X7, X24
-	VADDPS        X24, X7, X7
-	VPERMILPS     $0xb1, X7, X24
-	VADDPS        X24, X7, X7
-	VMULSS        X27, X7, X7
-	VMOVSS        X7, 448(DX)
-	ADDQ          $0x04, DX
-	ADDQ          R13, R10
-	DECQ          CX
-	JNZ           single
+kpfg1:
+	VMOVUPS     (R8), Z16
+	VMOVUPS     64(R8), Z17
+	VMOVUPS     128(R8), Z18
+	VMOVUPS     192(R8), Z19
+	VMOVUPS     256(R8), Z20
+	VMOVUPS     320(R8), Z21
+	VMOVUPS     384(R8), Z22
+	VMOVUPS     448(R8), Z23
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z16, Z30, Z0
+	VFMADD231PS Z17, Z30, Z1
+	VFMADD231PS Z18, Z30, Z2
+	VFMADD231PS Z19, Z30, Z3
+	VFMADD231PS Z20, Z30, Z4
+	VFMADD231PS Z21, Z30, Z5
+	VFMADD231PS Z22, Z30, Z6
+	VFMADD231PS Z23, Z30, Z7
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000200, R8
+	DECQ        R11
+	JNZ         chunkg1
+	VSHUFF32X4  $0x44, Z1, Z0, Z24
+	VSHUFF32X4  $0xee, Z1, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x44, Z3, Z2, Z24
+	VSHUFF32X4  $0xee, Z3, Z2, Z25
+	VADDPS      Z25, Z24, Z2
+	VSHUFF32X4  $0x44, Z5, Z4, Z24
+	VSHUFF32X4  $0xee, Z5, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFF32X4  $0x44, Z7, Z6, Z24
+	VSHUFF32X4  $0xee, Z7, Z6, Z25
+	VADDPS      Z25, Z24, Z6
+	VSHUFF32X4  $0x88, Z2, Z0, Z24
+	VSHUFF32X4  $0xdd, Z2, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFF32X4  $0x88, Z6, Z4, Z24
+	VSHUFF32X4  $0xdd, Z6, Z4, Z25
+	VADDPS      Z25, Z24, Z4
+	VSHUFPS     $0x88, Z4, Z0, Z24
+	VSHUFPS     $0xdd, Z4, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VSHUFPS     $0x88, Z0, Z0, Z24
+	VSHUFPS     $0xdd, Z0, Z0, Z25
+	VADDPS      Z25, Z24, Z0
+	VMULPS      Z27, Z0, Z0
+	VMOVDQU32   attn512_perm0<>+0(SB), Z26
+	VPERMPS     Z0, Z26, Z28
+	MOVL        $0x000000ff, DI
+	KMOVW       DI, K2
+	VMOVUPS     Z28, K2, (DX)
+	ADDQ        $0x00000020, DX
+	ADDQ        R13, CX
+	SUBQ        $0x01, R9
 
-scored:
-	// Softmax step per head over the 16 lanes of s (lanes ≥ cnt masked off).
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
 	MOVQ              s+64(FP), DX
 	MOVQ              ml+16(FP), R8
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           (DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      (R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, (DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            32(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 32(R8)
-	VMOVSS            X21, (R8)
-	VMOVSS            X22, 512(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           64(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      4(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 64(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            36(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 36(R8)
-	VMOVSS            X21, 4(R8)
-	VMOVSS            X22, 516(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           128(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      8(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 128(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            40(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 40(R8)
-	VMOVSS            X21, 8(R8)
-	VMOVSS            X22, 520(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           192(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      12(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 192(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            44(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 44(R8)
-	VMOVSS            X21, 12(R8)
-	VMOVSS            X22, 524(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           256(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      16(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 256(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            48(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 48(R8)
-	VMOVSS            X21, 16(R8)
-	VMOVSS            X22, 528(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           320(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      20(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 320(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            52(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 52(R8)
-	VMOVSS            X21, 20(R8)
-	VMOVSS            X22, 532(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           384(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      24(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 384(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            56(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 56(R8)
-	VMOVSS            X21, 24(R8)
-	VMOVSS            X22, 536(DX)
-	VBROADCASTSS      neg_inf<>+0(SB), Z20
-	VMOVUPS           448(DX), K1, Z20
-	VMOVAPS           Z20, Z21
-	VEXTRACTF32X8     $0x01, Z21, Y24
-	VMAXPS            Y24, Y21, Y21
-	VEXTRACTF32X4     $0x01, Y21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0x4e, X21, X24
-	VMAXPS            X24, X21, X21
-	VPERMILPS         $0xb1, X21, X24
-	VMAXPS            X24, X21, X21
-	VBROADCASTSS      X21, Z21
-	VBROADCASTSS      28(R8), Z22
-	VMAXPS            Z21, Z22, Z21
-	VSUBPS            Z21, Z22, Z22
-	VSUBPS            Z21, Z20, Z20
-	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
-	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
-	VSCALEFPS         Z24, Z25, Z22
-	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
-	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
-	VRNDSCALEPS       $0x00, Z24, Z24
-	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
-	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
-	VBROADCASTSS      exp_p0<>+0(SB), Z25
-	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
-	VSCALEFPS         Z24, Z25, Z20
-	VMOVAPS.Z         Z20, K1, Z20
-	VMOVUPS           Z20, 448(DX)
-	VEXTRACTF32X8     $0x01, Z20, Y24
-	VADDPS            Y24, Y20, Y20
-	VEXTRACTF32X4     $0x01, Y20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0x4e, X20, X24
-	VADDPS            X24, X20, X20
-	VPERMILPS         $0xb1, X20, X24
-	VADDPS            X24, X20, X20
-	VMOVSS            60(R8), X23
-	VFMADD213SS       X20, X22, X23
-	VMOVSS            X23, 60(R8)
-	VMOVSS            X21, 28(R8)
-	VMOVSS            X22, 540(DX)
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x000000ff, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 32(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 64(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 128(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 256(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 320(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 352(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 384(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 416(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 448(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 480(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            256(DX), Y0, Y16
+	VMOVUPS           32(DX), Y0
+	VADDPS            288(DX), Y0, Y17
+	VMOVUPS           64(DX), Y0
+	VADDPS            320(DX), Y0, Y18
+	VMOVUPS           96(DX), Y0
+	VADDPS            352(DX), Y0, Y19
+	VMOVUPS           128(DX), Y0
+	VADDPS            384(DX), Y0, Y20
+	VMOVUPS           160(DX), Y0
+	VADDPS            416(DX), Y0, Y21
+	VMOVUPS           192(DX), Y0
+	VADDPS            448(DX), Y0, Y22
+	VMOVUPS           224(DX), Y0
+	VADDPS            480(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
 
-	// acc_h = acc_h·c_h + Σ_p w[16h+p]·v_p, G 16-element chunks at a time.
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
 	MOVQ  cnt+48(FP), CX
 	MOVQ  acc+0(FP), DI
 	MOVQ  v+40(FP), R11
-	MOVQ  vn+80(FP), R10
+	MOVQ  vn+88(FP), R10
 	MOVQ  CX, SI
 	IMULQ R13, SI
-	MOVQ  R13, R12
-	SHRQ  $0x06, R12
-	MOVQ  R12, R9
-	ANDQ  $0x01, R9
-	SHRQ  $0x01, R12
+	MOVQ  nch+24(FP), R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
 	JZ    vtail
 
 vgroup:
@@ -11666,7 +12538,8 @@ vgroup:
 	VMOVUPS     960(DI), Z15
 	VMULPS.BCST 540(DX), Z15, Z15
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vposG:
 	CMPQ       SI, $0x00
@@ -11683,14 +12556,14 @@ vposG:
 	SUBQ       $0x00000200, SI
 
 vpfG:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
-	VBROADCASTSS 448(DX)(R8*4), Z23
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VBROADCASTSS 28(R8), Z23
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -11710,9 +12583,9 @@ vpfG:
 	VFMADD231PS  Z22, Z31, Z14
 	VFMADD231PS  Z23, Z31, Z15
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vposG
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vposG
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -11731,12 +12604,12 @@ vpfG:
 	VMOVUPS      Z15, 960(DI)
 	ADDQ         $0x00000400, DI
 	ADDQ         $0x00000080, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vgroup
 
 vtail:
-	MOVQ  R9, R12
-	TESTQ R12, R12
+	MOVQ  AX, R9
+	TESTQ R9, R9
 	JZ    done
 
 vone:
@@ -11757,7 +12630,8 @@ vone:
 	VMOVUPS     448(DI), Z7
 	VMULPS.BCST 540(DX), Z7, Z7
 	MOVQ        R11, BX
-	XORL        R8, R8
+	MOVQ        DX, R8
+	MOVQ        CX, R12
 
 vpos1:
 	CMPQ       SI, $0x00
@@ -11774,14 +12648,14 @@ vpos1:
 	SUBQ       $0x00000200, SI
 
 vpf1:
-	VBROADCASTSS (DX)(R8*4), Z16
-	VBROADCASTSS 64(DX)(R8*4), Z17
-	VBROADCASTSS 128(DX)(R8*4), Z18
-	VBROADCASTSS 192(DX)(R8*4), Z19
-	VBROADCASTSS 256(DX)(R8*4), Z20
-	VBROADCASTSS 320(DX)(R8*4), Z21
-	VBROADCASTSS 384(DX)(R8*4), Z22
-	VBROADCASTSS 448(DX)(R8*4), Z23
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VBROADCASTSS 28(R8), Z23
 	VMOVUPS      (BX), Z30
 	VFMADD231PS  Z16, Z30, Z0
 	VFMADD231PS  Z17, Z30, Z1
@@ -11792,9 +12666,9 @@ vpf1:
 	VFMADD231PS  Z22, Z30, Z6
 	VFMADD231PS  Z23, Z30, Z7
 	ADDQ         R13, BX
-	INCQ         R8
-	CMPQ         R8, CX
-	JL           vpos1
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1
 	VMOVUPS      Z0, (DI)
 	VMOVUPS      Z1, 64(DI)
 	VMOVUPS      Z2, 128(DI)
@@ -11805,10 +12679,6761 @@ vpf1:
 	VMOVUPS      Z7, 448(DI)
 	ADDQ         $0x00000200, DI
 	ADDQ         $0x00000040, R11
-	DECQ         R12
+	DECQ         R9
 	JNZ          vone
 
 done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x1(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x08
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	LEAQ   (BX)(R13*2), R12
+	ADDQ   R13, R12
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VPBROADCASTW (AX)(R13*1), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*2), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (BX), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (BX)(R13*1), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX)(R13*2), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (R12), Y23
+	VCVTPH2PS    Y23, Z23
+	VPBROADCASTW (R12)(R13*1), Y24
+	VCVTPH2PS    Y24, Z24
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VPMOVSXBD    2(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VPMOVSXBD    2(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VPMOVSXBD    2(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VPMOVSXBD    2(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VPMOVSXBD    18(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VPMOVSXBD    18(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VPMOVSXBD    18(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VPMOVSXBD    18(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x22, R12
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000020, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x08, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg4:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VPBROADCASTW (AX)(R13*1), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*2), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (BX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkg4
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm1<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000000f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000010, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VPBROADCASTW (AX)(R13*1), Y18
+	VCVTPH2PS    Y18, Z18
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z18, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z0, Z0, Z24
+	VSHUFF32X4   $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm2<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000003, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000008, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMOVUPS      (R8), Z16
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VMOVUPS      64(R8), Z16
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z17, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000080, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z0, Z0, Z24
+	VSHUFF32X4   $0xee, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z0, Z0, Z24
+	VSHUFF32X4   $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm3<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000001, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000004, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 512(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 512(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 512(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 512(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 512(DX), Z7, Z7
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z2
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VPBROADCASTW 68(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    70(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VPMOVSXBD    86(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VPBROADCASTW 102(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    104(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VPMOVSXBD    120(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000088, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 512(DX), Z1, Z1
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z1
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x2(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x08
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	LEAQ   (BX)(R13*2), R12
+	ADDQ   R13, R12
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*1), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*2), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (BX), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX)(R13*1), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (BX)(R13*2), Y23
+	VCVTPH2PS    Y23, Z23
+	VPBROADCASTW (R12), Y24
+	VCVTPH2PS    Y24, Z24
+	VPBROADCASTW (R12)(R13*1), Y25
+	VCVTPH2PS    Y25, Z25
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VPMOVSXBD    2(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VPMOVSXBD    2(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z10
+	VFMADD231PS  Z17, Z31, Z11
+	VPMOVSXBD    2(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VPMOVSXBD    2(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z14
+	VFMADD231PS  Z17, Z31, Z15
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VPMOVSXBD    18(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VPMOVSXBD    18(BX)(R13*2), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z10
+	VFMADD231PS  Z17, Z31, Z11
+	VPMOVSXBD    18(R12), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VPMOVSXBD    18(R12)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z14
+	VFMADD231PS  Z17, Z31, Z15
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x22, R12
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z15, Z14, Z24
+	VSHUFF32X4   $0xee, Z15, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm4<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 32(DX)
+	ADDQ         $0x00000020, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x08, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg4:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*1), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*2), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (BX), Y21
+	VCVTPH2PS    Y21, Z21
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkg4
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm5<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000000f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x000000f0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 48(DX)
+	ADDQ         $0x00000010, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VPBROADCASTW (AX)(R13*1), Y19
+	VCVTPH2PS    Y19, Z19
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z19, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm6<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000003, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x0000000c, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 56(DX)
+	ADDQ         $0x00000008, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y18
+	VCVTPH2PS    Y18, Z18
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VMOVUPS      128(R8), Z16
+	VMOVUPS      192(R8), Z17
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z18, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000100, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z0, Z0, Z24
+	VSHUFF32X4   $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm2<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000001, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x00000002, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 60(DX)
+	ADDQ         $0x00000004, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x03, AX
+	SHRQ  $0x02, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 512(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 516(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 516(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 516(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 512(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 516(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 512(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 516(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 512(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 516(DX), Z13, Z13
+	VMOVUPS     896(DI), Z14
+	VMULPS.BCST 512(DX), Z14, Z14
+	VMOVUPS     960(DI), Z15
+	VMULPS.BCST 516(DX), Z15, Z15
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z4
+	VFMADD231PS  Z17, Z30, Z5
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VPBROADCASTW 68(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    70(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VPMOVSXBD    86(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z10
+	VFMADD231PS  Z17, Z31, Z11
+	VPBROADCASTW 102(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    104(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VPMOVSXBD    120(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z14
+	VFMADD231PS  Z17, Z31, Z15
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	VMOVUPS      Z14, 896(DI)
+	VMOVUPS      Z15, 960(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x00000088, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 512(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 516(DX), Z3, Z3
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z2
+	VFMADD231PS  Z17, Z31, Z3
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x3(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x05
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*1), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*2), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (BX)(R13*1), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	VPMOVSXBD    2(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VFMADD231PS  Z18, Z30, Z14
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	VPMOVSXBD    18(BX)(R13*1), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z12
+	VFMADD231PS  Z17, Z30, Z13
+	VFMADD231PS  Z18, Z30, Z14
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z14, Z14, Z24
+	VSHUFF32X4   $0xee, Z14, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm7<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000001f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x000003e0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 44(DX)
+	MOVL         $0x00007c00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 88(DX)
+	ADDQ         $0x00000014, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x05, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x04
+	JL     skip4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg4:
+	CMPQ       R10, $0x00
+	JLE        kpfg4
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg4:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*1), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*2), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (BX), Y22
+	VCVTPH2PS    Y22, Z22
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkg4
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z8, Z8, Z24
+	VSHUFPS      $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm8<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000000f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x000000f0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 48(DX)
+	MOVL         $0x00000f00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 96(DX)
+	ADDQ         $0x00000010, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+
+skip4:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VPBROADCASTW (AX)(R13*1), Y20
+	VCVTPH2PS    Y20, Z20
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z20, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z4, Z4, Z24
+	VSHUFF32X4   $0xdd, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm9<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000003, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x0000000c, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 56(DX)
+	MOVL         $0x00000030, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 112(DX)
+	ADDQ         $0x00000008, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y19
+	VCVTPH2PS    Y19, Z19
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VMOVUPS      192(R8), Z16
+	VMOVUPS      256(R8), Z17
+	VMOVUPS      320(R8), Z18
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z19, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000180, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z2, Z2, Z24
+	VSHUFF32X4   $0xee, Z2, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm10<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000001, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x00000002, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 60(DX)
+	MOVL         $0x00000004, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 120(DX)
+	ADDQ         $0x00000004, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 512(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 516(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 520(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 516(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 520(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 512(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 516(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 520(DX), Z11, Z11
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z6
+	VFMADD231PS  Z17, Z30, Z7
+	VFMADD231PS  Z18, Z30, Z8
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z9
+	VFMADD231PS  Z17, Z31, Z10
+	VFMADD231PS  Z18, Z31, Z11
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000044, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 512(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 516(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 520(DX), Z5, Z5
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z3
+	VFMADD231PS  Z17, Z31, Z4
+	VFMADD231PS  Z18, Z31, Z5
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	ADDQ         $0x00000180, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x4(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x04
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   CX, AX
+	LEAQ   (AX)(R13*2), BX
+	ADDQ   R13, BX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*1), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (AX)(R13*2), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (BX), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VFMADD231PS  Z18, Z30, Z10
+	VFMADD231PS  Z19, Z30, Z11
+	VPMOVSXBD    2(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z12
+	VFMADD231PS  Z17, Z31, Z13
+	VFMADD231PS  Z18, Z31, Z14
+	VFMADD231PS  Z19, Z31, Z15
+	VMOVUPS      256(R8), Z16
+	VMOVUPS      320(R8), Z17
+	VMOVUPS      384(R8), Z18
+	VMOVUPS      448(R8), Z19
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VFMADD231PS  Z18, Z30, Z10
+	VFMADD231PS  Z19, Z30, Z11
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z12
+	VFMADD231PS  Z17, Z31, Z13
+	VFMADD231PS  Z18, Z31, Z14
+	VFMADD231PS  Z19, Z31, Z15
+	ADDQ         $0x22, AX
+	ADDQ         $0x22, BX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z15, Z14, Z24
+	VSHUFF32X4   $0xee, Z15, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm11<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000000f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x000000f0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 48(DX)
+	MOVL         $0x00000f00, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 96(DX)
+	MOVL         $0x0000f000, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 144(DX)
+	ADDQ         $0x00000010, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x04, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y20
+	VCVTPH2PS    Y20, Z20
+	VPBROADCASTW (AX)(R13*1), Y21
+	VCVTPH2PS    Y21, Z21
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VMOVUPS      256(R8), Z16
+	VMOVUPS      320(R8), Z17
+	VMOVUPS      384(R8), Z18
+	VMOVUPS      448(R8), Z19
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z21, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm12<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000003, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x0000000c, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 56(DX)
+	MOVL         $0x00000030, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 112(DX)
+	MOVL         $0x000000c0, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 168(DX)
+	ADDQ         $0x00000008, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VMOVUPS      256(R8), Z16
+	VMOVUPS      320(R8), Z17
+	VMOVUPS      384(R8), Z18
+	VMOVUPS      448(R8), Z19
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z20, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000200, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm1<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000001, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	MOVL         $0x00000002, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 60(DX)
+	MOVL         $0x00000004, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 120(DX)
+	MOVL         $0x00000008, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, 180(DX)
+	ADDQ         $0x00000004, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step per row over the 16 lanes of s (lanes ≥ lim[h] masked off).
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), R10
+	MOVL              (R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           (DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      (R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, (DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            32(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 32(R8)
+	VMOVSS            X21, (R8)
+	VMOVSS            X22, 512(DX)
+	MOVL              4(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           64(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      4(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 64(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            36(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 36(R8)
+	VMOVSS            X21, 4(R8)
+	VMOVSS            X22, 516(DX)
+	MOVL              8(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           128(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      8(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 128(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            40(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 40(R8)
+	VMOVSS            X21, 8(R8)
+	VMOVSS            X22, 520(DX)
+	MOVL              12(R10), CX
+	MOVL              $0x00000001, AX
+	SHLL              CL, AX
+	DECL              AX
+	KMOVW             AX, K1
+	VBROADCASTSS      neg_inf<>+0(SB), Z20
+	VMOVUPS           192(DX), K1, Z20
+	VMOVAPS           Z20, Z21
+	VEXTRACTF32X8     $0x01, Z21, Y24
+	VMAXPS            Y24, Y21, Y21
+	VEXTRACTF32X4     $0x01, Y21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0x4e, X21, X24
+	VMAXPS            X24, X21, X21
+	VPERMILPS         $0xb1, X21, X24
+	VMAXPS            X24, X21, X21
+	VBROADCASTSS      X21, Z21
+	VBROADCASTSS      12(R8), Z22
+	VMAXPS            Z21, Z22, Z21
+	VSUBPS            Z21, Z22, Z22
+	VSUBPS            Z21, Z20, Z20
+	VMAXPS.BCST       exp_min<>+0(SB), Z22, Z22
+	VMULPS.BCST       exp_log2e<>+0(SB), Z22, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z22
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z22
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z22, Z25
+	VSCALEFPS         Z24, Z25, Z22
+	VMAXPS.BCST       exp_min<>+0(SB), Z20, Z20
+	VMULPS.BCST       exp_log2e<>+0(SB), Z20, Z24
+	VRNDSCALEPS       $0x00, Z24, Z24
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z24, Z20
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z24, Z20
+	VBROADCASTSS      exp_p0<>+0(SB), Z25
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z20, Z25
+	VSCALEFPS         Z24, Z25, Z20
+	VMOVAPS.Z         Z20, K1, Z20
+	VMOVUPS           Z20, 192(DX)
+	VEXTRACTF32X8     $0x01, Z20, Y24
+	VADDPS            Y24, Y20, Y20
+	VEXTRACTF32X4     $0x01, Y20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0x4e, X20, X24
+	VADDPS            X24, X20, X20
+	VPERMILPS         $0xb1, X20, X24
+	VADDPS            X24, X20, X20
+	VMOVSS            44(R8), X23
+	VFMADD213SS       X20, X22, X23
+	VMOVSS            X23, 44(R8)
+	VMOVSS            X21, 12(R8)
+	VMOVSS            X22, 524(DX)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+	MOVQ  R9, AX
+	ANDQ  $0x01, AX
+	SHRQ  $0x01, R9
+	JZ    vtail
+
+vgroup:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 516(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 520(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 524(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 512(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 516(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 520(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 524(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 512(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 516(DX), Z13, Z13
+	VMOVUPS     896(DI), Z14
+	VMULPS.BCST 520(DX), Z14, Z14
+	VMOVUPS     960(DI), Z15
+	VMULPS.BCST 524(DX), Z15, Z15
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vposG:
+	CMPQ       SI, $0x00
+	JLE        vpfG
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpfG:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	VPBROADCASTW 34(BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    36(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z8
+	VFMADD231PS  Z17, Z30, Z9
+	VFMADD231PS  Z18, Z30, Z10
+	VFMADD231PS  Z19, Z30, Z11
+	VPMOVSXBD    52(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z12
+	VFMADD231PS  Z17, Z31, Z13
+	VFMADD231PS  Z18, Z31, Z14
+	VFMADD231PS  Z19, Z31, Z15
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vposG
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	VMOVUPS      Z14, 896(DI)
+	VMOVUPS      Z15, 960(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x00000044, R11
+	DECQ         R9
+	JNZ          vgroup
+
+vtail:
+	MOVQ  AX, R9
+	TESTQ R9, R9
+	JZ    done
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 512(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 516(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 520(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 524(DX), Z7, Z7
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 64(R8), Z17
+	VBROADCASTSS 128(R8), Z18
+	VBROADCASTSS 192(R8), Z19
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z4
+	VFMADD231PS  Z17, Z31, Z5
+	VFMADD231PS  Z18, Z31, Z6
+	VFMADD231PS  Z19, Z31, Z7
+	ADDQ         R13, BX
+	ADDQ         $0x04, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x5(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x03
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (AX)(R13*1), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (AX)(R13*2), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	VPMOVSXBD    2(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z10
+	VFMADD231PS  Z17, Z30, Z11
+	VFMADD231PS  Z18, Z30, Z12
+	VFMADD231PS  Z19, Z30, Z13
+	VFMADD231PS  Z20, Z30, Z14
+	VMOVUPS      320(R8), Z16
+	VMOVUPS      384(R8), Z17
+	VMOVUPS      448(R8), Z18
+	VMOVUPS      512(R8), Z19
+	VMOVUPS      576(R8), Z20
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	VPMOVSXBD    18(AX)(R13*2), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z10
+	VFMADD231PS  Z17, Z30, Z11
+	VFMADD231PS  Z18, Z30, Z12
+	VFMADD231PS  Z19, Z30, Z13
+	VFMADD231PS  Z20, Z30, Z14
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z14, Z14, Z24
+	VSHUFF32X4   $0xee, Z14, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm13<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00007fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x0000003c, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x03, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x02
+	JL     skip2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg2:
+	CMPQ       R10, $0x00
+	JLE        kpfg2
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg2:
+	VPBROADCASTW (AX), Y21
+	VCVTPH2PS    Y21, Z21
+	VPBROADCASTW (AX)(R13*1), Y22
+	VCVTPH2PS    Y22, Z22
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	VMOVUPS      320(R8), Z16
+	VMOVUPS      384(R8), Z17
+	VMOVUPS      448(R8), Z18
+	VMOVUPS      512(R8), Z19
+	VMOVUPS      576(R8), Z20
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z22, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          chunkg2
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z8, Z8, Z24
+	VSHUFF32X4   $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z8, Z8, Z24
+	VSHUFPS      $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm14<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000003ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000028, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+
+skip2:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y21
+	VCVTPH2PS    Y21, Z21
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VMOVUPS      320(R8), Z16
+	VMOVUPS      384(R8), Z17
+	VMOVUPS      448(R8), Z18
+	VMOVUPS      512(R8), Z19
+	VMOVUPS      576(R8), Z20
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z21, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000280, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z4, Z4, Z24
+	VSHUFF32X4   $0xee, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z4, Z4, Z24
+	VSHUFF32X4   $0xdd, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm15<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000001f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000014, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000001f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           20(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 20(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           40(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 40(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           60(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 60(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           80(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 80(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           100(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 100(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           180(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 180(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           200(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 200(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           220(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 220(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           260(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 260(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           300(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 300(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            160(DX), Y0, Y16
+	VMOVUPS           20(DX), Y0
+	VADDPS            180(DX), Y0, Y17
+	VMOVUPS           40(DX), Y0
+	VADDPS            200(DX), Y0, Y18
+	VMOVUPS           60(DX), Y0
+	VADDPS            220(DX), Y0, Y19
+	VMOVUPS           80(DX), Y0
+	VADDPS            240(DX), Y0, Y20
+	VMOVUPS           100(DX), Y0
+	VADDPS            260(DX), Y0, Y21
+	VMOVUPS           120(DX), Y0
+	VADDPS            280(DX), Y0, Y22
+	VMOVUPS           140(DX), Y0
+	VADDPS            300(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 512(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 516(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 520(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 524(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 528(DX), Z9, Z9
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z5
+	VFMADD231PS  Z17, Z31, Z6
+	VFMADD231PS  Z18, Z31, Z7
+	VFMADD231PS  Z19, Z31, Z8
+	VFMADD231PS  Z20, Z31, Z9
+	ADDQ         R13, BX
+	ADDQ         $0x14, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	ADDQ         $0x00000280, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x6(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x02
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y22
+	VCVTPH2PS    Y22, Z22
+	VPBROADCASTW (AX)(R13*1), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VFMADD231PS  Z18, Z31, Z8
+	VFMADD231PS  Z19, Z31, Z9
+	VFMADD231PS  Z20, Z31, Z10
+	VFMADD231PS  Z21, Z31, Z11
+	VMOVUPS      384(R8), Z16
+	VMOVUPS      448(R8), Z17
+	VMOVUPS      512(R8), Z18
+	VMOVUPS      576(R8), Z19
+	VMOVUPS      640(R8), Z20
+	VMOVUPS      704(R8), Z21
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z23, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VFMADD231PS  Z18, Z31, Z8
+	VFMADD231PS  Z19, Z31, Z9
+	VFMADD231PS  Z20, Z31, Z10
+	VFMADD231PS  Z21, Z31, Z11
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z8, Z8, Z24
+	VSHUFPS      $0xdd, Z8, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm16<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00000fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000030, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y22
+	VCVTPH2PS    Y22, Z22
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VMOVUPS      384(R8), Z16
+	VMOVUPS      448(R8), Z17
+	VMOVUPS      512(R8), Z18
+	VMOVUPS      576(R8), Z19
+	VMOVUPS      640(R8), Z20
+	VMOVUPS      704(R8), Z21
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z22, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000300, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z4, Z4, Z24
+	VSHUFF32X4   $0xdd, Z4, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm17<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000003f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000018, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000003f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           24(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 24(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           48(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 48(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           72(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 72(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           120(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 120(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           144(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 144(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           216(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 216(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           240(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 240(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           264(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 264(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           312(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 312(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           360(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 360(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            192(DX), Y0, Y16
+	VMOVUPS           24(DX), Y0
+	VADDPS            216(DX), Y0, Y17
+	VMOVUPS           48(DX), Y0
+	VADDPS            240(DX), Y0, Y18
+	VMOVUPS           72(DX), Y0
+	VADDPS            264(DX), Y0, Y19
+	VMOVUPS           96(DX), Y0
+	VADDPS            288(DX), Y0, Y20
+	VMOVUPS           120(DX), Y0
+	VADDPS            312(DX), Y0, Y21
+	VMOVUPS           144(DX), Y0
+	VADDPS            336(DX), Y0, Y22
+	VMOVUPS           168(DX), Y0
+	VADDPS            360(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 532(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 512(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 516(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 520(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 524(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 528(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 532(DX), Z11, Z11
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z6
+	VFMADD231PS  Z17, Z31, Z7
+	VFMADD231PS  Z18, Z31, Z8
+	VFMADD231PS  Z19, Z31, Z9
+	VFMADD231PS  Z20, Z31, Z10
+	VFMADD231PS  Z21, Z31, Z11
+	ADDQ         R13, BX
+	ADDQ         $0x18, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	ADDQ         $0x00000300, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x7(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x02
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y23
+	VCVTPH2PS    Y23, Z23
+	VPBROADCASTW (AX)(R13*1), Y24
+	VCVTPH2PS    Y24, Z24
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VFMADD231PS  Z17, Z31, Z8
+	VFMADD231PS  Z18, Z31, Z9
+	VFMADD231PS  Z19, Z31, Z10
+	VFMADD231PS  Z20, Z31, Z11
+	VFMADD231PS  Z21, Z31, Z12
+	VFMADD231PS  Z22, Z31, Z13
+	VMOVUPS      448(R8), Z16
+	VMOVUPS      512(R8), Z17
+	VMOVUPS      576(R8), Z18
+	VMOVUPS      640(R8), Z19
+	VMOVUPS      704(R8), Z20
+	VMOVUPS      768(R8), Z21
+	VMOVUPS      832(R8), Z22
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z24, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VFMADD231PS  Z17, Z31, Z8
+	VFMADD231PS  Z18, Z31, Z9
+	VFMADD231PS  Z19, Z31, Z10
+	VFMADD231PS  Z20, Z31, Z11
+	VFMADD231PS  Z21, Z31, Z12
+	VFMADD231PS  Z22, Z31, Z13
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z12, Z12, Z24
+	VSHUFF32X4   $0xdd, Z12, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm18<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x00003fff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000038, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y23
+	VCVTPH2PS    Y23, Z23
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VMOVUPS      448(R8), Z16
+	VMOVUPS      512(R8), Z17
+	VMOVUPS      576(R8), Z18
+	VMOVUPS      640(R8), Z19
+	VMOVUPS      704(R8), Z20
+	VMOVUPS      768(R8), Z21
+	VMOVUPS      832(R8), Z22
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z23, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000380, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z6, Z6, Z24
+	VSHUFF32X4   $0xee, Z6, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm19<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000007f, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x0000001c, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x0000007f, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           28(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 28(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           56(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 56(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           84(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 84(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           112(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 112(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           140(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 140(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           168(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 168(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           196(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 196(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           252(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 252(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           280(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 280(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           308(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 308(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           336(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 336(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           364(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 364(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           392(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 392(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           420(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 420(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            224(DX), Y0, Y16
+	VMOVUPS           28(DX), Y0
+	VADDPS            252(DX), Y0, Y17
+	VMOVUPS           56(DX), Y0
+	VADDPS            280(DX), Y0, Y18
+	VMOVUPS           84(DX), Y0
+	VADDPS            308(DX), Y0, Y19
+	VMOVUPS           112(DX), Y0
+	VADDPS            336(DX), Y0, Y20
+	VMOVUPS           140(DX), Y0
+	VADDPS            364(DX), Y0, Y21
+	VMOVUPS           168(DX), Y0
+	VADDPS            392(DX), Y0, Y22
+	VMOVUPS           196(DX), Y0
+	VADDPS            420(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 532(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 536(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 512(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 516(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 520(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 524(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 528(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 532(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 536(DX), Z13, Z13
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z7
+	VFMADD231PS  Z17, Z31, Z8
+	VFMADD231PS  Z18, Z31, Z9
+	VFMADD231PS  Z19, Z31, Z10
+	VFMADD231PS  Z20, Z31, Z11
+	VFMADD231PS  Z21, Z31, Z12
+	VFMADD231PS  Z22, Z31, Z13
+	ADDQ         R13, BX
+	ADDQ         $0x1c, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	ADDQ         $0x00000380, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
+	VZEROUPPER
+	RET
+
+// func attendQ8AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, FMA3, MMX+
+TEXT ·attendQ8AVX512x8(SB), NOSPLIT, $0-96
+	MOVQ         nch+24(FP), R13
+	IMUL3Q       $0x11, R13, R13
+	VBROADCASTSS scale+56(FP), Z27
+	MOVQ         kn+80(FP), R14
+	MOVQ         cnt+48(FP), R10
+	IMULQ        R13, R10
+
+	// Scores: scale · q_h·k_p, P positions × all rows at a time.
+	MOVQ k+32(FP), CX
+	MOVQ s+64(FP), DX
+	MOVQ cnt+48(FP), R9
+
+group:
+	CMPQ   R9, $0x02
+	JL     rest
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkP:
+	CMPQ       R10, $0x00
+	JLE        kpfP
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfP:
+	VPBROADCASTW (AX), Y24
+	VCVTPH2PS    Y24, Z24
+	VPBROADCASTW (AX)(R13*1), Y25
+	VCVTPH2PS    Y25, Z25
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VMOVUPS      448(R8), Z23
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VPMOVSXBD    2(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z8
+	VFMADD231PS  Z17, Z31, Z9
+	VFMADD231PS  Z18, Z31, Z10
+	VFMADD231PS  Z19, Z31, Z11
+	VFMADD231PS  Z20, Z31, Z12
+	VFMADD231PS  Z21, Z31, Z13
+	VFMADD231PS  Z22, Z31, Z14
+	VFMADD231PS  Z23, Z31, Z15
+	VMOVUPS      512(R8), Z16
+	VMOVUPS      576(R8), Z17
+	VMOVUPS      640(R8), Z18
+	VMOVUPS      704(R8), Z19
+	VMOVUPS      768(R8), Z20
+	VMOVUPS      832(R8), Z21
+	VMOVUPS      896(R8), Z22
+	VMOVUPS      960(R8), Z23
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VPMOVSXBD    18(AX)(R13*1), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z25, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z8
+	VFMADD231PS  Z17, Z31, Z9
+	VFMADD231PS  Z18, Z31, Z10
+	VFMADD231PS  Z19, Z31, Z11
+	VFMADD231PS  Z20, Z31, Z12
+	VFMADD231PS  Z21, Z31, Z13
+	VFMADD231PS  Z22, Z31, Z14
+	VFMADD231PS  Z23, Z31, Z15
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          chunkP
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x44, Z9, Z8, Z24
+	VSHUFF32X4   $0xee, Z9, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x44, Z11, Z10, Z24
+	VSHUFF32X4   $0xee, Z11, Z10, Z25
+	VADDPS       Z25, Z24, Z10
+	VSHUFF32X4   $0x44, Z13, Z12, Z24
+	VSHUFF32X4   $0xee, Z13, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFF32X4   $0x44, Z15, Z14, Z24
+	VSHUFF32X4   $0xee, Z15, Z14, Z25
+	VADDPS       Z25, Z24, Z14
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x88, Z10, Z8, Z24
+	VSHUFF32X4   $0xdd, Z10, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFF32X4   $0x88, Z14, Z12, Z24
+	VSHUFF32X4   $0xdd, Z14, Z12, Z25
+	VADDPS       Z25, Z24, Z12
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z12, Z8, Z24
+	VSHUFPS      $0xdd, Z12, Z8, Z25
+	VADDPS       Z25, Z24, Z8
+	VSHUFPS      $0x88, Z8, Z0, Z24
+	VSHUFPS      $0xdd, Z8, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm20<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x0000ffff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000040, DX
+	ADDQ         R13, CX
+	ADDQ         R13, CX
+	SUBQ         $0x02, R9
+	JMP          group
+
+rest:
+	CMPQ   R9, $0x01
+	JL     skip1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   CX, AX
+	MOVQ   q+8(FP), R8
+	MOVQ   nch+24(FP), R11
+	SHRQ   $0x01, R11
+
+chunkg1:
+	CMPQ       R10, $0x00
+	JLE        kpfg1
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	PREFETCHT0 192(R14)
+	PREFETCHT0 256(R14)
+	ADDQ       $0x00000140, R14
+	SUBQ       $0x00000140, R10
+
+kpfg1:
+	VPBROADCASTW (AX), Y24
+	VCVTPH2PS    Y24, Z24
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VMOVUPS      128(R8), Z18
+	VMOVUPS      192(R8), Z19
+	VMOVUPS      256(R8), Z20
+	VMOVUPS      320(R8), Z21
+	VMOVUPS      384(R8), Z22
+	VMOVUPS      448(R8), Z23
+	VPMOVSXBD    2(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VMOVUPS      512(R8), Z16
+	VMOVUPS      576(R8), Z17
+	VMOVUPS      640(R8), Z18
+	VMOVUPS      704(R8), Z19
+	VMOVUPS      768(R8), Z20
+	VMOVUPS      832(R8), Z21
+	VMOVUPS      896(R8), Z22
+	VMOVUPS      960(R8), Z23
+	VPMOVSXBD    18(AX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z24, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	ADDQ         $0x22, AX
+	ADDQ         $0x00000400, R8
+	DECQ         R11
+	JNZ          chunkg1
+	VSHUFF32X4   $0x44, Z1, Z0, Z24
+	VSHUFF32X4   $0xee, Z1, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x44, Z3, Z2, Z24
+	VSHUFF32X4   $0xee, Z3, Z2, Z25
+	VADDPS       Z25, Z24, Z2
+	VSHUFF32X4   $0x44, Z5, Z4, Z24
+	VSHUFF32X4   $0xee, Z5, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFF32X4   $0x44, Z7, Z6, Z24
+	VSHUFF32X4   $0xee, Z7, Z6, Z25
+	VADDPS       Z25, Z24, Z6
+	VSHUFF32X4   $0x88, Z2, Z0, Z24
+	VSHUFF32X4   $0xdd, Z2, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFF32X4   $0x88, Z6, Z4, Z24
+	VSHUFF32X4   $0xdd, Z6, Z4, Z25
+	VADDPS       Z25, Z24, Z4
+	VSHUFPS      $0x88, Z4, Z0, Z24
+	VSHUFPS      $0xdd, Z4, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VSHUFPS      $0x88, Z0, Z0, Z24
+	VSHUFPS      $0xdd, Z0, Z0, Z25
+	VADDPS       Z25, Z24, Z0
+	VMULPS       Z27, Z0, Z0
+	VMOVDQU32    attn512_perm0<>+0(SB), Z26
+	VPERMPS      Z0, Z26, Z28
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+	VMOVUPS      Z28, K2, (DX)
+	ADDQ         $0x00000020, DX
+	ADDQ         R13, CX
+	SUBQ         $0x01, R9
+
+skip1:
+	// Softmax step of all rows at once, one vector of rows per position;
+	// position p of row h counts if p < lim[h].
+	MOVQ              s+64(FP), DX
+	MOVQ              ml+16(FP), R8
+	MOVQ              lim+72(FP), AX
+	VMOVDQU           (AX), Y8
+	VMOVUPS           (R8), Y9
+	VPCMPEQD          Y11, Y11, Y11
+	VBROADCASTSS      neg_inf<>+0(SB), Y12
+	MOVL              $0x000000ff, DI
+	KMOVW             DI, K3
+	VMOVAPS           Y9, Y5
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VMAXPS            Y3, Y5, Y5
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           Y5, (R8)
+	VSUBPS            Y5, Y9, Y6
+	VMAXPS.BCST       exp_min<>+0(SB), Y6, Y6
+	VMULPS.BCST       exp_log2e<>+0(SB), Y6, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y6
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y6
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y6, Y1
+	VSCALEFPS         Y0, Y1, Y6
+	VMOVUPS           Y6, 512(DX)
+	VPXOR             Y10, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           (DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, (DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           32(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 32(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           64(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 64(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           96(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 96(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           128(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 128(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           160(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 160(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           192(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 192(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           224(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 224(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           256(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 256(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           288(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 288(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           320(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 320(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           352(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 352(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           384(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 384(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           416(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 416(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           448(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 448(DX)
+	VPSUBD            Y11, Y10, Y10
+	VPCMPGTD          Y10, Y8, K2
+	VMOVAPS           Y12, Y3
+	VMOVUPS           480(DX), K2, Y3
+	VSUBPS            Y5, Y3, Y3
+	VMAXPS.BCST       exp_min<>+0(SB), Y3, Y3
+	VMULPS.BCST       exp_log2e<>+0(SB), Y3, Y0
+	VRNDSCALEPS       $0x00, Y0, Y0
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Y0, Y3
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Y0, Y3
+	VBROADCASTSS      exp_p0<>+0(SB), Y1
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VFMADD213PS.BCST  exp_one<>+0(SB), Y3, Y1
+	VSCALEFPS         Y0, Y1, Y3
+	VMOVAPS.Z         Y3, K2, Y3
+	VMOVUPS           Y3, K3, 480(DX)
+	VPSUBD            Y11, Y10, Y10
+	VMOVUPS           (DX), Y0
+	VADDPS            256(DX), Y0, Y16
+	VMOVUPS           32(DX), Y0
+	VADDPS            288(DX), Y0, Y17
+	VMOVUPS           64(DX), Y0
+	VADDPS            320(DX), Y0, Y18
+	VMOVUPS           96(DX), Y0
+	VADDPS            352(DX), Y0, Y19
+	VMOVUPS           128(DX), Y0
+	VADDPS            384(DX), Y0, Y20
+	VMOVUPS           160(DX), Y0
+	VADDPS            416(DX), Y0, Y21
+	VMOVUPS           192(DX), Y0
+	VADDPS            448(DX), Y0, Y22
+	VMOVUPS           224(DX), Y0
+	VADDPS            480(DX), Y0, Y23
+	VADDPS            Y20, Y16, Y16
+	VADDPS            Y21, Y17, Y17
+	VADDPS            Y22, Y18, Y18
+	VADDPS            Y23, Y19, Y19
+	VADDPS            Y18, Y16, Y16
+	VADDPS            Y19, Y17, Y17
+	VADDPS            Y17, Y16, Y16
+	VMOVAPS           Y16, Y7
+	VMOVUPS           32(R8), Y4
+	VFMADD213PS       Y7, Y6, Y4
+	VMOVUPS           Y4, 32(R8)
+
+	// acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.
+	MOVQ  cnt+48(FP), CX
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+40(FP), R11
+	MOVQ  vn+88(FP), R10
+	MOVQ  CX, SI
+	IMULQ R13, SI
+	MOVQ  nch+24(FP), R9
+	SHRQ  $0x01, R9
+
+vone:
+	VMOVUPS     (DI), Z0
+	VMULPS.BCST 512(DX), Z0, Z0
+	VMOVUPS     64(DI), Z1
+	VMULPS.BCST 516(DX), Z1, Z1
+	VMOVUPS     128(DI), Z2
+	VMULPS.BCST 520(DX), Z2, Z2
+	VMOVUPS     192(DI), Z3
+	VMULPS.BCST 524(DX), Z3, Z3
+	VMOVUPS     256(DI), Z4
+	VMULPS.BCST 528(DX), Z4, Z4
+	VMOVUPS     320(DI), Z5
+	VMULPS.BCST 532(DX), Z5, Z5
+	VMOVUPS     384(DI), Z6
+	VMULPS.BCST 536(DX), Z6, Z6
+	VMOVUPS     448(DI), Z7
+	VMULPS.BCST 540(DX), Z7, Z7
+	VMOVUPS     512(DI), Z8
+	VMULPS.BCST 512(DX), Z8, Z8
+	VMOVUPS     576(DI), Z9
+	VMULPS.BCST 516(DX), Z9, Z9
+	VMOVUPS     640(DI), Z10
+	VMULPS.BCST 520(DX), Z10, Z10
+	VMOVUPS     704(DI), Z11
+	VMULPS.BCST 524(DX), Z11, Z11
+	VMOVUPS     768(DI), Z12
+	VMULPS.BCST 528(DX), Z12, Z12
+	VMOVUPS     832(DI), Z13
+	VMULPS.BCST 532(DX), Z13, Z13
+	VMOVUPS     896(DI), Z14
+	VMULPS.BCST 536(DX), Z14, Z14
+	VMOVUPS     960(DI), Z15
+	VMULPS.BCST 540(DX), Z15, Z15
+	MOVQ        R11, BX
+	MOVQ        DX, R8
+	MOVQ        CX, R12
+
+vpos1:
+	CMPQ       SI, $0x00
+	JLE        vpf1
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	PREFETCHT0 256(R10)
+	ADDQ       $0x00000140, R10
+	SUBQ       $0x00000140, SI
+
+vpf1:
+	VBROADCASTSS (R8), Z16
+	VBROADCASTSS 4(R8), Z17
+	VBROADCASTSS 8(R8), Z18
+	VBROADCASTSS 12(R8), Z19
+	VBROADCASTSS 16(R8), Z20
+	VBROADCASTSS 20(R8), Z21
+	VBROADCASTSS 24(R8), Z22
+	VBROADCASTSS 28(R8), Z23
+	VPBROADCASTW (BX), Y28
+	VCVTPH2PS    Y28, Z28
+	VPMOVSXBD    2(BX), Z30
+	VCVTDQ2PS    Z30, Z30
+	VMULPS       Z28, Z30, Z30
+	VFMADD231PS  Z16, Z30, Z0
+	VFMADD231PS  Z17, Z30, Z1
+	VFMADD231PS  Z18, Z30, Z2
+	VFMADD231PS  Z19, Z30, Z3
+	VFMADD231PS  Z20, Z30, Z4
+	VFMADD231PS  Z21, Z30, Z5
+	VFMADD231PS  Z22, Z30, Z6
+	VFMADD231PS  Z23, Z30, Z7
+	VPMOVSXBD    18(BX), Z31
+	VCVTDQ2PS    Z31, Z31
+	VMULPS       Z28, Z31, Z31
+	VFMADD231PS  Z16, Z31, Z8
+	VFMADD231PS  Z17, Z31, Z9
+	VFMADD231PS  Z18, Z31, Z10
+	VFMADD231PS  Z19, Z31, Z11
+	VFMADD231PS  Z20, Z31, Z12
+	VFMADD231PS  Z21, Z31, Z13
+	VFMADD231PS  Z22, Z31, Z14
+	VFMADD231PS  Z23, Z31, Z15
+	ADDQ         R13, BX
+	ADDQ         $0x20, R8
+	DECQ         R12
+	JNZ          vpos1
+	VMOVUPS      Z0, (DI)
+	VMOVUPS      Z1, 64(DI)
+	VMOVUPS      Z2, 128(DI)
+	VMOVUPS      Z3, 192(DI)
+	VMOVUPS      Z4, 256(DI)
+	VMOVUPS      Z5, 320(DI)
+	VMOVUPS      Z6, 384(DI)
+	VMOVUPS      Z7, 448(DI)
+	VMOVUPS      Z8, 512(DI)
+	VMOVUPS      Z9, 576(DI)
+	VMOVUPS      Z10, 640(DI)
+	VMOVUPS      Z11, 704(DI)
+	VMOVUPS      Z12, 768(DI)
+	VMOVUPS      Z13, 832(DI)
+	VMOVUPS      Z14, 896(DI)
+	VMOVUPS      Z15, 960(DI)
+	ADDQ         $0x00000400, DI
+	ADDQ         $0x00000022, R11
+	DECQ         R9
+	JNZ          vone
 	VZEROUPPER
 	RET
 

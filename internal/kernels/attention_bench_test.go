@@ -52,41 +52,62 @@ func benchKVQ8(r *rand.Rand, n, nb, hd, bs int) (keys, vals [][][]byte) {
 // B sequences × 8 KV heads, every sequence holding ctx positions, split over
 // the pool one (sequence, KV head) per task. It rotates through at least
 // benchStreamBytes of cache so the cache streams from DRAM, and reports the
-// cache bytes read per second and the time per layer.
+// cache bytes read per second and the time per layer. Names: ctx=<N>/B=<b>
+// for the f16 cache, kv=q8_0/ctx=<N>/B=<b> for q8_0.
 func BenchmarkAttentionDecode(b *testing.B) {
 	const nq, hd, bs, kvHeads = 2, 128, 16, 8
 	pool := NewPool(0)
 	defer pool.Close()
-	for _, ctx := range []int{512, 4096} {
-		for _, seqs := range []int{1, 8, 32} {
-			b.Run(fmt.Sprintf("ctx=%d/B=%d", ctx, seqs), func(b *testing.B) {
-				r := rand.New(rand.NewPCG(5, 5))
-				perHead := 2 * ctx * hd * 2
-				layers := max(1, benchStreamBytes/(perHead*seqs*kvHeads))
-				keys := make([][][][]uint16, layers)
-				vals := make([][][][]uint16, layers)
-				for l := range layers {
-					keys[l], vals[l] = benchKV(r, seqs*kvHeads, ctx/bs, hd, bs)
+	for _, q8 := range []bool{false, true} {
+		for _, ctx := range []int{512, 4096} {
+			for _, seqs := range []int{1, 8, 32} {
+				name := fmt.Sprintf("ctx=%d/B=%d", ctx, seqs)
+				if q8 {
+					name = "kv=q8_0/" + name
 				}
-				q := randVec(r, seqs*kvHeads*nq*hd, 1)
-				out := make([]float32, len(q))
-				scale := float32(1 / math.Sqrt(hd))
-				l := 0
-				cpu0 := cputime.Process()
-				for b.Loop() {
-					ks, vs := keys[l%layers], vals[l%layers]
-					pool.ForEach(seqs*kvHeads, 1, func(lo, hi int) {
-						for t := lo; t < hi; t++ {
-							AttendF16(out[t*nq*hd:(t+1)*nq*hd], q[t*nq*hd:(t+1)*nq*hd], nq, hd, ks[t], vs[t], bs, ctx, scale)
+				b.Run(name, func(b *testing.B) {
+					r := rand.New(rand.NewPCG(5, 5))
+					perHead := 2 * ctx * hd * 2 // f16 bytes of keys and values
+					if q8 {
+						perHead = 2 * ctx * rowLen[byte](hd)
+					}
+					layers := max(1, benchStreamBytes/(perHead*seqs*kvHeads))
+					keys := make([][][][]uint16, layers)
+					vals := make([][][][]uint16, layers)
+					k8 := make([][][][]byte, layers)
+					v8 := make([][][][]byte, layers)
+					for l := range layers {
+						if q8 {
+							k8[l], v8[l] = benchKVQ8(r, seqs*kvHeads, ctx/bs, hd, bs)
+						} else {
+							keys[l], vals[l] = benchKV(r, seqs*kvHeads, ctx/bs, hd, bs)
 						}
-					})
-					l++
-				}
-				sec := b.Elapsed().Seconds() / float64(b.N)
-				b.ReportMetric(float64(perHead*seqs*kvHeads)/sec/1e9, "kvGB/s")
-				b.ReportMetric(sec*1e3, "ms/layer")
-				reportCPU(b, cpu0)
-			})
+					}
+					q := randVec(r, seqs*kvHeads*nq*hd, 1)
+					out := make([]float32, len(q))
+					scale := float32(1 / math.Sqrt(hd))
+					l := 0
+					cpu0 := cputime.Process()
+					for b.Loop() {
+						ll := l % layers
+						pool.ForEach(seqs*kvHeads, 1, func(lo, hi int) {
+							for t := lo; t < hi; t++ {
+								o, qt := out[t*nq*hd:(t+1)*nq*hd], q[t*nq*hd:(t+1)*nq*hd]
+								if q8 {
+									AttendQ8_0(o, qt, nq, hd, k8[ll][t], v8[ll][t], bs, ctx, scale)
+								} else {
+									AttendF16(o, qt, nq, hd, keys[ll][t], vals[ll][t], bs, ctx, scale)
+								}
+							}
+						})
+						l++
+					}
+					sec := b.Elapsed().Seconds() / float64(b.N)
+					b.ReportMetric(float64(perHead*seqs*kvHeads)/sec/1e9, "kvGB/s")
+					b.ReportMetric(sec*1e3, "ms/layer")
+					reportCPU(b, cpu0)
+				})
+			}
 		}
 	}
 }

@@ -4,229 +4,397 @@
 
 package kernels
 
-// attendF16AVX512x1 advances the online softmax of 1 query heads by cnt (1…16)
+// attendF16AVX512x1 advances the online softmax of 1 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF16AVX512x2 advances the online softmax of 2 query heads by cnt (1…16)
+// attendF16AVX512x2 advances the online softmax of 2 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF16AVX512x3 advances the online softmax of 3 query heads by cnt (1…16)
+// attendF16AVX512x3 advances the online softmax of 3 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF16AVX512x4 advances the online softmax of 4 query heads by cnt (1…16)
+// attendF16AVX512x4 advances the online softmax of 4 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF16AVX512x5 advances the online softmax of 5 query heads by cnt (1…16)
+// attendF16AVX512x5 advances the online softmax of 5 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF16AVX512x6 advances the online softmax of 6 query heads by cnt (1…16)
+// attendF16AVX512x6 advances the online softmax of 6 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF16AVX512x7 advances the online softmax of 7 query heads by cnt (1…16)
+// attendF16AVX512x7 advances the online softmax of 7 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF16AVX512x8 advances the online softmax of 8 query heads by cnt (1…16)
+// attendF16AVX512x8 advances the online softmax of 8 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f16 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF16AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF16AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x1 advances the online softmax of 1 query heads by cnt (1…16)
+// attendF32AVX512x1 advances the online softmax of 1 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x2 advances the online softmax of 2 query heads by cnt (1…16)
+// attendF32AVX512x2 advances the online softmax of 2 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x3 advances the online softmax of 3 query heads by cnt (1…16)
+// attendF32AVX512x3 advances the online softmax of 3 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x4 advances the online softmax of 4 query heads by cnt (1…16)
+// attendF32AVX512x4 advances the online softmax of 4 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x5 advances the online softmax of 5 query heads by cnt (1…16)
+// attendF32AVX512x5 advances the online softmax of 5 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x6 advances the online softmax of 6 query heads by cnt (1…16)
+// attendF32AVX512x6 advances the online softmax of 6 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x7 advances the online softmax of 7 query heads by cnt (1…16)
+// attendF32AVX512x7 advances the online softmax of 7 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendF32AVX512x8 advances the online softmax of 8 query heads by cnt (1…16)
+// attendF32AVX512x8 advances the online softmax of 8 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch f32 elements.
-// q and acc are chunk-interleaved: element 16i+j of head h is at [(i*nq+h)*16+j].
-// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h];
-// s is scratch of 8·16+8 floats. For each head h:
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
 //
 //	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
+// Every row must see at least one position in its first call (m finite).
 // Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
 //
 //go:noescape
-func attendF32AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, kn *byte, vn *byte)
+func attendF32AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x1 advances the online softmax of 1 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x2 advances the online softmax of 2 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x3 advances the online softmax of 3 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x4 advances the online softmax of 4 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x5 advances the online softmax of 5 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x6 advances the online softmax of 6 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x7 advances the online softmax of 7 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
+
+// attendQ8AVX512x8 advances the online softmax of 8 query rows by cnt (1…16)
+// cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
+// A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
+// ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
+// for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
+// h ≥ nq); s is scratch of 16·8+8 floats. For each row h, over p < lim[h]:
+//
+//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
+//
+// Every row must see at least one position in its first call (m finite).
+// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+//
+//go:noescape
+func attendQ8AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
 // attendF16AVX2x1 advances the online softmax of 1 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 8·nch f16 elements.

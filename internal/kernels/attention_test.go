@@ -137,3 +137,55 @@ func TestAttendCausalImpls(t *testing.T) {
 		}
 	})
 }
+
+// TestAttendCausalSameBits checks that on every implementation a prefill
+// block (AttendCausal over nt tokens, rows of several tokens sharing each
+// pass) gives each token exactly the bits of a decode step (one Attend call
+// with the token's context), for f16 and q8_0 caches: a token's drafts must
+// not depend on whether its context arrived as one prefill or step by step.
+func TestAttendCausalSameBits(t *testing.T) {
+	type tc struct{ nq, hd, nt, p0 int }
+	cases := []tc{{2, 128, 8, 0}, {2, 128, 8, 37}, {1, 64, 17, 5}, {3, 64, 9, 16}, {7, 64, 4, 21}, {8, 128, 3, 40}, {16, 128, 5, 2}}
+	const bs = 16
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(31, 32))
+		for _, c := range cases {
+			name := fmt.Sprintf("nq=%d hd=%d nt=%d p0=%d", c.nq, c.hd, c.nt, c.p0)
+			n := c.p0 + c.nt
+			nb := (n + bs - 1) / bs
+			rows := c.nq * c.hd
+			q := randVec(r, c.nt*rows, 3)
+			k16, v16 := make([][]uint16, nb), make([][]uint16, nb)
+			for b := range nb {
+				k16[b], v16[b] = make([]uint16, bs*c.hd), make([]uint16, bs*c.hd)
+				for i := range k16[b] {
+					k16[b][i] = dtype.F32ToF16(float32(r.NormFloat64()))
+					v16[b][i] = dtype.F32ToF16(float32(r.NormFloat64()))
+				}
+			}
+			k8, v8, _, _ := q8Cache(r, nb, bs, c.hd)
+			scale := float32(1 / math.Sqrt(float64(c.hd)))
+			for _, q8 := range []bool{false, true} {
+				block := make([]float32, c.nt*rows)
+				step := make([]float32, rows)
+				if q8 {
+					AttendCausalQ8_0(block, q, rows, c.nt, c.nq, c.hd, k8, v8, bs, c.p0, scale)
+				} else {
+					AttendCausalF16(block, q, rows, c.nt, c.nq, c.hd, k16, v16, bs, c.p0, scale)
+				}
+				for i := range c.nt {
+					if q8 {
+						AttendQ8_0(step, q[i*rows:], c.nq, c.hd, k8, v8, bs, c.p0+i+1, scale)
+					} else {
+						AttendF16(step, q[i*rows:], c.nq, c.hd, k16, v16, bs, c.p0+i+1, scale)
+					}
+					for e, v := range step {
+						if w := block[i*rows+e]; math.Float32bits(v) != math.Float32bits(w) {
+							t.Fatalf("q8=%v %s token %d: out[%d] = %g from a decode step, %g from the prefill block", q8, name, i, e, v, w)
+						}
+					}
+				}
+			}
+		}
+	})
+}

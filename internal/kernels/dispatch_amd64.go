@@ -5,8 +5,9 @@
 // slower path for tests and benchmarks; DRAFTD_KERNELS=avx2|generic does the
 // same for a whole process.
 //
-// AMX (TDPBSSD/TDPBF16PS) is not implemented: the development machine has no
-// AMX, and untested tile code is not shipped.
+// AMX (TDPBSSD/TDPBF16PS) is not implemented (Linux needs an arch_prctl
+// permission request before tile registers can be used; no AMX code has
+// been written or measured).
 package kernels
 
 import (

@@ -4,7 +4,8 @@
 // load into 16-row tiles and Q2_K/Q3_K into a per-row kernel layout, then
 // multiplied by kquant_amd64.s, as are Q4_1/Q5_0/Q5_1 weights in ggml's own
 // layout. The same AVX2 kernels serve AVX-512 machines (there are no AVX-512
-// K-quant kernels: the development machine has no AVX-512 to test them on).
+// K-quant kernels yet; on AVX-512 hosts K-quant matmuls therefore run at the
+// AVX2 path's speed, see docs/performance.md).
 //
 // Tiles (as Q4_0's in matmul_amd64.go): rows in groups of 16 (the last one
 // zero-padded: scale 0), a group's super-blocks follow each other, groups
