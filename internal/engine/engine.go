@@ -215,7 +215,7 @@ type Engine struct {
 	batch []*seq       // sequences in the current step
 	seqs  []*model.Seq // their model.Seq, for Forward
 
-	lowq  *queue // background drafts (Item.Background), below every request
+	lowq *queue // background drafts (Item.Background), below every request
 
 	queued, active                        atomic.Int64
 	requests, steps, prefill, decode, hit atomic.Uint64
