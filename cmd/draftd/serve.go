@@ -83,6 +83,7 @@ func runServe(ctx context.Context, args []string) error {
 		batchItems = fs.Int("max-batch-items", 0, fmt.Sprintf("items of one POST /v1/drafts call (400 too_many_items above); [0, --max-queue], 0: %d or --max-queue when smaller", d.MaxBatchItems))
 		maxSess    = fs.Int("max-sessions", d.MaxSessions, fmt.Sprintf("sessions held at once; beyond, the least recently used is evicted; [1, %d]", server.MaxMaxSessions))
 		sessTokens = fs.Int64("max-session-tokens", d.MaxSessionTokens, fmt.Sprintf("context + last-draft tokens held over all sessions (4 bytes each); beyond, the least recently used session is evicted; [max context + --max-draft-len, %d]", int64(server.MaxMaxSessionTokens)))
+		predraft   = fs.Int("predraft-branches", 0, fmt.Sprintf("next requests drafted ahead per session while the engine has free slots (model strategy; below every request in priority); [0, %d], 0: off", server.MaxPredraftBranches))
 		sessTTL    = fs.Duration("session-ttl", d.SessionTTL, fmt.Sprintf("a session unused this long is dropped (409 unknown_session after); (0, %v]", server.MaxSessionTTL))
 	)
 	if stop, err := parseClientFlags(fs, args); stop {
@@ -131,6 +132,7 @@ func runServe(ctx context.Context, args []string) error {
 		{*batchItems < 0 || *batchItems > *maxQueue, outside("max-batch-items", *batchItems, 0, fmt.Sprintf("--max-queue %d", *maxQueue))},
 		{*maxSess < 1 || *maxSess > server.MaxMaxSessions, outside("max-sessions", *maxSess, 1, server.MaxMaxSessions)},
 		{*sessTokens < 1 || *sessTokens > server.MaxMaxSessionTokens, outside("max-session-tokens", *sessTokens, 1, int64(server.MaxMaxSessionTokens))},
+		{*predraft < 0 || *predraft > server.MaxPredraftBranches, outside("predraft-branches", *predraft, 0, server.MaxPredraftBranches)},
 		{*sessTTL <= 0 || *sessTTL > server.MaxSessionTTL, fmt.Sprintf("--session-ttl %v outside (0, %v]", *sessTTL, server.MaxSessionTTL)},
 		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
 		{*trustMatch < 0 || *trustMatch > draft.MaxMatch, outside("trust-match", *trustMatch, 0, draft.MaxMatch)},
@@ -165,6 +167,7 @@ func runServe(ctx context.Context, args []string) error {
 		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
 		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,
 		MaxBatchItems: *batchItems, MaxSessions: *maxSess, MaxSessionTokens: *sessTokens, SessionTTL: *sessTTL,
+		PredraftBranches: *predraft,
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

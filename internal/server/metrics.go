@@ -35,6 +35,11 @@ type metrics struct {
 	parse         *prometheus.HistogramVec // route: time to parse a body
 	batchItems    prometheus.Histogram     // items per POST /v1/drafts call
 	sessionReqs   *prometheus.CounterVec   // form: tokens, accepted; outcome: ok, unknown
+
+	predraftReqs     *prometheus.CounterVec   // outcome: hit, partial_hit, miss, none
+	predraftBranches *prometheus.CounterVec   // state: started, finished
+	predraftWasted   prometheus.Counter       // tokens drafted ahead that no request used
+	predraftAnswer   *prometheus.HistogramVec // outcome: server-side time to a session draft
 }
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
@@ -97,6 +102,24 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			m.sessionReqs.WithLabelValues(f, o)
 		}
 	}
+	m.predraftReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "predraft_requests_total", Help: "Incremental session drafts with pre-drafting on (--predraft-branches), by outcome: hit (answered from a finished branch), partial_hit (a branch still drafting, promoted and waited for), miss (branches existed, none matched), none (no branch for the session).",
+	}, []string{"outcome"})
+	m.predraftBranches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "predraft_branches_total", Help: "Pre-draft branches, by state: started (at most --predraft-branches per answered session draft) and finished (drafted, dropped or evicted).",
+	}, []string{"state"})
+	m.predraftBranches.WithLabelValues("started")
+	m.predraftBranches.WithLabelValues("finished")
+	m.predraftWasted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "predraft_wasted_tokens_total", Help: "Draft tokens made by pre-draft branches that no request used (dropped, evicted or superseded).",
+	})
+	m.predraftAnswer = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "predraft_answer_seconds", Help: "Server-side time from a session request's resolution to its draft, by pre-draft outcome (hit, partial_hit, miss, none).",
+		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24), // 10 µs … 84 s
+	}, []string{"outcome"})
+	for _, o := range []string{predraftHit, predraftPartial, predraftMiss, predraftNone} {
+		m.predraftReqs.WithLabelValues(o)
+	}
 	for _, l := range []string{"model", "lookup"} {
 		m.bySource.WithLabelValues(l)
 	}
@@ -115,6 +138,22 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		m.requests, m.latency, m.draftTokens, m.reqPrefill, m.panics,
 		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup, m.bySource, m.proposals,
 		m.parse, m.batchItems, m.sessionReqs,
+		m.predraftReqs, m.predraftBranches, m.predraftWasted, m.predraftAnswer,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "predraft_tokens_total", Help: "Draft tokens made by pre-draft branches while below requests in priority.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundTokens) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "predraft_preemptions_total", Help: "Pre-draft sequences taken out of the batch at a step boundary for a request's slot (resumed later).",
+		}, stat(func(s engine.Stats) float64 { return float64(s.Preemptions) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "predraft_evictions_total", Help: "Pre-draft sequences ended to free KV cache for a request.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundEvicts) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "predraft_queued", Help: "Pre-draft branches waiting for a free batch slot.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundQueued) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "predraft_sequences", Help: "Pre-draft sequences holding KV cache (in the batch or parked).",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundActive) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "sessions", Help: "Sessions held (--max-sessions).",
 		}, func() float64 { return float64(sessions().Sessions) }),
