@@ -19,6 +19,7 @@ import (
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/server"
+	"github.com/draftd/draftd/internal/session"
 )
 
 func init() {
@@ -64,7 +65,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxDraft   = fs.Int("max-draft-len", engine.DefaultMaxDraftLen, fmt.Sprintf("largest n a request may ask; [1, %d]", engine.MaxMaxDraftLen))
 		threads    = fs.Int("threads", 0, fmt.Sprintf("kernel worker threads; [0, 4×cores = %d], 0: all cores", maxThreads()))
 		maxBatch   = fs.Int("max-batch", engine.DefaultMaxBatch, fmt.Sprintf("sequences per engine step; [1, %d]", engine.MaxMaxBatch))
-		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("KV cache budget in bytes; 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", minKVCacheBytes, int64(maxKVCacheBytes)))
+		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("memory budget in bytes of the KV cache and the sessions (4 × --max-session-tokens of it is set aside for sessions, the KV cache gets the rest, at least %d); 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", minKVCacheBytes, minKVCacheBytes, int64(maxKVCacheBytes)))
 		maxQueue   = fs.Int("max-queue", engine.DefaultMaxQueue, fmt.Sprintf("requests waiting for a batch slot before 503 queue_full; [1, %d]", engine.MaxMaxQueue))
 		queueTO    = fs.Duration("queue-timeout", engine.DefaultQueueTimeout, fmt.Sprintf("longest wait for a batch slot before 503 queue_timeout; (0, %v]", engine.MaxQueueTimeout))
 		maxBody    = fs.Int64("max-body-bytes", d.MaxBodyBytes, fmt.Sprintf("POST /draft body limit in bytes (413 above); [%d, %d]", server.MinBodyBytes, server.MaxBodyBytes))
@@ -148,6 +149,18 @@ func runServe(ctx context.Context, args []string) error {
 			return clientUsageError(fs, err.Error())
 		}
 	}
+	// One memory budget: 4 × --max-session-tokens bytes of --kv-cache-bytes
+	// are set aside for the sessions' token ids, the KV blocks get the rest.
+	memBudget := *kvBytes
+	if memBudget == 0 {
+		memBudget = engine.DefaultKVCacheBytes()
+	}
+	sessBytes := *sessTokens * session.TokenBytes
+	kvPart := memBudget - sessBytes
+	if kvPart < minKVCacheBytes {
+		return clientUsageError(fs, fmt.Sprintf("--kv-cache-bytes %d (the memory budget of KV cache and sessions) leaves %d bytes of KV cache after the %d bytes set aside for sessions (4 × --max-session-tokens %d); want at least %d: raise --kv-cache-bytes or lower --max-session-tokens",
+			memBudget, kvPart, sessBytes, *sessTokens, minKVCacheBytes))
+	}
 	lookup := draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]}
 	strat, err := draft.New(*strategy, lookup)
 	if err != nil {
@@ -159,7 +172,7 @@ func runServe(ctx context.Context, args []string) error {
 			ModelPath: *path,
 			Resolve:   resolveModel,
 			Model:     model.Options{Threads: *threads, KV: kv},
-			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: *kvBytes,
+			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: kvPart,
 				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger, Strategy: strat},
 			Lookup:     lookup,
 			DraftVocab: *draftVocab, DraftVocabFile: *vocabPath,

@@ -43,8 +43,9 @@ type metrics struct {
 }
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
-// false while there is no engine.
-func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats) *metrics {
+// false while there is no engine; sessionCap is the sessions' share of the
+// memory budget in bytes.
+func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats, sessionCap int64) *metrics {
 	const ns = "draftd"
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -119,6 +120,7 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 	}, []string{"outcome"})
 	for _, o := range []string{predraftHit, predraftPartial, predraftMiss, predraftNone} {
 		m.predraftReqs.WithLabelValues(o)
+		m.predraftAnswer.WithLabelValues(o)
 	}
 	for _, l := range []string{"model", "lookup"} {
 		m.bySource.WithLabelValues(l)
@@ -176,8 +178,14 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			Namespace: ns, Name: "kv_cache_bytes", Help: "Bytes of KV cache blocks in use (held by sequences or the prefix cache).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget (--kv-cache-bytes).",
+			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget: its part of the memory budget (--kv-cache-bytes less the sessions' 4 × --max-session-tokens).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "memory_budget_bytes", Help: "The memory budget of KV cache and sessions (--kv-cache-bytes): draftd_kv_cache_budget_bytes + 4 × --max-session-tokens.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget + sessionCap) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "memory_bytes", Help: "Bytes of the memory budget in use: KV cache blocks (pre-draft sequences included) plus session token ids.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse + sessions().Tokens*session.TokenBytes) })),
 		sessionEvictions(ns, sessions),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -262,7 +262,7 @@ func New(cfg Config) (*Server, error) {
 			return b.d.Stats(), true
 		}
 		return engine.Stats{}, false
-	}, st.Stats)
+	}, st.Stats, cfg.MaxSessionTokens*session.TokenBytes)
 	if cfg.PredraftBranches > 0 {
 		s.pre = newPredrafter(cfg.PredraftBranches, cfg.MaxSessions, s.met)
 	}
