@@ -9,6 +9,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -45,9 +46,9 @@ func gatedEngine(t *testing.T, m *model.Model, opt Options) (e *Engine, started 
 		done := make(chan struct{})
 		go func() {
 			for {
-				select {
+				select { // whichever side a failure left the loop on
 				case <-started:
-					gate <- struct{}{}
+				case gate <- struct{}{}:
 				case <-done:
 					return
 				}
@@ -92,15 +93,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestBackgroundYieldsToRequests: with one batch slot, a background draft
-// of 32 tokens after a context of 100 runs three steps; a request (context
-// 30, n 8) then arrives while the fourth step runs. The next eight steps
-// must be the request's (positions below 100), and only then the
-// background draft resumes. Both drafts equal model.Generate. This fails if
-// background work were admitted, or kept, ahead of a request.
+// TestBackgroundYieldsToRequests: with one batch slot (and with four), a
+// background draft of 32 tokens after a context of 100 runs three steps; a
+// request (context 30, n 8) then arrives while the fourth step runs. The
+// next eight steps must be the request's alone (positions below 100: with
+// free slots too, background work never shares a request's step), and only
+// then the background draft resumes. Both drafts equal model.Generate. This
+// fails if background work were admitted, or kept, beside or ahead of a
+// request.
 func TestBackgroundYieldsToRequests(t *testing.T) {
+	for _, mb := range []int{1, 4} {
+		t.Run(fmt.Sprintf("max-batch-%d", mb), func(t *testing.T) { testBackgroundYields(t, mb) })
+	}
+}
+
+func testBackgroundYields(t *testing.T, maxBatch int) {
 	m := loadModel(t, tinyModel)
-	e, started, gate := gatedEngine(t, m, Options{MaxBatch: 1})
+	e, started, gate := gatedEngine(t, m, Options{MaxBatch: maxBatch})
 	r := rand.New(rand.NewPCG(31, 32))
 	lowCtx, reqCtx := randTokens(r, 100, m.Vocab), randTokens(r, 30, m.Vocab)
 	bg := NewBackground()
@@ -119,7 +128,7 @@ func TestBackgroundYieldsToRequests(t *testing.T) {
 		select {
 		case si := <-started:
 			if len(si.pos) != 1 {
-				t.Fatalf("step with %d sequences; max batch is 1", len(si.pos))
+				t.Fatalf("step with %d sequences; want the request or the background draft alone", len(si.pos))
 			}
 			if si.pos[0] < 100 && !(si.pos[0] == 0 && si.n[0] == 100) {
 				order = append(order, "req")

@@ -142,9 +142,10 @@ func (e *Engine) iterate(st *loopState) {
 
 // admit moves requests from pend, then from the queue, into the batch while
 // they fit, taking background sequences out of the batch (parked) for their
-// slots and ending them (parked first) for their KV; then, when no request
-// waits, background work fills the free slots: parked sequences first, then
-// the background queue.
+// slots and ending them (parked first) for their KV. Background work runs
+// only when no request waits or runs: then it fills the batch, parked
+// sequences first, then the background queue; otherwise every background
+// sequence is parked at this step boundary.
 func (e *Engine) admit(st *loopState) {
 	// Promoted background drafts are requests now, ahead of the queue.
 	if pr := e.lowq.takePromoted(); len(pr) > 0 {
@@ -205,7 +206,15 @@ func (e *Engine) admit(st *loopState) {
 		}
 		st.active = append(st.active, e.start(r, lease))
 	}
-	// No request waits: background work.
+	// Background work runs only in steps without requests, so that it
+	// never makes a request's step longer: a request in the batch parks it.
+	for _, s := range st.active {
+		if !s.low() {
+			for e.preempt(st) {
+			}
+			return
+		}
+	}
 	for len(st.active) < e.opt.MaxBatch && len(st.parked) > 0 {
 		st.active = append(st.active, st.parked[0])
 		st.parked = slices.Delete(st.parked, 0, 1)
