@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -374,5 +375,33 @@ func TestPredraftConfigBounds(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "pre-draft branches") {
 			t.Errorf("PredraftBranches %d: %v; want a pre-draft branches error", b, err)
 		}
+	}
+}
+
+// TestRank checks the branch scores against products written out by hand:
+// draft [a b c] with p = 0.5, 0.8, 0.9 and runner-ups of 0.3, 0.1, 0.05.
+func TestRank(t *testing.T) {
+	alts := []engine.Alt{{ID: 7, P: 0.5, PAlt: 0.3}, {ID: 8, P: 0.8, PAlt: 0.1}, {ID: 9, P: 0.9, PAlt: 0.05}}
+	got := rank([]int{1, 2, 3}, alts)
+	want := []candidate{
+		{k: 3, bonus: -1, all: true, score: 0.5 * 0.8 * 0.9}, // 0.36
+		{k: 0, bonus: 7, score: 0.3},
+		{k: 1, bonus: 8, score: 0.5 * 0.1},        // 0.05
+		{k: 2, bonus: 9, score: 0.5 * 0.8 * 0.05}, // 0.02
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rank: %+v; want %+v", got, want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.k != w.k || g.bonus != w.bonus || g.all != w.all || math.Abs(g.score-w.score) > 1e-6 {
+			t.Fatalf("rank[%d] = %+v; want %+v (all: %+v)", i, g, w, got)
+		}
+	}
+	// A position without a distribution ends the list there: no branch at
+	// or after it, no all-accepted.
+	alts[1] = engine.Alt{ID: -1, P: -1, PAlt: -1}
+	if got := rank([]int{1, 2, 3}, alts); len(got) != 1 || got[0].k != 0 {
+		t.Fatalf("rank with an unknown position 1: %+v; want only k = 0", got)
 	}
 }
