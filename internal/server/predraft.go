@@ -217,6 +217,7 @@ func (br *branch) run(b *backend, ctx context.Context, it BatchItem) {
 	br.mu.Unlock()
 	close(br.done)
 	br.met.predraftBranches.WithLabelValues("finished").Inc()
+	br.cancel() // the engine is done with it
 }
 
 // account counts the branch's tokens as wasted once it is both finished

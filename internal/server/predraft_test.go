@@ -405,3 +405,20 @@ func TestRank(t *testing.T) {
 		t.Fatalf("rank with an unknown position 1: %+v; want only k = 0", got)
 	}
 }
+
+// TestMemoryBudgetMetrics: the memory budget is the KV cache's part plus
+// the sessions' 4 × MaxSessionTokens, and what is in use counts the
+// sessions' ids: a session of 100 context tokens and 8 draft tokens adds
+// 432 bytes to draftd_memory_bytes beside the KV blocks.
+func TestMemoryBudgetMetrics(t *testing.T) {
+	ts := startHealthy(t, Config{MaxSessionTokens: 1 << 16})
+	kv := metricOf(t, ts, "draftd_kv_cache_budget_bytes")
+	if b := metricOf(t, ts, "draftd_memory_budget_bytes"); b != kv+4<<16 {
+		t.Errorf("memory budget %g; want the KV budget %g + %d", b, kv, 4<<16)
+	}
+	sessionDraft(t, ts, fmt.Sprintf(`{"session":"m","tokens":%s,"n":8}`, idsJSON(seq(1, 100))))
+	used, kvUsed := metricOf(t, ts, "draftd_memory_bytes"), metricOf(t, ts, "draftd_kv_cache_bytes")
+	if used != kvUsed+4*108 {
+		t.Errorf("memory in use %g; want the KV blocks' %g + 432 bytes of session ids", used, kvUsed)
+	}
+}
