@@ -78,15 +78,20 @@ func (e *Engine) loop() {
 		default:
 		}
 		e.iterate(st)
-		e.active.Store(int64(len(st.active)))
-		var low int64
-		for _, s := range st.active {
-			if s.req.bg != nil {
-				low++
-			}
-		}
-		e.lowActive.Store(low + int64(len(st.parked)))
+		e.gauges(st)
 	}
+}
+
+// gauges publishes the batch's and the background's sizes.
+func (e *Engine) gauges(st *loopState) {
+	e.active.Store(int64(len(st.active)))
+	var low int64
+	for _, s := range st.active {
+		if s.req.bg != nil {
+			low++
+		}
+	}
+	e.lowActive.Store(low + int64(len(st.parked)))
 }
 
 // expand appends the drafts of an entry popped from the queue (nil: none).
@@ -135,6 +140,7 @@ func (e *Engine) iterate(st *loopState) {
 	e.admit(st)
 	st.active = e.dropCancelled(st.active)
 	st.parked = e.dropCancelled(st.parked)
+	e.gauges(st) // as the step about to run sees them
 	if len(st.active) > 0 {
 		st.active = e.step(st.active)
 	}

@@ -104,7 +104,7 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		}
 	}
 	m.predraftReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Name: "predraft_requests_total", Help: "Incremental session drafts with pre-drafting on (--predraft-branches), by outcome: hit (answered from a finished branch), partial_hit (a branch still drafting, promoted and waited for), miss (branches existed, none matched), none (no branch for the session).",
+		Namespace: ns, Name: "predraft_requests_total", Help: "Incremental session drafts with pre-drafting on (--predraft-branches), by outcome: hit (answered from a finished branch), partial_hit (a branch part-drafted, promoted and waited for), miss (branches existed; none matched, or the match had not started), none (no branch for the session).",
 	}, []string{"outcome"})
 	m.predraftBranches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "predraft_branches_total", Help: "Pre-draft branches, by state: started (at most --predraft-branches per answered session draft) and finished (drafted, dropped or evicted).",

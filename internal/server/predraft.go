@@ -6,7 +6,8 @@
 // the drafter's runner-up at i as the bonus — ranked by the drafter's
 // probabilities. A next request whose accepted and bonus match a branch is
 // answered from it (a hit), or waits for it, promoted to a request's
-// priority, where it got to (a partial hit); every other branch is
+// priority, where it got to (a partial hit: it has drafted part of its
+// tokens; one not started is a miss); every other branch is
 // cancelled. Branches are engine background items (engine.Background):
 // the engine runs them below every request. A pre-drafted answer is the
 // engine's draft for exactly the context the request names, so it is the
@@ -29,8 +30,8 @@ import (
 // outcome label of draftd_predraft_requests_total).
 const (
 	predraftHit     = "hit"         // answered from a finished branch
-	predraftPartial = "partial_hit" // a running or queued branch, promoted and waited for
-	predraftMiss    = "miss"        // branches existed; none matched (or the matching one failed)
+	predraftPartial = "partial_hit" // a branch that has drafted part of its tokens, promoted and waited for
+	predraftMiss    = "miss"        // branches existed; none matched (or the matching one failed or had not started)
 	predraftNone    = "none"        // no branch for the session (none launched, or dropped)
 )
 
@@ -284,8 +285,9 @@ func (p *predrafter) drop(id string) {
 
 // take finds the branch of session id for the request "k accepted, then
 // bonus" of n tokens by strategy, drops every other branch of the session,
-// and returns it with the outcome (hit: finished; partial: promoted, wait
-// on its done). The caller holds the session's lock.
+// and returns it with the outcome (hit: finished; partial: started, now
+// promoted, wait on its done; a match not started yet is a miss, dropped).
+// The caller holds the session's lock.
 func (p *predrafter) take(id string, k, bonus, n int, strategy string) (*branch, string) {
 	p.mu.Lock()
 	set := p.sets[id]
@@ -322,6 +324,12 @@ func (p *predrafter) take(id string, k, bonus, n int, strategy string) (*branch,
 		hit.decide(true)
 		return hit, predraftHit
 	default:
+	}
+	if n, _ := hit.bg.Drafted(); n == 0 {
+		// Not started: no head start to continue from; drafting on demand
+		// is the same work.
+		hit.decide(false)
+		return nil, predraftMiss
 	}
 	hit.bg.Promote()
 	hit.decide(true)

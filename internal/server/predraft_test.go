@@ -219,51 +219,148 @@ func TestPredraftChainsEqualOnDemand(t *testing.T) {
 	}
 }
 
-// TestPredraftPartialHit: the branches are held before the engine; a
-// request matching one (the runner-up at position 1) finds it waiting,
-// promotes it and is answered by it once it runs (partial_hit), equal to
-// Generate. The dropped branches are counted as finished with nothing
-// drafted.
+// TestPredraftPartialHit: the engine is stopped after each step once the
+// five branches are released; one step after the first step that holds all
+// five, each has drafted a token. A request matching one (the runner-up at
+// position 1) then finds it part-drafted, promotes it and is answered by it
+// once the engine goes on (partial_hit), equal to Generate. Then, with the
+// branches held before the engine (none started), a matching request is a
+// miss: there is no head start to continue from.
 func TestPredraftPartialHit(t *testing.T) {
 	m := loadModel(t)
-	hb := &holdBackend{}
-	pre := startHealthy(t, Config{PredraftBranches: 8, Open: tinyOpen(engine.Options{}, func(b Backend) Backend {
-		hb.Backend = b
-		return hb
-	})})
+	pre, hb, g := startGated(t, engine.Options{})
 	const n = 4
 	ctx := seq(5, 30)
+	// match sends the request for the runner-up at position 1 of the last
+	// draft have after ctx, and returns its answer channel and context.
+	match := func(have []int) (chan []int, []int) {
+		alt, clear := runnerUp(t, m, append(slices.Clip(ctx), have[:1]...), have[1])
+		if !clear {
+			t.Skip("near-tie at position 1 of this context")
+		}
+		done := make(chan []int, 1)
+		go func() {
+			done <- sessionDraft(t, pre, fmt.Sprintf(`{"session":"p","accepted":1,"bonus":%d,"n":%d}`, alt, n))
+		}()
+		return done, append(append(slices.Clip(ctx), have[0]), alt)
+	}
 	hb.setHold(true)
 	have := sessionDraft(t, pre, fmt.Sprintf(`{"session":"p","tokens":%s,"n":%d}`, idsJSON(ctx), n))
-	k := 1
-	alt, clear := runnerUp(t, m, append(slices.Clip(ctx), have[:k]...), have[k])
-	if !clear {
-		t.Skip("near-tie at position 1 of this context")
-	}
-	next := append(append(slices.Clip(ctx), have[:k]...), alt)
-	done := make(chan []int, 1)
-	go func() {
-		done <- sessionDraft(t, pre, fmt.Sprintf(`{"session":"p","accepted":%d,"bonus":%d,"n":%d}`, k, alt, n))
-	}()
-	// The request has taken its branch once the other four are dropped.
-	deadline := time.Now().Add(30 * time.Second)
-	for metricOf(t, pre, "draftd_predraft_branches_total", "state", "finished") < 4 {
-		if time.Now().After(deadline) {
-			t.Fatal("the other branches were not dropped in 30 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// A plain request keeps the engine busy (no background step beside it)
+	// while the five branches queue, so that they start together.
+	g.set(true)
+	busy := make(chan []int, 1)
+	go func() { busy <- pre.draft(seq(9, 20), 8) }()
+	<-g.stepped
 	hb.setHold(false)
+	waitFor := func(what string, cond func() bool) {
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("five queued branches", func() bool { return g.eng.Stats().BackgroundQueued == 5 })
+	g.gate <- struct{}{}
+	for {
+		<-g.stepped
+		all := g.eng.Stats().BackgroundActive == 5
+		g.gate <- struct{}{}
+		if all {
+			break
+		}
+	}
+	<-g.stepped // held: every branch has drafted a token
+	done, next := match(have)
+	// The request has taken its branch once the other four are dropped.
+	waitMetric(t, pre, "draftd_predraft_branches_total", 4, "state", "finished")
+	g.set(false)
+	g.gate <- struct{}{}
 	got := <-done
 	if w, _ := m.Generate(next, n); !slices.Equal(got, w) {
 		t.Fatalf("partial hit %v; Generate %v", got, w)
 	}
+	if b, w := <-busy, must(m.Generate(seq(9, 20), 8)); !slices.Equal(b, w) {
+		t.Fatalf("plain request %v; Generate %v", b, w)
+	}
 	if v := metricOf(t, pre, "draftd_predraft_requests_total", "outcome", predraftPartial); v != 1 {
 		t.Errorf("partial hits %g; want 1", v)
 	}
-	if v := metricOf(t, pre, "draftd_predraft_wasted_tokens_total"); v != 0 {
-		t.Errorf("wasted %g tokens; the dropped branches never ran", v)
+
+	waitBranches(t, pre, 10) // the answer above started five more: let them end
+	ctx = next
+	hb.setHold(true)
+	have = sessionDraft(t, pre, fmt.Sprintf(`{"session":"p","tokens":%s,"n":%d}`, idsJSON(ctx), n))
+	done, next = match(have)
+	got = <-done
+	hb.setHold(false)
+	if w, _ := m.Generate(next, n); !slices.Equal(got, w) {
+		t.Fatalf("miss %v; Generate %v", got, w)
 	}
+	if v := metricOf(t, pre, "draftd_predraft_requests_total", "outcome", predraftMiss); v != 1 {
+		t.Errorf("a match that had not started: %g misses; want 1", v)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// waitMetric waits until a sample reaches at least want (a state, polled).
+func waitMetric(t *testing.T, ts *testServer, name string, want float64, match ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for metricOf(t, ts, name, match...) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %v below %g after 30 s", name, match, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// gated is a server whose engine can be stopped after each step (stepGate)
+// and whose branches can be held before the engine (holdBackend).
+type gated struct {
+	*stepGate
+	eng *engine.Engine
+}
+
+func (g *gated) set(on bool) { <-g.on; g.on <- on }
+
+func startGated(t *testing.T, opt engine.Options) (*testServer, *holdBackend, *gated) {
+	t.Helper()
+	hb := &holdBackend{}
+	g := &gated{stepGate: &stepGate{on: make(chan bool, 1), stepped: make(chan [3]int), gate: make(chan struct{})}}
+	g.on <- false
+	open := tinyOpen(opt, func(b Backend) Backend {
+		g.eng = b.(*engineBackend).Engine
+		hb.Backend = b
+		return hb
+	})
+	ts := startHealthy(t, Config{PredraftBranches: 8, Open: func(ctx context.Context, obs engine.Observer) (Backend, error) {
+		g.Observer = obs
+		return open(ctx, g.stepGate)
+	}})
+	t.Cleanup(func() {
+		// Runs before the server stops: let the engine go on whatever state
+		// a failure left the gate in.
+		g.set(false)
+		hb.setHold(false)
+		go func() {
+			for {
+				select {
+				case <-g.stepped:
+				case g.gate <- struct{}{}:
+				}
+			}
+		}()
+	})
+	return ts, hb, g
 }
 
 // stepGate blocks the engine after each step while on, announcing the
@@ -294,33 +391,8 @@ func (g *stepGate) Step(batch, prefill, decode int) {
 // the next step would be a branch's.
 func TestPredraftNeverAheadOfRequests(t *testing.T) {
 	m := loadModel(t)
-	hb := &holdBackend{}
-	g := &stepGate{on: make(chan bool, 1), stepped: make(chan [3]int), gate: make(chan struct{})}
-	g.on <- false
-	var eng *engine.Engine
-	open := tinyOpen(engine.Options{MaxBatch: 1}, func(b Backend) Backend {
-		eng = b.(*engineBackend).Engine
-		hb.Backend = b
-		return hb
-	})
-	pre := startHealthy(t, Config{PredraftBranches: 8, Open: func(ctx context.Context, obs engine.Observer) (Backend, error) {
-		g.Observer = obs
-		return open(ctx, g)
-	}})
-	setGate := func(on bool) { <-g.on; g.on <- on }
-	t.Cleanup(func() {
-		// Runs before the server stops: let the engine go on whatever state
-		// a failure left the gate in.
-		setGate(false)
-		go func() {
-			for {
-				select {
-				case <-g.stepped:
-				case g.gate <- struct{}{}:
-				}
-			}
-		}()
-	})
+	pre, hb, g := startGated(t, engine.Options{MaxBatch: 1})
+	setGate := g.set
 	const n = 8
 	hb.setHold(true)
 	sessionDraft(t, pre, fmt.Sprintf(`{"session":"s","tokens":%s,"n":%d}`, idsJSON(seq(3, 20)), n))
@@ -343,7 +415,7 @@ func TestPredraftNeverAheadOfRequests(t *testing.T) {
 		ans <- decodeDraft(t, b)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for eng.Stats().QueueDepth != 1 {
+	for g.eng.Stats().QueueDepth != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the request was not queued in 30 s")
 		}
@@ -362,7 +434,7 @@ func TestPredraftNeverAheadOfRequests(t *testing.T) {
 	if w, _ := m.Generate(reqCtx, n); !slices.Equal(got, w) {
 		t.Fatalf("request draft %v; Generate %v", got, w)
 	}
-	if s := eng.Stats(); s.Preemptions < 1 {
+	if s := g.eng.Stats(); s.Preemptions < 1 {
 		t.Errorf("preemptions %d; want ≥ 1", s.Preemptions)
 	}
 }
