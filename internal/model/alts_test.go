@@ -1,8 +1,10 @@
 package model_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -86,6 +88,52 @@ func TestAlts(t *testing.T) {
 			if s.PNext < s.PAlt-1e-3 && math.Abs(float64(last[next]-last[alt])) > 1e-3 {
 				t.Fatalf("trial %d seq %d: the greedy id is less likely (%g) than the runner-up (%g)", trial, i, s.PNext, s.PAlt)
 			}
+		}
+	}
+}
+
+// BenchmarkDecodeAlts is one decode step of batch sequences (a context of
+// 256 each, or half the model's context) without and with Seq.Alts: what pre-drafting adds to a step.
+// The shipped tiny model, or the GGUF in $DRAFTD_BENCH_MODEL.
+func BenchmarkDecodeAlts(b *testing.B) {
+	path := os.Getenv("DRAFTD_BENCH_MODEL")
+	if path == "" {
+		path = filepath.Join(modelsDir, "tiny-qwen3-q8_0.gguf")
+	}
+	m, err := model.Load(path, model.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	ctxLen := min(256, m.MaxContext/2)
+	for _, batch := range []int{1, 32} {
+		for _, alts := range []bool{false, true} {
+			b.Run(fmt.Sprintf("batch=%d/alts=%v", batch, alts), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				seqs := make([]*model.Seq, batch)
+				for i := range seqs {
+					var bs []*model.Block
+					for range (ctxLen + 1 + model.BlockSize - 1) / model.BlockSize {
+						bs = append(bs, m.NewBlock())
+					}
+					toks := make([]int, ctxLen)
+					for j := range toks {
+						toks[j] = r.IntN(m.Vocab)
+					}
+					seqs[i] = &model.Seq{Tokens: toks, Blocks: bs}
+				}
+				if err := m.Forward(seqs); err != nil { // prefill
+					b.Fatal(err)
+				}
+				for _, s := range seqs {
+					s.Tokens, s.Pos, s.Alts = []int{s.Next}, ctxLen, alts
+				}
+				for b.Loop() {
+					if err := m.Forward(seqs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
