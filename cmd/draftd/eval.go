@@ -132,6 +132,10 @@ func runEval(ctx context.Context, args []string) error {
 		serverInfo = info.Raw
 	}
 
+	var metricsBefore eval.Metrics
+	if *backend == eval.BackendDraftd && len(bases) == 1 {
+		metricsBefore, _ = eval.FetchMetrics(ctx, hc, base) // nil: no pre-draft part in the report
+	}
 	var total int
 	for _, s := range samples {
 		total += len(s.Continuation)
@@ -148,6 +152,11 @@ func runEval(ctx context.Context, args []string) error {
 	report.Backend, report.URL, report.Data, report.ServerInfo = *backend, strings.Join(bases, ","), *dataPath, serverInfo
 	if dc, ok := routed[0].(*eval.DraftdClient); ok && len(routed) == 1 {
 		report.AddWire(dc.Wire)
+	}
+	if metricsBefore != nil {
+		if after, merr := eval.FetchMetrics(ctx, hc, base); merr == nil {
+			report.Predraft = eval.PredraftDelta(metricsBefore, after)
+		}
 	}
 	report.Project(*project)
 	if err != nil {

@@ -255,7 +255,7 @@ func TestProtocolDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	proc := startProc(t, "serve", "--model", path, "--addr", "127.0.0.1:0", "--log-format", "json",
-		"--threads", "2", "--kv-cache-bytes", "33554432")
+		"--threads", "2", "--kv-cache-bytes", "67108864")
 	var rec struct{ Addr string }
 	if err := json.Unmarshal([]byte(proc.waitLine(`"msg":"listening"`, 30*time.Second)), &rec); err != nil || rec.Addr == "" {
 		t.Fatalf("listening line: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/server"
+	"github.com/draftd/draftd/internal/session"
 )
 
 func init() {
@@ -64,7 +65,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxDraft   = fs.Int("max-draft-len", engine.DefaultMaxDraftLen, fmt.Sprintf("largest n a request may ask; [1, %d]", engine.MaxMaxDraftLen))
 		threads    = fs.Int("threads", 0, fmt.Sprintf("kernel worker threads; [0, 4×cores = %d], 0: all cores", maxThreads()))
 		maxBatch   = fs.Int("max-batch", engine.DefaultMaxBatch, fmt.Sprintf("sequences per engine step; [1, %d]", engine.MaxMaxBatch))
-		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("KV cache budget in bytes; 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", minKVCacheBytes, int64(maxKVCacheBytes)))
+		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("memory budget in bytes of the KV cache and the sessions (4 × --max-session-tokens of it is set aside for sessions, the KV cache gets the rest, at least %d); 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", minKVCacheBytes, minKVCacheBytes, int64(maxKVCacheBytes)))
 		maxQueue   = fs.Int("max-queue", engine.DefaultMaxQueue, fmt.Sprintf("requests waiting for a batch slot before 503 queue_full; [1, %d]", engine.MaxMaxQueue))
 		queueTO    = fs.Duration("queue-timeout", engine.DefaultQueueTimeout, fmt.Sprintf("longest wait for a batch slot before 503 queue_timeout; (0, %v]", engine.MaxQueueTimeout))
 		maxBody    = fs.Int64("max-body-bytes", d.MaxBodyBytes, fmt.Sprintf("POST /draft body limit in bytes (413 above); [%d, %d]", server.MinBodyBytes, server.MaxBodyBytes))
@@ -83,6 +84,7 @@ func runServe(ctx context.Context, args []string) error {
 		batchItems = fs.Int("max-batch-items", 0, fmt.Sprintf("items of one POST /v1/drafts call (400 too_many_items above); [0, --max-queue], 0: %d or --max-queue when smaller", d.MaxBatchItems))
 		maxSess    = fs.Int("max-sessions", d.MaxSessions, fmt.Sprintf("sessions held at once; beyond, the least recently used is evicted; [1, %d]", server.MaxMaxSessions))
 		sessTokens = fs.Int64("max-session-tokens", d.MaxSessionTokens, fmt.Sprintf("context + last-draft tokens held over all sessions (4 bytes each); beyond, the least recently used session is evicted; [max context + --max-draft-len, %d]", int64(server.MaxMaxSessionTokens)))
+		predraft   = fs.Int("predraft-branches", 0, fmt.Sprintf("next requests drafted ahead per session while the engine has free slots (model strategy; below every request in priority); [0, %d], 0: off", server.MaxPredraftBranches))
 		sessTTL    = fs.Duration("session-ttl", d.SessionTTL, fmt.Sprintf("a session unused this long is dropped (409 unknown_session after); (0, %v]", server.MaxSessionTTL))
 	)
 	if stop, err := parseClientFlags(fs, args); stop {
@@ -131,6 +133,7 @@ func runServe(ctx context.Context, args []string) error {
 		{*batchItems < 0 || *batchItems > *maxQueue, outside("max-batch-items", *batchItems, 0, fmt.Sprintf("--max-queue %d", *maxQueue))},
 		{*maxSess < 1 || *maxSess > server.MaxMaxSessions, outside("max-sessions", *maxSess, 1, server.MaxMaxSessions)},
 		{*sessTokens < 1 || *sessTokens > server.MaxMaxSessionTokens, outside("max-session-tokens", *sessTokens, 1, int64(server.MaxMaxSessionTokens))},
+		{*predraft < 0 || *predraft > server.MaxPredraftBranches, outside("predraft-branches", *predraft, 0, server.MaxPredraftBranches)},
 		{*sessTTL <= 0 || *sessTTL > server.MaxSessionTTL, fmt.Sprintf("--session-ttl %v outside (0, %v]", *sessTTL, server.MaxSessionTTL)},
 		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
 		{*trustMatch < 0 || *trustMatch > draft.MaxMatch, outside("trust-match", *trustMatch, 0, draft.MaxMatch)},
@@ -146,6 +149,18 @@ func runServe(ctx context.Context, args []string) error {
 			return clientUsageError(fs, err.Error())
 		}
 	}
+	// One memory budget: 4 × --max-session-tokens bytes of --kv-cache-bytes
+	// are set aside for the sessions' token ids, the KV blocks get the rest.
+	memBudget := *kvBytes
+	if memBudget == 0 {
+		memBudget = engine.DefaultKVCacheBytes()
+	}
+	sessBytes := *sessTokens * session.TokenBytes
+	kvPart := memBudget - sessBytes
+	if kvPart < minKVCacheBytes {
+		return clientUsageError(fs, fmt.Sprintf("--kv-cache-bytes %d (the memory budget of KV cache and sessions) leaves %d bytes of KV cache after the %d bytes set aside for sessions (4 × --max-session-tokens %d); want at least %d: raise --kv-cache-bytes or lower --max-session-tokens",
+			memBudget, kvPart, sessBytes, *sessTokens, minKVCacheBytes))
+	}
 	lookup := draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]}
 	strat, err := draft.New(*strategy, lookup)
 	if err != nil {
@@ -157,7 +172,7 @@ func runServe(ctx context.Context, args []string) error {
 			ModelPath: *path,
 			Resolve:   resolveModel,
 			Model:     model.Options{Threads: *threads, KV: kv},
-			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: *kvBytes,
+			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: kvPart,
 				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger, Strategy: strat},
 			Lookup:     lookup,
 			DraftVocab: *draftVocab, DraftVocabFile: *vocabPath,
@@ -165,6 +180,7 @@ func runServe(ctx context.Context, args []string) error {
 		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
 		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,
 		MaxBatchItems: *batchItems, MaxSessions: *maxSess, MaxSessionTokens: *sessTokens, SessionTTL: *sessTTL,
+		PredraftBranches: *predraft,
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -169,7 +169,7 @@ type serving struct {
 func startServe(t testing.TB, healthy bool, extra ...string) *serving {
 	t.Helper()
 	args := append([]string{"serve", "--model", tinyGGUF, "--addr", "127.0.0.1:0", "--log-format", "json",
-		"--threads", "2", "--kv-cache-bytes", "33554432"}, extra...)
+		"--threads", "2", "--kv-cache-bytes", "67108864"}, extra...)
 	p := startProc(t, args...)
 	var rec struct{ Addr string }
 	if err := json.Unmarshal([]byte(p.waitLine(`"msg":"listening"`, 30*time.Second)), &rec); err != nil || rec.Addr == "" {
@@ -364,6 +364,8 @@ func TestServeFlagRanges(t *testing.T) {
 		{"body-timeout", "0s"}, {"body-timeout", "-1s"}, {"body-timeout", "1000h"},
 		{"queue-timeout", "0s"}, {"queue-timeout", "1000h"},
 		{"shutdown-timeout", "0s"}, {"shutdown-timeout", "-5s"},
+		{"predraft-branches", "-1"}, {"predraft-branches", "65"},
+		{"kv-cache-bytes", "33554432"}, // all of it set aside for the default --max-session-tokens
 		{"kv-type", "q4_0"}, {"draft-vocab", "-1"}, {"draft-vocab", "1000"}, {"draft-vocab-file", "vocab.json"},
 	} {
 		p := startProc(t, "serve", "--model", tinyGGUF, "--addr", "127.0.0.1:0", "--"+c.flag, c.value)

@@ -85,6 +85,20 @@ type Result struct {
 	CachedTokens  int         // context tokens whose KV came from the prefix cache
 	Strategy      string      // the strategy that drafted it
 	Sources       draft.Stats // where the draft tokens came from
+	// Alts (with Item.Alts) holds, for each draft position, the drafter's
+	// runner-up there and the probabilities of the draft token and of it;
+	// nil without Item.Alts.
+	Alts []Alt // (len(Draft))
+}
+
+// Alt is the drafter's second choice at one draft position (for
+// pre-drafting): ID is the most likely id other than the draft token there,
+// P the draft token's softmax probability and PAlt ID's. A position drafted
+// without the model's full distribution (a kept lookup proposal) has
+// ID = −1 and P = PAlt = −1.
+type Alt struct {
+	ID      int
+	P, PAlt float32
 }
 
 // Stats is a snapshot of the engine's gauges and counters.
@@ -103,6 +117,13 @@ type Stats struct {
 	DecodeTokens  uint64 // decode tokens run
 	CachedTokens  uint64 // context tokens served from the prefix cache
 	Evictions     uint64 // cache blocks evicted
+
+	// Background (pre-draft) work, below every request in priority.
+	BackgroundQueued int    // background drafts waiting
+	BackgroundActive int    // background sequences holding KV (running or parked)
+	BackgroundTokens uint64 // draft tokens made by background sequences
+	Preemptions      uint64 // background sequences taken out of the batch for a request
+	BackgroundEvicts uint64 // background sequences ended to free KV for a request
 }
 
 var (
@@ -116,6 +137,8 @@ var (
 	ErrInternal = errors.New("engine: internal error")
 	// ErrInput is wrapped by every *InputError (400).
 	ErrInput = errors.New("engine: invalid input")
+	// ErrEvicted: a background draft was ended to free KV for a request.
+	ErrEvicted = errors.New("engine: background draft evicted for a request")
 )
 
 // The request rules of docs/protocol.md, defined once: the codes of an
@@ -192,8 +215,12 @@ type Engine struct {
 	batch []*seq       // sequences in the current step
 	seqs  []*model.Seq // their model.Seq, for Forward
 
+	lowq *queue // background drafts (Item.Background), below every request
+
 	queued, active                        atomic.Int64
 	requests, steps, prefill, decode, hit atomic.Uint64
+	lowQueued, lowActive                  atomic.Int64
+	bgTokens, preempts, bgEvicts          atomic.Uint64
 }
 
 // request is one Draft call on its way through the engine.
@@ -202,6 +229,8 @@ type request struct {
 	tokens []int // (L) the context, a private copy with room for n more
 	n      int   // draft tokens to produce, already shortened to fit MaxContext
 	strat  draft.Guided
+	alts   bool        // record Result.Alts
+	bg     *Background // non-nil: background work (lowq)
 	reply  chan reply
 	elem   *list.Element // its place in the queue; nil once popped or withdrawn (guarded by queue.mu)
 	// members are the drafts of one DraftBatch call, queued as this one
@@ -285,6 +314,7 @@ func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (
 	e := &Engine{
 		m: m, opt: opt, log: log, cache: cache, fwd: fwd,
 		queue:   newQueue(opt.MaxQueue),
+		lowq:    newQueue(opt.MaxQueue),
 		closing: make(chan struct{}),
 		abort:   make(chan struct{}),
 		done:    make(chan struct{}),
@@ -329,6 +359,50 @@ type Item struct {
 	Tokens   []int          // (L) the context
 	N        int            // draft tokens wanted
 	Strategy draft.Strategy // nil: Options.Strategy
+	Alts     bool           // also return Result.Alts (costs a second LM-head product per step)
+	// Background, when set, makes this (the call's only) item pre-draft
+	// work: it waits in a queue of its own (no queue timeout; it leaves
+	// when ctx ends), is admitted only when no request waits, is taken out
+	// of the batch at a step boundary when a request needs its slot (and
+	// resumed later from where it was), and is ended with ErrEvicted when a
+	// request needs its KV. Promote turns it into an ordinary request.
+	Background *Background
+}
+
+// Background is the handle of one background draft (Item.Background).
+type Background struct {
+	e        atomic.Pointer[Engine]
+	promoted atomic.Bool
+	drafted  atomic.Int64 // draft tokens made so far
+	first    atomic.Int64 // the first draft token, −1 before
+}
+
+// NewBackground returns a handle for one background draft.
+func NewBackground() *Background {
+	b := &Background{}
+	b.first.Store(-1)
+	return b
+}
+
+// Promote gives the draft a request's priority from the next step boundary
+// on (a request is now waiting for it): it is no longer preempted or
+// evicted, and if it still waits it is admitted before the queued requests.
+func (b *Background) Promote() {
+	if b.promoted.Swap(true) {
+		return
+	}
+	if e := b.e.Load(); e != nil {
+		e.lowq.wake()
+	}
+}
+
+// Promoted reports whether Promote was called.
+func (b *Background) Promoted() bool { return b.promoted.Load() }
+
+// Drafted returns the draft tokens made so far and the first of them
+// (−1 before there is one).
+func (b *Background) Drafted() (n, first int) {
+	return int(b.drafted.Load()), int(b.first.Load())
 }
 
 // MaxBatchItems bounds the items of one DraftBatch call.
@@ -348,6 +422,15 @@ const MaxBatchItems = MaxMaxQueue
 func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, errs []error, err error) {
 	if len(items) == 0 || len(items) > MaxBatchItems {
 		return nil, nil, fmt.Errorf("%w: %d items outside [1, %d]", ErrInput, len(items), MaxBatchItems)
+	}
+	var bg *Background
+	for i, it := range items {
+		if it.Background != nil {
+			if len(items) != 1 {
+				return nil, nil, fmt.Errorf("%w: a background item must be its call's only item (item %d of %d)", ErrInput, i, len(items))
+			}
+			bg = it.Background
+		}
 	}
 	res, errs = make([]Result, len(items)), make([]error, len(items))
 	var members []*request
@@ -380,7 +463,7 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		// read it after we return), with room for the draft.
 		own := make([]int, len(it.Tokens), len(it.Tokens)+n)
 		copy(own, it.Tokens)
-		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, reply: make(chan reply, 1)})
+		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, alts: it.Alts, bg: bg, reply: make(chan reply, 1)})
 		slots = append(slots, i)
 	}
 	if len(members) == 0 {
@@ -390,14 +473,19 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 	if len(members) > 1 {
 		entry = &request{ctx: ctx, members: members}
 	}
+	q, queued := e.queue, &e.queued
+	if bg != nil {
+		q, queued = e.lowq, &e.lowQueued
+		bg.e.Store(e)
+	}
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()
 		return nil, nil, ErrClosed
 	}
-	e.queued.Add(int64(entry.size())) // before the push, so that the loop's decrement never goes first
-	if !e.queue.push(entry) {
-		e.queued.Add(-int64(entry.size()))
+	queued.Add(int64(entry.size())) // before the push, so that the loop's decrement never goes first
+	if !q.push(entry) {
+		queued.Add(-int64(entry.size()))
 		e.mu.RUnlock()
 		return nil, nil, ErrQueueFull
 	}
@@ -405,6 +493,9 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 	t := time.NewTimer(e.opt.QueueTimeout)
 	defer t.Stop()
 	timeout := t.C
+	if bg != nil {
+		timeout = nil // background work waits until its ctx ends
+	}
 	for k, m := range members {
 		for done := false; !done; {
 			select {
@@ -415,8 +506,8 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 				// Still queued: leave at once, so that a caller gone (a
 				// reset connection) holds no place. Taken by the loop: it
 				// drops the members at its next step.
-				if e.queue.withdraw(entry) {
-					e.queued.Add(-int64(entry.size()))
+				if q.withdraw(entry) {
+					queued.Add(-int64(entry.size()))
 					return nil, nil, ctx.Err()
 				}
 				if k == 0 {
@@ -428,8 +519,8 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 				return res, errs, nil
 			case <-timeout:
 				timeout = nil
-				if e.queue.withdraw(entry) {
-					e.queued.Add(-int64(entry.size()))
+				if q.withdraw(entry) {
+					queued.Add(-int64(entry.size()))
 					return nil, nil, ErrQueueTimeout
 				}
 				// Taken by the loop just now: it runs to the end.
@@ -497,5 +588,11 @@ func (e *Engine) Stats() Stats {
 		DecodeTokens:  e.decode.Load(),
 		CachedTokens:  e.hit.Load(),
 		Evictions:     cs.Evictions,
+
+		BackgroundQueued: int(e.lowQueued.Load()),
+		BackgroundActive: int(e.lowActive.Load()),
+		BackgroundTokens: e.bgTokens.Load(),
+		Preemptions:      e.preempts.Load(),
+		BackgroundEvicts: e.bgEvicts.Load(),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 
 	"github.com/draftd/draftd/internal/kvcache"
 	"github.com/draftd/draftd/internal/model"
@@ -23,42 +24,74 @@ type seq struct {
 	pos    int   // positions whose KV is written: all[:pos]
 	cached int   // positions [0, cached) came from the cache
 	ms     model.Seq
+	alts   []Alt // (drafted so far) with req.alts
 	strategyState
+}
+
+// low reports whether s is background work (not promoted): it yields its
+// batch slot and its KV to any request.
+func (s *seq) low() bool { return s.req.low() }
+
+func (r *request) low() bool { return r.bg != nil && !r.bg.promoted.Load() }
+
+// loopState is what the loop goroutine holds between steps.
+type loopState struct {
+	active []*seq     // in the batch
+	parked []*seq     // background sequences taken out of the batch for a request, KV kept
+	pend   []*request // taken from the queue, not yet admitted (see loop)
+}
+
+func (st *loopState) idle() bool {
+	return len(st.active) == 0 && len(st.parked) == 0 && len(st.pend) == 0
 }
 
 // loop runs until Close has drained the queue (or aborted it). pend holds
 // the drafts taken from the queue and not yet admitted, in order: the head
 // waiting for KV space, and the rest of a DraftBatch entry whose first
-// drafts were admitted.
+// drafts were admitted. Background drafts (lowq, parked) run only in the
+// slots and KV no request needs; once Close is called they are failed with
+// ErrClosed.
 func (e *Engine) loop() {
 	defer close(e.done)
-	var active []*seq
-	var pend []*request
+	st := &loopState{}
 	for {
-		if len(active) == 0 && len(pend) == 0 {
-			r := e.queue.pop()
-			if r == nil {
-				select {
-				case <-e.queue.ready:
-					continue
-				case <-e.abort:
-				case <-e.closing:
-					if r = e.queue.pop(); r == nil {
-						return // closed and drained
-					}
+		if st.idle() && e.queue.empty() && e.lowq.empty() {
+			select {
+			case <-e.queue.ready:
+			case <-e.lowq.ready:
+			case <-e.abort:
+			case <-e.closing:
+				if e.queue.empty() && e.lowq.empty() {
+					return // closed and drained
 				}
 			}
-			pend = expand(pend, r)
 		}
 		select {
 		case <-e.abort:
-			e.failAll(active, pend, ErrClosed)
+			e.failAll(st, ErrClosed)
 			return
 		default:
 		}
-		active, pend = e.iterate(active, pend)
-		e.active.Store(int64(len(active)))
+		select {
+		case <-e.closing:
+			e.failLow(st, ErrClosed)
+		default:
+		}
+		e.iterate(st)
+		e.gauges(st)
 	}
+}
+
+// gauges publishes the batch's and the background's sizes.
+func (e *Engine) gauges(st *loopState) {
+	e.active.Store(int64(len(st.active)))
+	var low int64
+	for _, s := range st.active {
+		if s.req.bg != nil {
+			low++
+		}
+	}
+	e.lowActive.Store(low + int64(len(st.parked)))
 }
 
 // expand appends the drafts of an entry popped from the queue (nil: none).
@@ -85,44 +118,73 @@ func pop(pend []*request) []*request {
 // panic outside the forward pass (a bug in the bookkeeping) fails every
 // active request and those waiting to be admitted, and resets the cache,
 // whose state can no longer be trusted.
-func (e *Engine) iterate(active []*seq, pend []*request) (_ []*seq, _ []*request) {
+func (e *Engine) iterate(st *loopState) {
 	defer func() {
 		if p := recover(); p != nil {
 			err := fmt.Errorf("%w: panic in the engine loop: %v", ErrInternal, p)
 			e.log.Error("engine loop panic; failing the batch and resetting the KV cache", "panic", p, "stack", string(debug.Stack()))
-			for _, s := range active {
+			for _, s := range st.active {
 				e.respond(s.req, Result{}, err)
 			}
-			for _, r := range pend {
+			for _, s := range st.parked {
+				e.respond(s.req, Result{}, err)
+			}
+			for _, r := range st.pend {
 				e.queued.Add(-1)
 				e.respond(r, Result{}, err)
 			}
 			e.cache.Reset()
-			// The blank results return (nil, nil): an empty batch, nothing pending.
+			*st = loopState{}
 		}
 	}()
-	active, pend = e.admit(active, pend)
-	active = e.dropCancelled(active)
-	if len(active) > 0 {
-		active = e.step(active)
+	e.admit(st)
+	st.active = e.dropCancelled(st.active)
+	st.parked = e.dropCancelled(st.parked)
+	e.gauges(st) // as the step about to run sees them
+	if len(st.active) > 0 {
+		st.active = e.step(st.active)
 	}
-	return active, pend
 }
 
 // admit moves requests from pend, then from the queue, into the batch while
-// they fit.
-func (e *Engine) admit(active []*seq, pend []*request) ([]*seq, []*request) {
-	for len(active) < e.opt.MaxBatch {
-		if len(pend) == 0 {
+// they fit, taking background sequences out of the batch (parked) for their
+// slots and ending them (parked first) for their KV. Background work runs
+// only when no request waits or runs: then it fills the batch, parked
+// sequences first, then the background queue; otherwise every background
+// sequence is parked at this step boundary.
+func (e *Engine) admit(st *loopState) {
+	// Promoted background drafts are requests now, ahead of the queue.
+	if pr := e.lowq.takePromoted(); len(pr) > 0 {
+		e.lowQueued.Add(-int64(len(pr)))
+		e.queued.Add(int64(len(pr)))
+		st.pend = append(pr, st.pend...)
+	}
+	for i := 0; i < len(st.parked); {
+		s := st.parked[i]
+		if s.low() {
+			i++
+			continue
+		}
+		if len(st.active) >= e.opt.MaxBatch && !e.preempt(st) {
+			break
+		}
+		st.parked = slices.Delete(st.parked, i, i+1)
+		st.active = append(st.active, s)
+	}
+	for {
+		if len(st.pend) == 0 {
 			r := e.queue.pop()
 			if r == nil {
-				return active, nil
+				break
 			}
-			pend = expand(pend, r)
+			st.pend = expand(st.pend, r)
 		}
-		r := pend[0]
+		if len(st.active) >= e.opt.MaxBatch && !e.preempt(st) {
+			return
+		}
+		r := st.pend[0]
 		if err := r.ctx.Err(); err != nil {
-			pend = pop(pend)
+			st.pend = pop(st.pend)
 			e.queued.Add(-1)
 			e.respond(r, Result{}, err)
 			continue
@@ -130,12 +192,15 @@ func (e *Engine) admit(active []*seq, pend []*request) ([]*seq, []*request) {
 		L := len(r.tokens)
 		lease, err := e.cache.Acquire(r.tokens, L+r.n-1)
 		if errors.Is(err, kvcache.ErrNoSpace) {
-			if len(active) > 0 {
-				return active, pend // wait for a running sequence to free blocks
+			if e.evictLow(st) {
+				continue // retry with the freed KV
+			}
+			if len(st.active) > 0 {
+				return // wait for a running sequence to free blocks
 			}
 			err = fmt.Errorf("%w: %v with no active sequence", ErrInternal, err)
 		}
-		pend = pop(pend)
+		st.pend = pop(st.pend)
 		e.queued.Add(-1)
 		if errors.Is(err, kvcache.ErrTooLarge) {
 			err = inputErr(CodeContextOverKV, "context of %d tokens plus %d draft tokens needs more KV cache than the server's budget of %d bytes holds",
@@ -145,17 +210,128 @@ func (e *Engine) admit(active []*seq, pend []*request) ([]*seq, []*request) {
 			e.respond(r, Result{}, err)
 			continue
 		}
-		all := r.tokens // Draft made it with room for the draft
-		r.tokens = nil
-		s := &seq{req: r, lease: lease, all: all, L: L, pos: lease.Cached, cached: lease.Cached}
-		s.drafter = r.strat.Start(all[:L], r.n)
-		if s.cached > 0 {
-			e.hit.Add(uint64(s.cached))
-			e.observe(func(o Observer) { o.CacheHit(s.cached) })
-		}
-		active = append(active, s)
+		st.active = append(st.active, e.start(r, lease))
 	}
-	return active, pend
+	// Background work runs only in steps without requests, so that it
+	// never makes a request's step longer: a request in the batch parks it.
+	for _, s := range st.active {
+		if !s.low() {
+			for e.preempt(st) {
+			}
+			return
+		}
+	}
+	for len(st.active) < e.opt.MaxBatch && len(st.parked) > 0 {
+		st.active = append(st.active, st.parked[0])
+		st.parked = slices.Delete(st.parked, 0, 1)
+	}
+	for len(st.active) < e.opt.MaxBatch {
+		r := e.lowq.pop()
+		if r == nil {
+			return
+		}
+		if err := r.ctx.Err(); err != nil {
+			e.lowQueued.Add(-1)
+			e.respond(r, Result{}, err)
+			continue
+		}
+		L := len(r.tokens)
+		lease, err := e.cache.Acquire(r.tokens, L+r.n-1)
+		if errors.Is(err, kvcache.ErrNoSpace) {
+			e.lowq.pushFront(r) // background work never frees KV for itself
+			return
+		}
+		e.lowQueued.Add(-1)
+		if err != nil {
+			e.respond(r, Result{}, err)
+			continue
+		}
+		st.active = append(st.active, e.start(r, lease))
+	}
+}
+
+// start makes the admitted r, holding lease, a sequence of the batch.
+func (e *Engine) start(r *request, lease *kvcache.Lease) *seq {
+	L := len(r.tokens)
+	all := r.tokens // Draft made it with room for the draft
+	r.tokens = nil
+	s := &seq{req: r, lease: lease, all: all, L: L, pos: lease.Cached, cached: lease.Cached}
+	s.drafter = r.strat.Start(all[:L], r.n)
+	if s.cached > 0 {
+		e.hit.Add(uint64(s.cached))
+		e.observe(func(o Observer) { o.CacheHit(s.cached) })
+	}
+	return s
+}
+
+// preempt takes the last background sequence of the batch out of it (its
+// KV and state kept, parked, to resume later); false when the batch holds
+// requests only.
+func (e *Engine) preempt(st *loopState) bool {
+	for i := len(st.active) - 1; i >= 0; i-- {
+		if s := st.active[i]; s.low() {
+			st.active = slices.Delete(st.active, i, i+1)
+			s.ms.Tokens = nil
+			st.parked = append(st.parked, s)
+			e.preempts.Add(1)
+			return true
+		}
+	}
+	return false
+}
+
+// evictLow ends one background sequence (the last parked one, else the last
+// in the batch) with ErrEvicted, its KV committed to the prefix cache
+// (where a request may take it over); false when there is none.
+func (e *Engine) evictLow(st *loopState) bool {
+	take := func(list []*seq) ([]*seq, bool) {
+		for i := len(list) - 1; i >= 0; i-- {
+			if s := list[i]; s.low() {
+				e.cache.Commit(s.lease, s.all, s.pos)
+				e.respond(s.req, Result{}, ErrEvicted)
+				e.bgEvicts.Add(1)
+				return slices.Delete(list, i, i+1), true
+			}
+		}
+		return list, false
+	}
+	var ok bool
+	if st.parked, ok = take(st.parked); ok {
+		return true
+	}
+	st.active, ok = take(st.active)
+	return ok
+}
+
+// failLow fails every background draft (queued, parked or in the batch)
+// with err.
+func (e *Engine) failLow(st *loopState, err error) {
+	keep := st.active[:0]
+	for _, s := range st.active {
+		if s.low() {
+			e.cache.Commit(s.lease, s.all, s.pos)
+			e.respond(s.req, Result{}, err)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(st.active[len(keep):])
+	st.active = keep
+	keep = st.parked[:0]
+	for _, s := range st.parked {
+		if s.low() {
+			e.cache.Commit(s.lease, s.all, s.pos)
+			e.respond(s.req, Result{}, err)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(st.parked[len(keep):])
+	st.parked = keep
+	for r := e.lowq.pop(); r != nil; r = e.lowq.pop() {
+		e.lowQueued.Add(-1)
+		e.respond(r, Result{}, err)
+	}
 }
 
 // dropCancelled removes sequences whose caller has gone, keeping the KV
@@ -184,6 +360,16 @@ func (e *Engine) step(active []*seq) []*seq {
 		clear(seqs)
 		e.batch, e.seqs = batch[:0], seqs[:0]
 	}()
+	// Requests first: they take the prefill budget before background work.
+	slices.SortStableFunc(active, func(a, b *seq) int {
+		switch al, bl := a.low(), b.low(); {
+		case al == bl:
+			return 0
+		case bl:
+			return -1
+		}
+		return 1
+	})
 	budget := e.opt.PrefillChunk
 	prefill, decode := 0, 0
 	for _, s := range active {
@@ -205,6 +391,7 @@ func (e *Engine) step(active []*seq) []*seq {
 		if s.pos+k == len(s.all) { // the strategy may add a proposal
 			seqs = s.propose(seqs)
 			decode += s.nprop
+			s.ms.Alts = s.req.alts && s.nprop == 0
 		} else {
 			seqs = append(seqs, &s.ms)
 		}
@@ -231,9 +418,17 @@ func (e *Engine) step(active []*seq) []*seq {
 	out := active[:0]
 	for _, s := range active {
 		if len(s.ms.Tokens) > 0 { // ran in this step
+			n0 := len(s.all)
 			s.advance()
+			if s.low() {
+				e.bgTokens.Add(uint64(len(s.all) - n0))
+			}
+			if bg := s.req.bg; bg != nil && len(s.all) > s.L {
+				bg.first.Store(int64(s.all[s.L]))
+				bg.drafted.Store(int64(len(s.all) - s.L))
+			}
 		}
-		s.ms.Tokens = nil
+		s.ms.Tokens, s.ms.Alts = nil, false
 		if len(s.all)-s.L == s.req.n {
 			e.finish(s)
 			continue
@@ -271,18 +466,22 @@ func (e *Engine) finish(s *seq) {
 		Strategy:      s.req.strat.Name(),
 		Sources:       s.sources(),
 	}
+	if s.req.alts {
+		res.Alts = s.alts
+	}
 	e.respond(s.req, res, nil)
 }
 
-// failAll answers every active, pending and queued request with err (on
-// abort).
-func (e *Engine) failAll(active []*seq, pend []*request, err error) {
-	for _, s := range active {
+// failAll answers every active, parked, pending and queued request and
+// background draft with err (on abort).
+func (e *Engine) failAll(st *loopState, err error) {
+	for _, s := range append(st.active, st.parked...) {
 		e.cache.Release(s.lease)
 		e.respond(s.req, Result{}, err)
 	}
 	e.active.Store(0)
-	for _, r := range pend {
+	e.lowActive.Store(0)
+	for _, r := range st.pend {
 		e.queued.Add(-1)
 		e.respond(r, Result{}, err)
 	}
@@ -292,6 +491,11 @@ func (e *Engine) failAll(active []*seq, pend []*request, err error) {
 			e.respond(r, Result{}, err)
 		}
 	}
+	for r := e.lowq.pop(); r != nil; r = e.lowq.pop() {
+		e.lowQueued.Add(-1)
+		e.respond(r, Result{}, err)
+	}
+	*st = loopState{}
 }
 
 // respond delivers the answer; reply has room for it even when the caller

@@ -34,11 +34,50 @@ func (q *queue) push(r *request) bool {
 	q.n += r.size()
 	r.elem = q.l.PushBack(r)
 	q.mu.Unlock()
+	q.wake()
+	return true
+}
+
+// wake tells the loop to look (a push, or a background draft promoted).
+func (q *queue) wake() {
 	select {
 	case q.ready <- struct{}{}:
 	default:
 	}
-	return true
+}
+
+// empty reports whether nothing waits.
+func (q *queue) empty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.l.Len() == 0
+}
+
+// pushFront puts r (popped just now) back at the front, beyond the bound.
+func (q *queue) pushFront(r *request) {
+	q.mu.Lock()
+	q.n += r.size()
+	r.elem = q.l.PushFront(r)
+	q.mu.Unlock()
+}
+
+// takePromoted removes and returns, oldest first, the background drafts
+// whose Promote was called.
+func (q *queue) takePromoted() []*request {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []*request
+	for e := q.l.Front(); e != nil; {
+		next := e.Next()
+		if r := e.Value.(*request); r.bg != nil && r.bg.promoted.Load() {
+			q.l.Remove(e)
+			r.elem = nil
+			q.n -= r.size()
+			out = append(out, r)
+		}
+		e = next
+	}
+	return out
 }
 
 // pop removes and returns the oldest request; nil when none waits.

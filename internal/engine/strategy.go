@@ -98,6 +98,13 @@ func (s *seq) advance() {
 			s.all = append(s.all, s.ms.Next)
 			s.greedy[0] = s.ms.Next
 			s.drafter.Accept(s.greedy[:])
+			if s.req.alts {
+				a := Alt{ID: -1, P: -1, PAlt: -1}
+				if s.ms.Alts {
+					a = Alt{ID: s.ms.Alt, P: s.ms.PNext, PAlt: s.ms.PAlt}
+				}
+				s.alts = append(s.alts, a)
+			}
 		}
 		return
 	}
@@ -106,6 +113,11 @@ func (s *seq) advance() {
 	kept = max(0, min(kept, s.nprop))
 	s.all = append(s.all, s.feed[1:1+kept]...)
 	s.all = append(s.all, g[kept])
+	if s.req.alts { // no distribution with a proposal in the step
+		for range kept + 1 {
+			s.alts = append(s.alts, Alt{ID: -1, P: -1, PAlt: -1})
+		}
+	}
 	s.pos += s.known + kept
 	s.nprop, s.ms.ArgmaxAll, s.pre.Tokens = 0, false, nil
 }

@@ -78,6 +78,9 @@ type Report struct {
 	// ServerParseMS is the server's mean time to parse one request body
 	// (its Server-Timing header); a batch call is one body.
 	ServerParseMS float64 `json:"server_parse_ms_mean,omitempty"`
+	// Predraft is the server's pre-drafting over the replay (its
+	// /metrics before and after); nil when it did not pre-draft.
+	Predraft *Predraft `json:"predraft,omitempty"`
 
 	Projection *Projection `json:"projection,omitempty"`
 
@@ -185,6 +188,10 @@ func (r *Report) WriteText(w io.Writer) error {
 			r.BytesPerStep, r.ServerParseMS, r.HTTPRequests, r.Resends)
 	}
 	b.WriteString("\n")
+	if p := r.Predraft; p != nil {
+		fmt.Fprintf(&b, "  pre-drafting     hit rate %.1f%% (%d hits, %d partial, %d misses, %d without branches), %d branches, %d tokens wasted; server answer %.3f ms hit, %.3f ms partial, %.3f ms miss\n",
+			100*p.HitRate, p.Hits, p.PartialHits, p.Misses, p.None, p.Branches, p.WastedTokens, p.HitAnswerMS, p.PartialAnswerMS, p.MissAnswerMS)
+	}
 	if r.Failures > 0 {
 		fmt.Fprintf(&b, "  failure kinds    %s\n  first error      %s\n", formatKinds(r.FailureKinds), r.FirstError)
 	}

@@ -30,6 +30,17 @@ type Seq struct {
 	// go into NextAll.
 	ArgmaxAll bool
 	NextAll   []int // (n) with ArgmaxAll: greedy id after each new token
+
+	// Alts asks for the runner-up after the last new token (not with
+	// ArgmaxAll): Alt is the most likely id other than Next, and PNext and
+	// PAlt are the softmax probabilities of Next and Alt. They come from a
+	// second LM-head product over the same hidden row (alts.go); Next stays
+	// the greedy id of the argmax kernel, so asking for them never changes
+	// a draft.
+	Alts  bool
+	Alt   int
+	PNext float32
+	PAlt  float32
 }
 
 // ErrInput marks a Forward call with inconsistent sequences (a caller bug or
@@ -46,6 +57,8 @@ type scratch struct {
 	tokSeq   []int     // (T) sequence of each token
 	tokPos   []int     // (T) absolute position of each token
 	ids      []int     // (R) greedy ids
+	altX     []float32 // (A, hidden) output rows of the Alts sequences
+	altY     []float32 // (A, head rows) their logits
 	row      []float32 // (hidden) embedding row
 	ap       attnPlan  // attention tasks and cache views (prefill.go)
 }
@@ -222,6 +235,7 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		r += n
 		s.Next = sc.ids[r-1]
 	}
+	m.alts(seqs)
 	return nil
 }
 

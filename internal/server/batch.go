@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
@@ -100,6 +101,9 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request, _ *
 		return reqErr(CodeInvalidRequest, fmt.Sprintf("header %s %q differs from the session %q of the path", SessionHeader, clip(h), id))
 	}
 	s.sessions.Delete(id)
+	if s.pre != nil {
+		s.pre.drop(id)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -152,9 +156,19 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		}
 		defer unlock()
 	}
+	t0 := time.Now()
+	res := make([]engine.Result, len(reqs))
+	outcome := make([]string, len(reqs)) // pre-drafting's, for incremental items it applies to
+	var partial []*branch                // by request index, for partial hits
 	for i := range reqs {
 		q := &reqs[i]
-		if errs[i] != nil || !q.Incremental || first[q.Session] != i {
+		if errs[i] != nil || q.Session == "" || first[q.Session] != i {
+			continue
+		}
+		if !q.Incremental {
+			if s.pre != nil {
+				s.pre.drop(q.Session) // a new context: its branches guess another one
+			}
 			continue
 		}
 		full, err := s.sessions.Extend(q.Session, q.Accepted, q.Bonus)
@@ -163,6 +177,9 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		case errors.Is(err, session.ErrUnknown):
 			errs[i] = reqErr(CodeUnknownSession, fmt.Sprintf("session %q is unknown here (never established, deleted, idle past --session-ttl, evicted by --max-sessions or --max-session-tokens, or established at another replica); resend its whole context as \"tokens\"", q.Session))
 			s.met.sessionReqs.WithLabelValues("accepted", "unknown_session").Inc()
+			if s.pre != nil {
+				s.pre.drop(q.Session)
+			}
 			continue
 		case errors.As(err, &ae):
 			errs[i] = reqErr(CodeInvalidAccepted, ae.Error())
@@ -174,22 +191,47 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		default:
 			q.Tokens, q.Fit = full, b.lim.Fit(len(full), q.N)
 		}
+		if s.pre == nil {
+			continue
+		}
+		if errs[i] != nil || !s.predraftable(b, q) {
+			s.pre.drop(q.Session)
+			continue
+		}
+		br, out := s.pre.take(q.Session, q.Accepted, q.Bonus, q.N, q.Strategy)
+		switch {
+		case br == nil:
+		case br.fit != q.Fit:
+			// Cannot happen (the branch was drafted for this context and n);
+			// never answer from it if it does.
+			s.log.Error("pre-drafted branch of another length; drafting on demand", "session", q.Session, "branch_fit", br.fit, "fit", q.Fit)
+			br, out = nil, predraftMiss
+		case out == predraftHit:
+			res[i] = br.res
+			s.pre.since(out, t0)
+		default:
+			if partial == nil {
+				partial = make([]*branch, len(reqs))
+			}
+			partial[i] = br
+		}
+		outcome[i] = out
 	}
 	var items []BatchItem
 	var slot []int // request index of each item
 	for i := range reqs {
 		q := &reqs[i]
-		if errs[i] != nil {
+		if errs[i] != nil || outcome[i] == predraftHit || partial != nil && partial[i] != nil {
 			continue
 		}
 		if q.Strategy != "" && !slices.Contains(b.strs, q.Strategy) {
 			errs[i] = reqErr(CodeInvalidStrategy, (&draft.UnknownError{Name: q.Strategy}).Error())
 			continue
 		}
-		items = append(items, BatchItem{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy})
+		items = append(items, BatchItem{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy,
+			Alts: s.pre != nil && q.Session != "" && s.predraftable(b, q)})
 		slot = append(slot, i)
 	}
-	res := make([]engine.Result, len(reqs))
 	if len(items) > 0 {
 		r, e, err := b.d.DraftBatch(ctx, items)
 		if err != nil {
@@ -197,12 +239,47 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		}
 		for k, i := range slot {
 			res[i], errs[i] = r[k], e[k]
+			if outcome[i] != "" {
+				s.pre.since(outcome[i], t0)
+			}
 		}
+	}
+	for i, br := range partial {
+		if br == nil {
+			continue
+		}
+		select {
+		case <-br.done:
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+			continue
+		}
+		if br.err == nil && len(br.res.Draft) == reqs[i].Fit {
+			res[i] = br.res
+			s.pre.since(predraftPartial, t0)
+			continue
+		}
+		// The promoted branch failed (the engine closing, or evicted just
+		// before the promotion): draft on demand.
+		outcome[i] = predraftMiss
+		q := &reqs[i]
+		r, e, err := b.d.DraftBatch(ctx, []BatchItem{{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy, Alts: true}})
+		if err == nil {
+			err = e[0]
+		}
+		if err == nil {
+			res[i] = r[0]
+		}
+		errs[i] = err
+		s.pre.since(predraftMiss, t0)
 	}
 	for i := range reqs {
 		q := &reqs[i]
 		if q.Session == "" || first[q.Session] != i {
 			continue
+		}
+		if outcome[i] != "" {
+			s.met.predraftReqs.WithLabelValues(outcome[i]).Inc()
 		}
 		form := "tokens"
 		if q.Incremental {
@@ -210,13 +287,22 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		}
 		switch {
 		case errs[i] == nil:
-			s.sessions.Put(q.Session, q.Tokens, res[i].Draft)
+			if s.sessions.Put(q.Session, q.Tokens, res[i].Draft) && s.pre != nil && s.predraftable(b, q) && len(res[i].Alts) == len(res[i].Draft) {
+				s.pre.launch(b, q.Session, q.Tokens, res[i].Draft, res[i].Alts, q.N, q.Strategy)
+			}
 			s.met.sessionReqs.WithLabelValues(form, "ok").Inc()
 		case !errors.As(errs[i], new(*RequestError)) || errs[i].(*RequestError).Code != CodeUnknownSession:
 			s.met.sessionReqs.WithLabelValues(form, "error").Inc()
 		}
 	}
 	return res, errs, nil
+}
+
+// predraftable reports whether q's drafts can be pre-drafted: the model
+// strategy (by name, or as the backend's default), the one whose runner-ups
+// the engine reports.
+func (s *Server) predraftable(b *backend, q *draftRequest) bool {
+	return q.Strategy == draft.NameModel || q.Strategy == "" && b.strategy == draft.NameModel
 }
 
 // parseBatch decodes the envelope {"requests":[ITEM, …]} of POST /v1/drafts

@@ -35,11 +35,17 @@ type metrics struct {
 	parse         *prometheus.HistogramVec // route: time to parse a body
 	batchItems    prometheus.Histogram     // items per POST /v1/drafts call
 	sessionReqs   *prometheus.CounterVec   // form: tokens, accepted; outcome: ok, unknown
+
+	predraftReqs     *prometheus.CounterVec   // outcome: hit, partial_hit, miss, none
+	predraftBranches *prometheus.CounterVec   // state: started, finished
+	predraftWasted   prometheus.Counter       // tokens drafted ahead that no request used
+	predraftAnswer   *prometheus.HistogramVec // outcome: server-side time to a session draft
 }
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
-// false while there is no engine.
-func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats) *metrics {
+// false while there is no engine; sessionCap is the sessions' share of the
+// memory budget in bytes.
+func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats, sessionCap int64) *metrics {
 	const ns = "draftd"
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -97,6 +103,25 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			m.sessionReqs.WithLabelValues(f, o)
 		}
 	}
+	m.predraftReqs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "predraft_requests_total", Help: "Incremental session drafts with pre-drafting on (--predraft-branches), by outcome: hit (answered from a finished branch), partial_hit (a branch part-drafted, promoted and waited for), miss (branches existed; none matched, or the match had not started), none (no branch for the session).",
+	}, []string{"outcome"})
+	m.predraftBranches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "predraft_branches_total", Help: "Pre-draft branches, by state: started (at most --predraft-branches per answered session draft) and finished (drafted, dropped or evicted).",
+	}, []string{"state"})
+	m.predraftBranches.WithLabelValues("started")
+	m.predraftBranches.WithLabelValues("finished")
+	m.predraftWasted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "predraft_wasted_tokens_total", Help: "Draft tokens made by pre-draft branches that no request used (dropped, evicted or superseded).",
+	})
+	m.predraftAnswer = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "predraft_answer_seconds", Help: "Server-side time from a session request's resolution to its draft, by pre-draft outcome (hit, partial_hit, miss, none).",
+		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24), // 10 µs … 84 s
+	}, []string{"outcome"})
+	for _, o := range []string{predraftHit, predraftPartial, predraftMiss, predraftNone} {
+		m.predraftReqs.WithLabelValues(o)
+		m.predraftAnswer.WithLabelValues(o)
+	}
 	for _, l := range []string{"model", "lookup"} {
 		m.bySource.WithLabelValues(l)
 	}
@@ -115,6 +140,22 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		m.requests, m.latency, m.draftTokens, m.reqPrefill, m.panics,
 		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup, m.bySource, m.proposals,
 		m.parse, m.batchItems, m.sessionReqs,
+		m.predraftReqs, m.predraftBranches, m.predraftWasted, m.predraftAnswer,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "predraft_tokens_total", Help: "Draft tokens made by pre-draft branches while below requests in priority.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundTokens) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "predraft_preemptions_total", Help: "Pre-draft sequences taken out of the batch at a step boundary for a request's slot (resumed later).",
+		}, stat(func(s engine.Stats) float64 { return float64(s.Preemptions) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "predraft_evictions_total", Help: "Pre-draft sequences ended to free KV cache for a request.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundEvicts) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "predraft_queued", Help: "Pre-draft branches waiting for a free batch slot.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundQueued) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "predraft_sequences", Help: "Pre-draft sequences holding KV cache (in the batch or parked).",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundActive) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "sessions", Help: "Sessions held (--max-sessions).",
 		}, func() float64 { return float64(sessions().Sessions) }),
@@ -137,8 +178,14 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			Namespace: ns, Name: "kv_cache_bytes", Help: "Bytes of KV cache blocks in use (held by sequences or the prefix cache).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget (--kv-cache-bytes).",
+			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget: its part of the memory budget (--kv-cache-bytes less the sessions' 4 × --max-session-tokens).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "memory_budget_bytes", Help: "The memory budget of KV cache and sessions (--kv-cache-bytes): draftd_kv_cache_budget_bytes + 4 × --max-session-tokens.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget + sessionCap) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "memory_bytes", Help: "Bytes of the memory budget in use: KV cache blocks (pre-draft sequences included) plus session token ids.",
+		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse + sessions().Tokens*session.TokenBytes) })),
 		sessionEvictions(ns, sessions),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

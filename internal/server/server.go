@@ -89,6 +89,9 @@ type BatchItem struct {
 	Tokens   []int  // (L) the context
 	N        int    // draft tokens wanted (already shortened to fit)
 	Strategy string // "" for the backend's default
+	// Alts and Background are engine.Item's (pre-drafting).
+	Alts       bool
+	Background *engine.Background
 }
 
 // WeightShare is one storage type's part of the weights (a K-quant mix such
@@ -116,10 +119,13 @@ type Config struct {
 	Logger               *slog.Logger
 
 	// Batched and incremental drafting (docs/protocol.md).
-	MaxBatchItems    int              // items of one POST /v1/drafts call (0: Defaults', or the engine's max queue when smaller)
-	MaxSessions      int              // sessions held at once (LRU eviction beyond)
-	MaxSessionTokens int64            // context + last-draft tokens held over all sessions (LRU eviction beyond)
-	SessionTTL       time.Duration    // a session unused this long is gone
+	MaxBatchItems    int           // items of one POST /v1/drafts call (0: Defaults', or the engine's max queue when smaller)
+	MaxSessions      int           // sessions held at once (LRU eviction beyond)
+	MaxSessionTokens int64         // context + last-draft tokens held over all sessions (LRU eviction beyond)
+	SessionTTL       time.Duration // a session unused this long is gone
+	// PredraftBranches is the number of next requests drafted ahead per
+	// session (0: pre-drafting off).
+	PredraftBranches int
 	Now              func() time.Time // the sessions' clock (nil: time.Now); tests inject one
 }
 
@@ -206,6 +212,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: max session tokens %d outside [1, %d]", ErrConfig, c.MaxSessionTokens, int64(MaxMaxSessionTokens))
 	case c.SessionTTL < 0 || c.SessionTTL > MaxSessionTTL:
 		return fmt.Errorf("%w: session TTL %v outside (0, %v]", ErrConfig, c.SessionTTL, MaxSessionTTL)
+	case c.PredraftBranches < 0 || c.PredraftBranches > MaxPredraftBranches:
+		return fmt.Errorf("%w: pre-draft branches %d outside [0, %d]", ErrConfig, c.PredraftBranches, MaxPredraftBranches)
 	}
 	return nil
 }
@@ -219,6 +227,7 @@ type Server struct {
 	handler http.Handler
 
 	sessions  *session.Store
+	pre       *predrafter             // nil: pre-drafting off
 	ready     atomic.Pointer[backend] // nil while loading
 	closing   atomic.Bool
 	bodyBytes atomic.Int64 // bytes of request bodies being read or parsed
@@ -235,6 +244,7 @@ type backend struct {
 	lim      limits
 	info     []byte   // GET /v1/info answer
 	strs     []string // the strategies a request may name
+	strategy string   // the backend's default strategy
 }
 
 // New returns a server in the loading state.
@@ -252,7 +262,10 @@ func New(cfg Config) (*Server, error) {
 			return b.d.Stats(), true
 		}
 		return engine.Stats{}, false
-	}, st.Stats)
+	}, st.Stats, cfg.MaxSessionTokens*session.TokenBytes)
+	if cfg.PredraftBranches > 0 {
+		s.pre = newPredrafter(cfg.PredraftBranches, cfg.MaxSessions, s.met)
+	}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -1,0 +1,139 @@
+package model_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/draftd/draftd/internal/model"
+)
+
+// TestAlts checks Seq.Alts against an independent path: the logits of
+// ForwardLogits (every row, no second product) and a float64 softmax over
+// the whole vocabulary. Alt is the best id other than Next (ties to the
+// lowest), PNext and PAlt the probabilities within 1e-3; sequences that ask
+// ride in one batch with sequences that do not, whose greedy ids stay those
+// of a batch without Alts.
+func TestAlts(t *testing.T) {
+	m, err := model.Load(filepath.Join(modelsDir, "tiny-qwen3-q8_0.gguf"), model.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	r := rand.New(rand.NewPCG(7, 8))
+	blocks := func(n int) []*model.Block {
+		var bs []*model.Block
+		for range (n + model.BlockSize - 1) / model.BlockSize {
+			bs = append(bs, m.NewBlock())
+		}
+		return bs
+	}
+	for trial := range 10 {
+		var ctxs [][]int
+		for range 4 {
+			c := make([]int, 1+r.IntN(40))
+			for i := range c {
+				c[i] = r.IntN(m.Vocab)
+			}
+			ctxs = append(ctxs, c)
+		}
+		run := func(alts bool) []*model.Seq {
+			var seqs []*model.Seq
+			for i, c := range ctxs {
+				seqs = append(seqs, &model.Seq{Tokens: c, Blocks: blocks(len(c)), Alts: alts && i%2 == 0})
+			}
+			if err := m.Forward(seqs); err != nil {
+				t.Fatal(err)
+			}
+			return seqs
+		}
+		plain, with := run(false), run(true)
+		for i, c := range ctxs {
+			if plain[i].Next != with[i].Next {
+				t.Fatalf("trial %d seq %d: Next %d with Alts in the batch, %d without", trial, i, with[i].Next, plain[i].Next)
+			}
+			if i%2 == 1 {
+				continue
+			}
+			logits := make([]float32, len(c)*m.Vocab)
+			if err := m.ForwardLogits([]*model.Seq{{Tokens: c, Blocks: blocks(len(c))}}, logits); err != nil {
+				t.Fatal(err)
+			}
+			last := logits[(len(c)-1)*m.Vocab:]
+			next := with[i].Next
+			alt := -1
+			for id, v := range last {
+				if id != next && (alt < 0 || v > last[alt]) {
+					alt = id
+				}
+			}
+			mx := float64(slices.Max(last))
+			var sum float64
+			for _, v := range last {
+				sum += math.Exp(float64(v) - mx)
+			}
+			pn, pa := math.Exp(float64(last[next])-mx)/sum, math.Exp(float64(last[alt])-mx)/sum
+			s := with[i]
+			// The second product may round a near-tie the other way.
+			if s.Alt != alt && math.Abs(float64(last[s.Alt]-last[alt])) > 1e-3 {
+				t.Fatalf("trial %d seq %d: Alt %d (logit %g); want %d (logit %g)", trial, i, s.Alt, last[s.Alt], alt, last[alt])
+			}
+			if math.Abs(float64(s.PNext)-pn) > 1e-3 || math.Abs(float64(s.PAlt)-pa) > 1e-3 {
+				t.Fatalf("trial %d seq %d: PNext %g PAlt %g; want %g %g", trial, i, s.PNext, s.PAlt, pn, pa)
+			}
+			if s.PNext < s.PAlt-1e-3 && math.Abs(float64(last[next]-last[alt])) > 1e-3 {
+				t.Fatalf("trial %d seq %d: the greedy id is less likely (%g) than the runner-up (%g)", trial, i, s.PNext, s.PAlt)
+			}
+		}
+	}
+}
+
+// BenchmarkDecodeAlts is one decode step of batch sequences (a context of
+// 256 each, or half the model's context) without and with Seq.Alts: what pre-drafting adds to a step.
+// The shipped tiny model, or the GGUF in $DRAFTD_BENCH_MODEL.
+func BenchmarkDecodeAlts(b *testing.B) {
+	path := os.Getenv("DRAFTD_BENCH_MODEL")
+	if path == "" {
+		path = filepath.Join(modelsDir, "tiny-qwen3-q8_0.gguf")
+	}
+	m, err := model.Load(path, model.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	ctxLen := min(256, m.MaxContext/2)
+	for _, batch := range []int{1, 32} {
+		for _, alts := range []bool{false, true} {
+			b.Run(fmt.Sprintf("batch=%d/alts=%v", batch, alts), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				seqs := make([]*model.Seq, batch)
+				for i := range seqs {
+					var bs []*model.Block
+					for range (ctxLen + 1 + model.BlockSize - 1) / model.BlockSize {
+						bs = append(bs, m.NewBlock())
+					}
+					toks := make([]int, ctxLen)
+					for j := range toks {
+						toks[j] = r.IntN(m.Vocab)
+					}
+					seqs[i] = &model.Seq{Tokens: toks, Blocks: bs}
+				}
+				if err := m.Forward(seqs); err != nil { // prefill
+					b.Fatal(err)
+				}
+				for _, s := range seqs {
+					s.Tokens, s.Pos, s.Alts = []int{s.Next}, ctxLen, alts
+				}
+				for b.Loop() {
+					if err := m.Forward(seqs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
