@@ -292,7 +292,9 @@ class Client:
             if again:
                 for i, r in zip(again, self.drafts([plans[i].full() for i in again])):
                     results[i] = r
-        except errors.TransportError:
+        except BaseException:
+            # no answer, or one that is not the protocol: the server may
+            # have moved these sessions on; their next requests send tokens
             for p in plans:
                 p.state.lose()
             raise
@@ -408,7 +410,9 @@ class AsyncClient:
             if again:
                 for i, r in zip(again, await self.drafts([plans[i].full() for i in again])):
                     results[i] = r
-        except errors.TransportError:
+        except BaseException:
+            # no answer, or one that is not the protocol: the server may
+            # have moved these sessions on; their next requests send tokens
             for p in plans:
                 p.state.lose()
             raise

@@ -164,13 +164,16 @@ class Session(_Base):
                 req = st.full(toks)
                 st.sent(req, resend=True)
                 d = self.client.send(req)
-        except errors.TransportError:
-            st.lose()
-            raise
         except errors.APIError:
             if req.incremental:
                 raise  # an error answer leaves the session as it was
             st.lose()  # a tokens request failed: the server's state is not known here
+            raise
+        except BaseException:
+            # No answer (a failed connection, a timeout, a cancellation) or
+            # one that is not the protocol: the server may have moved the
+            # session on, so the next request sends the whole context.
+            st.lose()
             raise
         st.commit(toks, d)
         return d
@@ -210,12 +213,12 @@ class AsyncSession(_Base):
                 req = st.full(toks)
                 st.sent(req, resend=True)
                 d = await self.client.send(req)
-        except errors.TransportError:
-            st.lose()
-            raise
         except errors.APIError:
             if req.incremental:
                 raise
+            st.lose()
+            raise
+        except BaseException:
             st.lose()
             raise
         st.commit(toks, d)
