@@ -55,6 +55,18 @@ def draftd_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def target() -> tuple[object, object]:
+    """(model, tokenizer) of the real target, Qwen2.5-Coder-1.5B-Instruct in
+    float32 (realtarget.load_target), loaded once per pytest session: the
+    load (transformers dequantizes the GGUF in Python) is the largest fixed
+    cost of the end-to-end tests. Skips (fails when CI=true) without the
+    file; torch and transformers are imported only here."""
+    from realtarget import load_target
+
+    return load_target(real_model(TARGET_FILE))
+
+
+@pytest.fixture(scope="session")
 def test_model(draftd_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random tiny Qwen2 GGUF (``draftd testmodel --shape tiny-qwen2``)."""
     p = tmp_path_factory.mktemp("models") / "tiny-qwen2.gguf"
