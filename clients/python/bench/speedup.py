@@ -5,12 +5,19 @@ The target (Qwen2.5-Coder-1.5B-Instruct, float32 in transformers on the CPU)
 generates greedily, alone and with drafts from ``draftd serve`` on the
 drafter (Qwen2.5-Coder-0.5B-Instruct GGUF) for each strategy, on the same
 prompts; it reports target tokens/s, τ and whether each output equals plain
-greedy. Runs alternate per prompt (alone with T threads, alone with the
-target's share, then each strategy), so a shared machine's drift spreads
-over all variants alike. Threads: the target alone gets --baseline-threads;
-with draftd the target gets --torch-threads and draftd --draftd-threads.
+greedy. Runs alternate per prompt (alone with each thread count in use,
+then each configuration and strategy), so a shared machine's drift spreads
+over all variants alike. Threads: the target alone gets --baseline-threads
+(and, for comparison, each T of --configs); with draftd, each --configs pair
+T+D gives the target T torch threads and its own draftd serve --threads D.
+The assisted loop is synchronous (the target waits for each draft, draftd
+idles while the target verifies), so 2+2 on 2 cores time-shares them: each
+side has both cores while it runs; 1+1 pins each to half the machine. On
+an oversubscribed machine 2 torch threads can be much slower than 1 (each
+parallel region waits for a descheduled thread): compare each assisted row
+with the target alone at the same T (the table's last ratio column).
 
-  ~/.cache/draftd/venv/bin/python clients/python/bench/speedup.py --out speedup.json
+  ~/.cache/draftd/venv/bin/python clients/python/bench/speedup.py --configs 2+2,1+1 --out speedup.json
 
 This is a measurement, not a test: nothing is asserted (the outputs' equality
 is reported). The test of the same path is tests/test_hf_e2e.py.
@@ -40,6 +47,10 @@ from conftest import DRAFTER_FILE, REPO, TARGET_FILE, real_models_dir, start_ser
 from realtarget import load_target, near_tie, prompts  # noqa: E402
 
 
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=Path, default=real_models_dir(), help="directory of the real GGUF files ($DRAFTD_REAL_MODELS)")
@@ -49,11 +60,18 @@ def main() -> int:
     ap.add_argument("--draft-len", type=int, default=8)
     ap.add_argument("--strategies", default="model,lookup,hybrid,pld")
     ap.add_argument("--baseline-threads", type=int, default=2, help="torch threads of the target alone")
-    ap.add_argument("--torch-threads", type=int, default=1, help="torch threads of the target beside draftd")
-    ap.add_argument("--draftd-threads", type=int, default=1, help="draftd serve --threads")
+    ap.add_argument("--configs", default="2+2",
+                    help="comma-separated T+D pairs: target torch threads T beside draftd serve --threads D (one server per pair)")
+    ap.add_argument("--session", action="store_true", help="draft through sessions (accepted+bonus) instead of whole contexts")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     a = ap.parse_args()
 
+    configs: list[tuple[int, int]] = []
+    for c in a.configs.split(","):
+        t, _, d = c.partition("+")
+        if not (t.isdigit() and d.isdigit() and int(t) > 0 and int(d) > 0):
+            ap.error(f"--configs item {c!r} is not T+D with positive integers")
+        configs.append((int(t), int(d)))
     binary = a.draftd
     if binary is None:
         binary = Path("/tmp") / f"draftd-speedup-{os.getpid()}"
@@ -61,10 +79,13 @@ def main() -> int:
         subprocess.run([go, "build", "-o", str(binary), "./cmd/draftd"], cwd=REPO, check=True,
                        env=dict(os.environ, CGO_ENABLED="0"))
     strategies = a.strategies.split(",")
+    load_before = loadavg()
+    t_load = time.perf_counter()
     model, tok = load_target(a.models / TARGET_FILE)
+    print(f"target loaded in {time.perf_counter() - t_load:.1f} s", file=sys.stderr)
     ps = prompts(tok, a.prompts)
-    srv = start_server(binary, a.models / DRAFTER_FILE, "--threads", str(a.draftd_threads),
-                       "--kv-cache-bytes", str(1 << 30))
+    servers = {d: start_server(binary, a.models / DRAFTER_FILE, "--threads", str(d), "--kv-cache-bytes", str(1 << 30))
+               for d in sorted({d for _, d in configs})}
     rows: dict[str, dict[str, float]] = {}
 
     def add(name: str, tokens: int, secs: float, steps: int = 0, equal: bool = True) -> None:
@@ -75,53 +96,68 @@ def main() -> int:
         r["equal"] += int(equal)
         r["runs"] += 1
 
+    alone_threads = sorted({a.baseline_threads, *(t for t, _ in configs)}, reverse=True)
+    clients = {d: draftd.Client(s.url) for d, s in servers.items()}
+    info = None
     try:
-        with draftd.Client(srv.url) as c:
-            info = c.wait_ready(300) and c.info()
-            # Warm-up: one short generate each way, not counted.
-            ids0 = torch.tensor([ps[0][1]])
-            model.generate(ids0, max_new_tokens=4, do_sample=False)
+        for c in clients.values():
+            c.wait_ready(300)
+            info = c.info()
+        # Warm-up: one short generate each way, not counted.
+        model.generate(torch.tensor([ps[0][1]]), max_new_tokens=4, do_sample=False)
+        for c in clients.values():
             assisted_generate(model, ps[0][1], c, a.draft_len, max_new_tokens=4)
-            for sid, ids in ps:
-                x = torch.tensor([ids])
-                for threads in sorted({a.baseline_threads, a.torch_threads}, reverse=True):
-                    torch.set_num_threads(threads)
-                    t0 = time.perf_counter()
-                    plain = model.generate(x, max_new_tokens=a.new_tokens, do_sample=False,
-                                           return_dict_in_generate=True, output_scores=True)
-                    dt = time.perf_counter() - t0
-                    n = plain.sequences.shape[1] - len(ids)
-                    add(f"alone/{threads}", n, dt, steps=n)
-                    if threads == a.baseline_threads:
-                        ref = plain
-                torch.set_num_threads(a.torch_threads)
+        for sid, ids in ps:
+            x = torch.tensor([ids])
+            for threads in alone_threads:
+                torch.set_num_threads(threads)
+                t0 = time.perf_counter()
+                plain = model.generate(x, max_new_tokens=a.new_tokens, do_sample=False,
+                                       return_dict_in_generate=True, output_scores=True)
+                dt = time.perf_counter() - t0
+                n = plain.sequences.shape[1] - len(ids)
+                add(f"alone/{threads}", n, dt, steps=n)
+                print(f"{sid} alone/{threads}: {n} tokens, {n / dt:.2f} tok/s", file=sys.stderr)
+                if threads == a.baseline_threads:
+                    ref = plain
+            for t, d in configs:
+                torch.set_num_threads(t)
                 for s in strategies:
                     t0 = time.perf_counter()
-                    out, st = assisted_generate(model, ids, c, a.draft_len, strategy=s, max_new_tokens=a.new_tokens,
-                                                return_dict_in_generate=True, output_scores=True)
+                    out, st = assisted_generate(model, ids, clients[d], a.draft_len, strategy=s, session=a.session,
+                                                max_new_tokens=a.new_tokens, return_dict_in_generate=True, output_scores=True)
                     dt = time.perf_counter() - t0
                     ok, why = near_tie(ref, out, len(ids))
-                    add(s, st.tokens, dt, steps=st.steps, equal=why == "equal")
-                    print(f"{sid} {s}: {st.tokens} tokens in {st.steps} steps, {st.tokens / dt:.2f} tok/s, {why}", file=sys.stderr)
+                    add(f"{s}/{t}+{d}", st.tokens, dt, steps=st.steps, equal=why == "equal")
+                    print(f"{sid} {s} {t}+{d}: {st.tokens} tokens in {st.steps} steps, {st.tokens / dt:.2f} tok/s, {why}", file=sys.stderr)
     finally:
-        srv.stop()
+        for c in clients.values():
+            c.close()
+        for srv in servers.values():
+            srv.stop()
+    load_after = loadavg()
 
     base = rows[f"alone/{a.baseline_threads}"]
     base_tps = base["tokens"] / base["seconds"]
-    print(f"| variant | threads (target + draftd) | target tokens/s | speed-up vs alone/{a.baseline_threads} | τ | outputs equal to greedy |")
-    print("|---|---|---|---|---|---|")
+    print(f"load average (1, 5, 15 min) before: {load_before}; after: {load_after}")
+    print(f"| variant | threads (target + draftd) | target tokens/s | vs alone, {a.baseline_threads} threads | vs alone, same target threads | τ | outputs equal to greedy |")
+    print("|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         tps = r["tokens"] / r["seconds"]
         r["tokens_per_s"] = tps
         r["tau"] = r["tokens"] / r["steps"]
-        threads = f"{name.split('/')[1]} + 0" if name.startswith("alone/") else f"{a.torch_threads} + {a.draftd_threads}"
-        label = "target alone" if name.startswith("alone/") else f"draftd {name}, n={a.draft_len}"
-        print(f"| {label} | {threads} | {tps:.2f} | {tps / base_tps:.2f}× | {r['tau']:.2f} | {r['equal']}/{r['runs']} |")
+        what, threads = name.split("/")
+        threads = f"{threads} + 0" if what == "alone" else threads.replace("+", " + ")
+        label = "target alone" if what == "alone" else f"draftd `{what}`, n={a.draft_len}" + (", session" if a.session else "")
+        same = rows[f"alone/{threads.split(' ')[0]}"]
+        print(f"| {label} | {threads} | {tps:.2f} | {tps / base_tps:.2f}× | {tps / (same['tokens'] / same['seconds']):.2f}× "
+              f"| {r['tau']:.2f} | {r['equal']}/{r['runs']} |")
     if a.out:
         a.out.write_text(json.dumps({
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "prompts": a.prompts, "new_tokens": a.new_tokens, "draft_len": a.draft_len,
-            "baseline_threads": a.baseline_threads, "torch_threads": a.torch_threads, "draftd_threads": a.draftd_threads,
+            "baseline_threads": a.baseline_threads, "configs": a.configs, "session": a.session,
+            "loadavg_before": load_before, "loadavg_after": load_after,
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "draftd": info.version if info else None, "rows": rows,
         }, indent=1) + "\n")

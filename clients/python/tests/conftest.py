@@ -55,6 +55,18 @@ def draftd_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def target() -> tuple[object, object]:
+    """(model, tokenizer) of the real target, Qwen2.5-Coder-1.5B-Instruct in
+    float32 (realtarget.load_target), loaded once per pytest session: the
+    load (transformers dequantizes the GGUF in Python) is the largest fixed
+    cost of the end-to-end tests. Skips (fails when CI=true) without the
+    file; torch and transformers are imported only here."""
+    from realtarget import load_target
+
+    return load_target(real_model(TARGET_FILE))
+
+
+@pytest.fixture(scope="session")
 def test_model(draftd_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random tiny Qwen2 GGUF (``draftd testmodel --shape tiny-qwen2``)."""
     p = tmp_path_factory.mktemp("models") / "tiny-qwen2.gguf"
@@ -83,15 +95,15 @@ class Server:
 _LISTENING = re.compile(r"msg=listening addr=(\S+)")
 
 
-def start_server(draftd_bin: Path, model: Path, *flags: str) -> Server:
-    """Starts ``draftd serve`` on a free port and returns once it listens
-    (not once it is healthy: see Client.wait_ready). It reads the address
-    from the info-level "listening" log line: flags must not raise the log
-    level above info."""
+def start_server(draftd_bin: Path, model: Path, *flags: str, addr: str = "127.0.0.1:0") -> Server:
+    """Starts ``draftd serve`` on ``addr`` (default a free loopback port) and
+    returns once it listens (not once it is healthy: see Client.wait_ready).
+    It reads the address from the info-level "listening" log line: flags
+    must not raise the log level above info."""
     if any(f.startswith("--log-level") for f in flags):
         raise ValueError("start_server reads the info-level 'listening' line: do not pass --log-level")
     proc = subprocess.Popen(
-        [str(draftd_bin), "serve", "--model", str(model), "--addr", "127.0.0.1:0", *flags],
+        [str(draftd_bin), "serve", "--model", str(model), "--addr", addr, *flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stderr is not None
@@ -109,11 +121,12 @@ def start_server(draftd_bin: Path, model: Path, *flags: str) -> Server:
 
 @pytest.fixture
 def serve(draftd_bin: Path) -> Iterator[object]:
-    """serve(model, *flags) starts a server that is stopped after the test."""
+    """serve(model, *flags, addr=...) starts a server that is stopped after
+    the test."""
     started: list[Server] = []
 
-    def _serve(model: Path, *flags: str) -> Server:
-        s = start_server(draftd_bin, model, *flags)
+    def _serve(model: Path, *flags: str, addr: str = "127.0.0.1:0") -> Server:
+        s = start_server(draftd_bin, model, *flags, addr=addr)
         started.append(s)
         return s
 

@@ -29,10 +29,16 @@ PROSE = [
 ]
 
 
-def prompts(tokenizer: Any, count: int) -> list[tuple[str, list[int]]]:
-    """count prompts (id, token ids), alternating the three kinds."""
+def prompts(tokenizer: Any, count: int, short_code: bool = False) -> list[tuple[str, list[int]]]:
+    """count prompts (id, token ids), alternating the three kinds.
+    short_code: the first code prompt is 14 lines from the middle of the
+    file (its first definitions, ~110 tokens, ending inside a loop) instead
+    of its first 24 lines (~380 tokens, mostly docstring): the same kind of
+    check for a third of the target's prefill (tests/test_hf_e2e.py)."""
     code_lines = _CODE_FILE.read_text().splitlines()
     code = [("code-0", "\n".join(code_lines[:24]) + "\n"), ("code-1", "\n".join(code_lines[:60]) + "\n")]
+    if short_code:
+        code[0] = ("code-s", "\n".join(code_lines[27:41]) + "\n")
     chat = [
         (f"chat-{i}", tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True))
         for i, q in enumerate(INSTRUCTIONS)

@@ -1,19 +1,29 @@
 """End to end with real parts: a real target (Qwen2.5-Coder-1.5B-Instruct,
 float32 in transformers) verifies drafts that ``draftd serve`` makes on the
 real drafter (Qwen2.5-Coder-0.5B-Instruct GGUF), through
-draftd.hf.assisted_generate. Checks:
+draftd.hf.assisted_generate. Checks, per strategy:
 
 1. lossless: the assisted output equals the target's plain greedy output,
    up to a near-tie (realtarget.near_tie states the rule);
 2. the acceptance the client counted equals ``draftd eval``'s: the
    assisted continuations become a docs/evaluation.md dataset, ``draftd eval
-   --concurrency 1`` replays it against the same server, and each sample's
-   step count (and so τ) must be the client's.
+   --concurrency 1 --strategy S`` replays it against the same server, and
+   each sample's step and token counts (and so τ) must be the client's.
 
-Default: 3 prompts × 32 new tokens, strategies model and hybrid (CI).
-DRAFTD_E2E_FULL=1: 8 prompts × 64 tokens, all four strategies.
-The model files come from $DRAFTD_REAL_MODELS (conftest.real_model);
-without them the test skips, or fails when CI=true.
+The ``hybrid`` run drafts through a session (draftd.hf's ``session=True``:
+the prompt once, then accepted + bonus each step), so check 2 also shows
+that session drafts are the whole-context drafts ``draftd eval`` gets;
+it also checks that the session went incrementally (one whole context per
+prompt, never resent).
+
+Cost (CI): the target is loaded once per pytest session (conftest's
+``target`` fixture) and plain greedy runs once per prompt for all
+strategies; one ``draftd serve`` serves every strategy (the strategy is a
+request field). Default: 3 prompts (code, chat, prose; the short code
+prompt, ~110 tokens) × 24 new tokens, strategies model and hybrid.
+DRAFTD_E2E_FULL=1: 8 prompts × 64 tokens, all four strategies (hybrid and
+pld through sessions). The model files come from $DRAFTD_REAL_MODELS
+(conftest.real_model); without them the test skips, or fails when CI=true.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,30 +43,30 @@ pytest.importorskip("transformers")
 import draftd  # noqa: E402
 from draftd.hf import assisted_generate  # noqa: E402
 
-from conftest import DRAFTER_FILE, TARGET_FILE, Server, real_model, start_server  # noqa: E402
-from realtarget import load_target, near_tie, prompts  # noqa: E402
+from conftest import DRAFTER_FILE, Server, real_model, start_server  # noqa: E402
+from realtarget import near_tie, prompts  # noqa: E402
 
 FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
-N_PROMPTS, NEW_TOKENS = (8, 64) if FULL else (3, 32)
-STRATEGIES = ["model", "lookup", "hybrid", "pld"] if FULL else ["model", "hybrid"]
+N_PROMPTS, NEW_TOKENS = (8, 64) if FULL else (3, 24)
+# strategy → whether its assisted runs draft through a session
+STRATEGIES = {"model": False, "lookup": False, "hybrid": True, "pld": True} if FULL else {"model": False, "hybrid": True}
 DRAFT_LEN = 8
 
 pytestmark = pytest.mark.realmodel
 
 
 @pytest.fixture(scope="module")
-def target() -> tuple[Any, Any]:
-    return load_target(real_model(TARGET_FILE))
-
-
-def start_drafter(draftd_bin: Path, strategy: str) -> Server:
-    """draftd serve on the real drafter with --strategy strategy (draftd
-    eval drafts with the server's strategy, so the client uses it too)."""
-    s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--strategy", strategy, "--threads", "1",
-                     "--kv-cache-bytes", str(1 << 30))
-    with draftd.Client(s.url) as c:
-        c.wait_ready(300)
-    return s
+def drafter(draftd_bin: Path) -> Iterator[Server]:
+    """One draftd serve on the real drafter for every strategy: the client
+    names the strategy in each request, draftd eval with --strategy."""
+    s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--threads", "1", "--kv-cache-bytes", str(1 << 30))
+    try:
+        with draftd.Client(s.url) as c:
+            c.wait_ready(300)
+        yield s
+    finally:
+        rc = s.stop()
+    assert rc == 0, "".join(s.log)
 
 
 @pytest.fixture(scope="module")
@@ -63,47 +74,46 @@ def greedy(target: tuple[Any, Any]) -> dict[str, tuple[list[int], Any]]:
     """Plain greedy generate() of each prompt: id → (prompt ids, output)."""
     model, tok = target
     out = {}
-    for sid, ids in prompts(tok, N_PROMPTS):
+    for sid, ids in prompts(tok, N_PROMPTS, short_code=not FULL):
         out[sid] = (ids, model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
                                         return_dict_in_generate=True, output_scores=True))
     return out
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_assisted_is_greedy_and_acceptance_is_evals(strategy: str, target: tuple[Any, Any],
-                                                    greedy: dict[str, tuple[list[int], Any]], draftd_bin: Path,
-                                                    tmp_path: Path) -> None:
+                                                    greedy: dict[str, tuple[list[int], Any]], drafter: Server,
+                                                    draftd_bin: Path, tmp_path: Path) -> None:
     model, _ = target
+    use_session = STRATEGIES[strategy]
     data = tmp_path / "data.jsonl"
     client_steps: dict[str, int] = {}
     client_tokens: dict[str, int] = {}
-    drafter = start_drafter(draftd_bin, strategy)
-    try:
-        with draftd.Client(drafter.url) as c, data.open("w") as f:
-            assert c.info().strategy == strategy
-            for sid, (ids, plain) in greedy.items():
-                out, st = assisted_generate(model, ids, c, DRAFT_LEN, max_new_tokens=NEW_TOKENS,
-                                            return_dict_in_generate=True, output_scores=True)
-                ok, why = near_tie(plain, out, len(ids))
-                assert ok, f"{sid} ({strategy}): assisted output is not greedy: {why}"
-                cont = out.sequences[0, len(ids):].tolist()
-                assert st.tokens == len(cont), f"{sid}: the client counted {st.tokens} tokens; generate() made {len(cont)}"
-                assert all(0 <= a <= d for a, d in zip(st.accepted, st.drafted))
-                client_steps[sid], client_tokens[sid] = st.steps, st.tokens
-                # The dataset's continuation is what the target produced here
-                # (equal to plain greedy, or at a near-tie the assisted one, which
-                # is what these drafts were verified against).
-                f.write(json.dumps({"id": sid, "prompt": ids, "continuation": cont}) + "\n")
+    with draftd.Client(drafter.url) as c, data.open("w") as f:
+        for sid, (ids, plain) in greedy.items():
+            out, st = assisted_generate(model, ids, c, DRAFT_LEN, strategy=strategy, session=use_session,
+                                        max_new_tokens=NEW_TOKENS, return_dict_in_generate=True, output_scores=True)
+            ok, why = near_tie(plain, out, len(ids))
+            assert ok, f"{sid} ({strategy}): assisted output is not greedy: {why}"
+            cont = out.sequences[0, len(ids):].tolist()
+            assert st.tokens == len(cont), f"{sid}: the client counted {st.tokens} tokens; generate() made {len(cont)}"
+            assert all(0 <= a <= d for a, d in zip(st.accepted, st.drafted))
+            if use_session:
+                assert st.session == draftd.SessionStats(tokens=1, incremental=st.requests - 1, resent=0), st.session
+            else:
+                assert st.session is None
+            client_steps[sid], client_tokens[sid] = st.steps, st.tokens
+            # The dataset's continuation is what the target produced here
+            # (equal to plain greedy, or at a near-tie the assisted one, which
+            # is what these drafts were verified against).
+            f.write(json.dumps({"id": sid, "prompt": ids, "continuation": cont}) + "\n")
 
-        report = tmp_path / "eval.json"
-        subprocess.run(
-            [str(draftd_bin), "eval", "--url", drafter.url, "--data", str(data), "--n", str(DRAFT_LEN),
-             "--concurrency", "1", "--json", str(report)],
-            check=True, stdout=subprocess.DEVNULL,
-        )
-    finally:
-        rc = drafter.stop()
-    assert rc == 0, "".join(drafter.log)
+    report = tmp_path / "eval.json"
+    subprocess.run(
+        [str(draftd_bin), "eval", "--url", drafter.url, "--data", str(data), "--n", str(DRAFT_LEN),
+         "--strategy", strategy, "--concurrency", "1", "--json", str(report)],
+        check=True, stdout=subprocess.DEVNULL,
+    )
     r = json.loads(report.read_text())
     assert r["failures"] == 0, r.get("first_error")
     eval_tokens = {s["id"]: s["tokens"] for s in r["per_sample"]}

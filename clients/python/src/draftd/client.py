@@ -1,6 +1,8 @@
 """The HTTP clients of the draft protocol (docs/protocol.md): :class:`Client`
 (blocking) and :class:`AsyncClient` (asyncio), one ``httpx`` connection pool
-each, kept alive between requests.
+each, kept alive between requests: ``/draft``, the batch ``/v1/drafts``,
+sessions (``extend``, ``delete_session``, and the :class:`draftd.Session`
+helper of draftd.session), ``/health`` and ``/v1/info``.
 
 Both share :class:`_Protocol`, which builds every request and reads every
 answer (success or error), so the two differ only in how they wait. Retries
@@ -28,9 +30,14 @@ import httpx
 
 from . import errors
 from .errors import ProtocolError
-from .types import Draft, Health, Info
+from .session import AsyncSession, Session, _plan_steps, _resend
+from .types import Draft, DraftRequest, DraftResult, Health, Info, check_session_id
 
-__all__ = ["Client", "AsyncClient", "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES"]
+__all__ = ["Client", "AsyncClient", "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "SESSION_HEADER"]
+
+#: The header a proxy routes sessions on; sent with every request that names
+#: one session (docs/protocol.md, sessions).
+SESSION_HEADER = "X-Draftd-Session"
 
 #: connect 5 s; a draft may wait in the server's queue, so read 60 s.
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
@@ -43,18 +50,11 @@ class _Request:
     method: str
     path: str
     body: bytes | None = None
+    session: str | None = None  # sent as X-Draftd-Session (proxies route on it)
 
 
-def _check_tokens(tokens: Sequence[int]) -> list[int]:
-    # Types only, so that the JSON is what the caller meant (a bool or a
-    # numpy scalar would not encode as an id); the values (range, length)
-    # are the server's to judge, against its model.
-    out: list[int] = []
-    for i, t in enumerate(tokens):
-        if isinstance(t, bool) or not hasattr(t, "__index__"):
-            raise TypeError(f"tokens[{i}] is {type(t).__name__}; token ids must be integers")
-        out.append(t.__index__())
-    return out
+def _dumps(v: Any) -> bytes:
+    return json.dumps(v, separators=(",", ":")).encode()
 
 
 class _Protocol:
@@ -72,17 +72,50 @@ class _Protocol:
         self.max_retry_wait = max_retry_wait
 
     @staticmethod
-    def draft_request(tokens: Sequence[int], n: int | None, strategy: str | None) -> _Request:
-        body: dict[str, Any] = {"tokens": _check_tokens(tokens)}
-        if n is not None:
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"n is {type(n).__name__}; want an int")
-            body["n"] = n
-        if strategy is not None:
-            if not isinstance(strategy, str):
-                raise TypeError(f"strategy is {type(strategy).__name__}; want a str")
-            body["strategy"] = strategy
-        return _Request("POST", "/draft", json.dumps(body, separators=(",", ":")).encode())
+    def draft_request(req: DraftRequest) -> _Request:
+        body = req.to_json()
+        body.pop("id", None)  # /draft has no id
+        return _Request("POST", "/draft", _dumps(body), req.session)
+
+    @staticmethod
+    def drafts_request(reqs: Sequence[DraftRequest]) -> _Request:
+        if isinstance(reqs, DraftRequest) or not isinstance(reqs, Sequence):
+            raise TypeError(f"requests is {type(reqs).__name__}; want a sequence of draftd.DraftRequest")
+        if not reqs:
+            raise ValueError("requests is empty; give at least one DraftRequest")
+        for i, r in enumerate(reqs):
+            if not isinstance(r, DraftRequest):
+                raise TypeError(f"requests[{i}] is {type(r).__name__}; want a draftd.DraftRequest")
+        # One distinct session in the call: say it in the header too, so a
+        # proxy routes the call to that session's replica.
+        sessions = {r.session for r in reqs if r.session is not None}
+        return _Request("POST", "/v1/drafts", _dumps({"requests": [r.to_json() for r in reqs]}),
+                        sessions.pop() if len(sessions) == 1 else None)
+
+    @staticmethod
+    def delete_request(session: str) -> _Request:
+        return _Request("DELETE", "/v1/sessions/" + check_session_id(session), None, session)
+
+    def results(self, resp: httpx.Response, reqs: Sequence[DraftRequest]) -> list[DraftResult]:
+        out = DraftResult.list_from_json(self.json(resp), len(reqs))
+        for i, (r, q) in enumerate(zip(out, reqs)):
+            if r.id != q.id:
+                raise ProtocolError(f"/v1/drafts result {i} has id {str(r.id)[:64]!r}; request {i} had {str(q.id)[:64]!r}")
+        return out
+
+    def no_content(self, resp: httpx.Response) -> None:
+        if resp.status_code != 204:
+            raise self.error(resp) if resp.status_code >= 300 else ProtocolError(
+                f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code}; want 204")
+
+    @staticmethod
+    def headers(req: _Request) -> dict[str, str] | None:
+        h: dict[str, str] = {}
+        if req.body is not None:
+            h["Content-Type"] = "application/json"
+        if req.session is not None:
+            h[SESSION_HEADER] = req.session
+        return h or None
 
     @staticmethod
     def retry_after(resp: httpx.Response) -> float | None:
@@ -188,10 +221,8 @@ class Client:
         attempt = 0
         while True:
             try:
-                resp = self._http.request(
-                    req.method, self._p.base_url + req.path, content=req.body,
-                    headers={"Content-Type": "application/json"} if req.body is not None else None,
-                )
+                resp = self._http.request(req.method, self._p.base_url + req.path, content=req.body,
+                                          headers=self._p.headers(req))
             except httpx.TransportError as e:
                 raise self._p.transport(e, req) from e
             wait = self._p.retry_wait(resp, attempt) if retry else None
@@ -201,11 +232,73 @@ class Client:
             time.sleep(wait)
             attempt += 1
 
-    def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None) -> Draft:
+    def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
+              session: str | None = None) -> Draft:
         """``POST /draft``: the draft after context ``tokens``; ``n`` draft
         tokens (None: the server's --draft-len); ``strategy`` one of
-        ``info().strategies`` (None: the server's --strategy)."""
-        return Draft.from_json(self._p.json(self._send(self._p.draft_request(tokens, n, strategy))))
+        ``info().strategies`` (None: the server's --strategy). With
+        ``session``, the request also establishes (or replaces) that
+        session's context (see :meth:`extend`, and :meth:`session` for the
+        helper that chooses the form and recovers from 409)."""
+        return self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session))
+
+    def extend(self, session: str, accepted: int, bonus: int, n: int | None = None, *,
+               strategy: str | None = None) -> Draft:
+        """``POST /draft {"session","accepted","bonus"}``: the first
+        ``accepted`` tokens of the session's last draft were accepted and the
+        target produced ``bonus``; the draft after that context. Raises
+        :class:`draftd.UnknownSessionError` (409) when the server does not
+        hold the session and :class:`draftd.InvalidAcceptedError` (400) when
+        ``accepted`` is more than the last draft: resend the whole context
+        with :meth:`draft` (``session=``)."""
+        return self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy))
+
+    def send(self, request: DraftRequest) -> Draft:
+        """``POST /draft`` with one :class:`draftd.DraftRequest` (its ``id``
+        is not sent)."""
+        if not isinstance(request, DraftRequest):
+            raise TypeError(f"request is {type(request).__name__}; want a draftd.DraftRequest")
+        return Draft.from_json(self._p.json(self._send(self._p.draft_request(request))))
+
+    def drafts(self, requests: Sequence[DraftRequest]) -> list[DraftResult]:
+        """``POST /v1/drafts``: one call for all ``requests``; one
+        :class:`draftd.DraftResult` per request, in order, each with its
+        draft or its own error (a bad item fails only itself). An error of
+        the whole call (``too_many_items``, ``body_too_large``, a 503, …)
+        raises."""
+        req = self._p.drafts_request(requests)
+        return self._p.results(self._send(req), requests)
+
+    def delete_session(self, session: str) -> None:
+        """``DELETE /v1/sessions/ID`` (204 also when the session is unknown)."""
+        self._p.no_content(self._send(self._p.delete_request(session)))
+
+    def session(self, session: str | None = None, *, n: int | None = None, strategy: str | None = None) -> Session:
+        """A :class:`draftd.Session` on this client: ``session`` is its id
+        (None: a random one), ``n`` and ``strategy`` those of its drafts."""
+        return Session(self, session, n=n, strategy=strategy)
+
+    def session_drafts(self, steps: Sequence[tuple[Session, Sequence[int]]]) -> list[DraftResult]:
+        """One ``POST /v1/drafts`` for several sessions' next drafts: each
+        step is (session, its whole context now), and goes as
+        ``accepted``+``bonus`` when the context extends the session's last
+        one, else as ``tokens``; items answered ``unknown_session`` or
+        ``invalid_accepted`` are sent again as ``tokens`` in a second call.
+        The result ids are the session ids."""
+        plans = _plan_steps(self, steps)
+        try:
+            results = self.drafts([p.request for p in plans])
+            again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
+            if again:
+                for i, r in zip(again, self.drafts([plans[i].full() for i in again])):
+                    results[i] = r
+        except BaseException:
+            # no answer, or one that is not the protocol: the server may
+            # have moved these sessions on; their next requests send tokens
+            for p in plans:
+                p.state.lose()
+            raise
+        return [p.settle(r) for p, r in zip(plans, results)]
 
     def health(self) -> Health:
         """``GET /health`` once (a 503 while loading is an answer, not an
@@ -268,10 +361,8 @@ class AsyncClient:
         attempt = 0
         while True:
             try:
-                resp = await self._http.request(
-                    req.method, self._p.base_url + req.path, content=req.body,
-                    headers={"Content-Type": "application/json"} if req.body is not None else None,
-                )
+                resp = await self._http.request(req.method, self._p.base_url + req.path, content=req.body,
+                                                headers=self._p.headers(req))
             except httpx.TransportError as e:
                 raise self._p.transport(e, req) from e
             wait = self._p.retry_wait(resp, attempt) if retry else None
@@ -281,9 +372,51 @@ class AsyncClient:
             await asyncio.sleep(wait)
             attempt += 1
 
-    async def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None) -> Draft:
+    async def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
+                    session: str | None = None) -> Draft:
         """See :meth:`Client.draft`."""
-        return Draft.from_json(self._p.json(await self._send(self._p.draft_request(tokens, n, strategy))))
+        return await self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session))
+
+    async def extend(self, session: str, accepted: int, bonus: int, n: int | None = None, *,
+                     strategy: str | None = None) -> Draft:
+        """See :meth:`Client.extend`."""
+        return await self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy))
+
+    async def send(self, request: DraftRequest) -> Draft:
+        """See :meth:`Client.send`."""
+        if not isinstance(request, DraftRequest):
+            raise TypeError(f"request is {type(request).__name__}; want a draftd.DraftRequest")
+        return Draft.from_json(self._p.json(await self._send(self._p.draft_request(request))))
+
+    async def drafts(self, requests: Sequence[DraftRequest]) -> list[DraftResult]:
+        """See :meth:`Client.drafts`."""
+        req = self._p.drafts_request(requests)
+        return self._p.results(await self._send(req), requests)
+
+    async def delete_session(self, session: str) -> None:
+        """See :meth:`Client.delete_session`."""
+        self._p.no_content(await self._send(self._p.delete_request(session)))
+
+    def session(self, session: str | None = None, *, n: int | None = None, strategy: str | None = None) -> AsyncSession:
+        """See :meth:`Client.session`: an :class:`draftd.AsyncSession`."""
+        return AsyncSession(self, session, n=n, strategy=strategy)
+
+    async def session_drafts(self, steps: Sequence[tuple[AsyncSession, Sequence[int]]]) -> list[DraftResult]:
+        """See :meth:`Client.session_drafts`."""
+        plans = _plan_steps(self, steps)
+        try:
+            results = await self.drafts([p.request for p in plans])
+            again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
+            if again:
+                for i, r in zip(again, await self.drafts([plans[i].full() for i in again])):
+                    results[i] = r
+        except BaseException:
+            # no answer, or one that is not the protocol: the server may
+            # have moved these sessions on; their next requests send tokens
+            for p in plans:
+                p.state.lose()
+            raise
+        return [p.settle(r) for p, r in zip(plans, results)]
 
     async def health(self) -> Health:
         """See :meth:`Client.health`."""

@@ -22,10 +22,12 @@ __all__ = [
     "MethodNotAllowedError",
     "RequestTimeoutError",
     "UnknownSessionError",
+    "InvalidAcceptedError",
     "PayloadTooLargeError",
     "ServiceUnavailableError",
     "InternalServerError",
     "error_for",
+    "item_error_for",
     "CODES",
 ]
 
@@ -69,6 +71,12 @@ class BadRequestError(APIError):
     long). Retrying the same request gives the same answer."""
 
 
+class InvalidAcceptedError(BadRequestError):
+    """400 ``invalid_accepted`` (docs/protocol.md, sessions): ``accepted`` is
+    more than the session's last draft. The session is unchanged; resend the
+    context as ``tokens`` (:class:`draftd.Session` does)."""
+
+
 class NotFoundError(APIError):
     """404 ``not_found``: no such route (a wrong base URL or path prefix)."""
 
@@ -82,7 +90,10 @@ class RequestTimeoutError(APIError):
 
 
 class UnknownSessionError(APIError):
-    """409 ``unknown_session`` (docs/protocol.md, sessions): resend the tokens."""
+    """409 ``unknown_session`` (docs/protocol.md, sessions): the server does
+    not hold the session (never established, deleted, expired, evicted, or
+    another replica / a restarted one). Resend the whole context as
+    ``tokens`` with the same session (:class:`draftd.Session` does)."""
 
 
 class PayloadTooLargeError(APIError):
@@ -140,8 +151,26 @@ _BY_STATUS: dict[int, type[APIError]] = {
 }
 
 
+_BY_CODE: dict[str, type[APIError]] = {
+    "invalid_accepted": InvalidAcceptedError,
+    "unknown_session": UnknownSessionError,
+}
+
+
 def error_for(status: int, code: str, message: str, retry_after: float | None = None) -> APIError:
     """The exception for an error answer: its class follows the status (a
-    status this client does not know gives a plain :class:`APIError`)."""
+    status this client does not know gives a plain :class:`APIError`), and
+    for the codes with a class of their own (``invalid_accepted``) that
+    class when the status is the code's."""
     cls = _BY_STATUS.get(status, APIError)
+    if (sub := _BY_CODE.get(code)) is not None and CODES.get(code) == status:
+        cls = sub
     return cls(status, code, message, retry_after)
+
+
+def item_error_for(code: str, message: str) -> APIError:
+    """The exception of a failed item of ``POST /v1/drafts``: an item's error
+    has a code but no status of its own, so ``status`` is the one the code
+    has on ``/draft`` (:data:`CODES`), and 0 for a code this client does not
+    know (a plain :class:`APIError`)."""
+    return error_for(CODES.get(code, 0), code, message)

@@ -1,15 +1,131 @@
-"""Typed answers of the draftd protocol (docs/protocol.md): what ``/draft``,
-``/health`` and ``/v1/info`` return, decoded and checked. Parsing only; no
-requests are sent here."""
+"""Typed requests and answers of the draftd protocol (docs/protocol.md): what
+``/draft``, ``/v1/drafts``, ``/health`` and ``/v1/info`` take and return,
+checked and decoded. Building and parsing only; no requests are sent here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-from .errors import ProtocolError
+import re
 
-__all__ = ["Draft", "Health", "Info", "WeightShare"]
+from .errors import APIError, ProtocolError, item_error_for
+
+__all__ = ["Draft", "DraftRequest", "DraftResult", "Health", "Info", "WeightShare", "MAX_SESSION_ID_LEN", "check_session_id"]
+
+#: The longest session id the protocol allows (bytes of ``[A-Za-z0-9._:-]``).
+MAX_SESSION_ID_LEN = 128
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,%d}" % MAX_SESSION_ID_LEN)
+
+
+def _clip(v: object) -> str:
+    """repr of v for a message, at most 64 characters then its length."""
+    r = repr(v)
+    return r if len(r) <= 64 else f"{r[:64]}… ({len(r)} chars)"
+
+
+def check_session_id(session: object) -> str:
+    """session when it is a valid session id (1–128 bytes of
+    ``[A-Za-z0-9._:-]``); raises TypeError / ValueError naming it otherwise."""
+    if not isinstance(session, str):
+        raise TypeError(f"session is {type(session).__name__}; want a str of 1–{MAX_SESSION_ID_LEN} bytes of [A-Za-z0-9._:-]")
+    if not _SESSION_ID.fullmatch(session):
+        raise ValueError(f"session {_clip(session)} must be 1–{MAX_SESSION_ID_LEN} bytes of [A-Za-z0-9._:-]")
+    return session
+
+
+def check_tokens(tokens: Sequence[int], what: str = "tokens") -> list[int]:
+    """tokens as a list of ints. Types only, so that the JSON is what the
+    caller meant (a bool or a float would not encode as an id; a numpy
+    integer is converted); the values (range, length) are the server's to
+    judge, against its model."""
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence) and not hasattr(tokens, "__iter__"):
+        raise TypeError(f"{what} is {type(tokens).__name__}; want a sequence of ints")
+    out: list[int] = []
+    for i, t in enumerate(tokens):
+        if isinstance(t, bool) or not hasattr(t, "__index__"):
+            raise TypeError(f"{what}[{i}] is {type(t).__name__}; token ids must be integers")
+        out.append(t.__index__())
+    return out
+
+
+def _check_int(v: object, what: str) -> int:
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"{what} is {type(v).__name__}; want an int")
+    return int(v.__index__())
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """One draft request: a ``/draft`` body, or an item of ``/v1/drafts``.
+
+    Plain: ``tokens`` (the whole context), ``n`` (None: the server's
+    --draft-len), ``strategy`` (None: the server's --strategy). Sessions
+    (docs/protocol.md, sessions): ``session`` with ``tokens`` establishes or
+    replaces the session's context; ``session`` with ``accepted`` and
+    ``bonus`` instead of ``tokens`` extends it by the first ``accepted``
+    tokens of its last draft and the target's ``bonus`` token. ``id``: a
+    string the batch answer echoes (``/v1/drafts`` only; ignored by
+    ``/draft``). Checked when built: TypeError / ValueError name what is
+    wrong, before anything is sent."""
+
+    tokens: Sequence[int] | None = None
+    n: int | None = None
+    strategy: str | None = None
+    session: str | None = None
+    accepted: int | None = None
+    bonus: int | None = None
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens is not None:
+            object.__setattr__(self, "tokens", check_tokens(self.tokens))
+        if self.n is not None:
+            object.__setattr__(self, "n", _check_int(self.n, "n"))
+        if self.strategy is not None and not isinstance(self.strategy, str):
+            raise TypeError(f"strategy is {type(self.strategy).__name__}; want a str")
+        if self.id is not None and not isinstance(self.id, str):
+            raise TypeError(f"id is {type(self.id).__name__}; want a str")
+        if self.session is not None:
+            check_session_id(self.session)
+        inc = self.accepted is not None or self.bonus is not None
+        if inc:
+            if self.session is None:
+                raise ValueError("accepted and bonus extend a session: give session too")
+            if self.accepted is None or self.bonus is None:
+                raise ValueError("give accepted and bonus together")
+            object.__setattr__(self, "accepted", _check_int(self.accepted, "accepted"))
+            object.__setattr__(self, "bonus", _check_int(self.bonus, "bonus"))
+            if self.tokens is not None:
+                raise ValueError("give either tokens or accepted and bonus, not both")
+            if self.accepted < 0:
+                raise ValueError(f"accepted {self.accepted} must be ≥ 0")
+        elif self.tokens is None:
+            raise ValueError("give tokens (or, with session, accepted and bonus)")
+
+    @property
+    def incremental(self) -> bool:
+        """Whether this extends a session (``accepted`` + ``bonus``)."""
+        return self.accepted is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of this request (None fields left out)."""
+        body: dict[str, Any] = {}
+        if self.id is not None:
+            body["id"] = self.id
+        if self.session is not None:
+            body["session"] = self.session
+        if self.tokens is not None:
+            body["tokens"] = self.tokens
+        else:
+            body["accepted"] = self.accepted
+            body["bonus"] = self.bonus
+        if self.n is not None:
+            body["n"] = self.n
+        if self.strategy is not None:
+            body["strategy"] = self.strategy
+        return body
 
 
 def _int_list(v: Any, what: str) -> list[int]:
@@ -30,6 +146,56 @@ class Draft:
         if not isinstance(body, dict) or "draft" not in body:
             raise ProtocolError(f'answer has no "draft": {str(body)[:80]}')
         return cls(tokens=_int_list(body["draft"], '"draft"'))
+
+
+@dataclass(frozen=True)
+class DraftResult:
+    """One item of a ``POST /v1/drafts`` answer, in request order: ``id`` as
+    the request gave it (None without one), and either ``draft`` or
+    ``error`` (the exception the same failure raises from ``/draft``: a
+    :class:`draftd.BadRequestError`, :class:`draftd.UnknownSessionError`,
+    …, whose ``status`` is the code's status on ``/draft``)."""
+
+    id: str | None
+    draft: Draft | None = None
+    error: APIError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def result(self) -> Draft:
+        """The draft, or raises the item's error."""
+        if self.error is not None:
+            raise self.error
+        assert self.draft is not None
+        return self.draft
+
+    @classmethod
+    def list_from_json(cls, body: Any, count: int) -> list[DraftResult]:
+        """The ``drafts`` of a ``/v1/drafts`` answer to ``count`` items."""
+        if not isinstance(body, dict) or not isinstance(body.get("drafts"), list):
+            raise ProtocolError(f'/v1/drafts answer has no "drafts" array: {str(body)[:80]}')
+        items = body["drafts"]
+        if len(items) != count:
+            raise ProtocolError(f"/v1/drafts answered {len(items)} results for {count} requests")
+        out: list[DraftResult] = []
+        for i, r in enumerate(items):
+            if not isinstance(r, dict) or "id" not in r:
+                raise ProtocolError(f"/v1/drafts result {i} is not an object with an id: {str(r)[:80]}")
+            rid = r["id"]
+            if rid is not None and not isinstance(rid, str):
+                raise ProtocolError(f"/v1/drafts result {i}: id is not a string: {str(rid)[:80]}")
+            if "error" in r:
+                e = r["error"]
+                if not isinstance(e, dict) or not isinstance(e.get("code"), str) or not isinstance(e.get("message"), str):
+                    raise ProtocolError(f"/v1/drafts result {i}: malformed error: {str(e)[:80]}")
+                out.append(cls(rid, error=item_error_for(e["code"], e["message"])))
+            elif "draft" in r:
+                out.append(cls(rid, draft=Draft(_int_list(r["draft"], f"/v1/drafts result {i} draft"))))
+            else:
+                raise ProtocolError(f"/v1/drafts result {i} has neither draft nor error: {str(r)[:80]}")
+        return out
 
 
 @dataclass(frozen=True)

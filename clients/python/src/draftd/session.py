@@ -1,0 +1,277 @@
+"""Sessions (docs/protocol.md, sessions): a conversation whose context the
+server keeps, so that each step sends only how much of the last draft the
+target accepted and the token it added.
+
+:class:`Session` (and :class:`AsyncSession`) is the helper a serving loop
+uses: give it the whole context at every step, as a plain ``/draft`` would
+get; it remembers what the server holds (the context it last sent and the
+draft it got back) and sends ``accepted``+``bonus`` when the new context is
+that context + a prefix of that draft + one token, else the whole context as
+``tokens``. When the server answers ``409 unknown_session`` (expired,
+evicted, deleted, a restarted or another replica) or ``400
+invalid_accepted`` to an incremental request, it sends the whole context
+again at once, so a caller never loses a step to a lost session. After a
+failed connection it cannot know whether the server applied the request, so
+its next request sends the whole context. Nothing is guessed: every draft it
+returns is the one ``/draft`` returns for the same whole context.
+
+This module keeps the state and chooses the form; the clients
+(draftd.client) send the requests.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import errors
+from .types import Draft, DraftRequest, DraftResult, check_session_id, check_tokens
+
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client
+
+__all__ = ["Session", "AsyncSession", "SessionStats"]
+
+
+@dataclass
+class SessionStats:
+    """Requests a session sent, by form: ``tokens`` (the whole context:
+    the first, or after a lost session), ``incremental`` (accepted+bonus),
+    and ``resent`` (incremental requests answered 409 / invalid_accepted
+    and sent again as tokens; counted in ``tokens`` too)."""
+
+    tokens: int = 0
+    incremental: int = 0
+    resent: int = 0
+
+
+class _State:
+    """What the server holds for one session, as far as this client knows:
+    ``context`` (None: nothing known) and ``last``, the draft answered to
+    it."""
+
+    def __init__(self, session: str | None, n: int | None, strategy: str | None) -> None:
+        self.id = check_session_id(session) if session is not None else f"py-{uuid.uuid4().hex}"
+        # Checked once here, by building a request with them.
+        DraftRequest(tokens=[0], n=n, strategy=strategy, session=self.id)
+        self.n = n
+        self.strategy = strategy
+        self.context: list[int] | None = None
+        self.last: list[int] = []
+        self.stats = SessionStats()
+
+    def plan(self, tokens: list[int]) -> DraftRequest:
+        """The request for the whole context ``tokens``: incremental when it
+        is the held context + last[:k] + [bonus], else tokens."""
+        c = self.context
+        if c is not None:
+            k = len(tokens) - len(c) - 1
+            if 0 <= k <= len(self.last) and tokens[: len(c)] == c and tokens[len(c): len(c) + k] == self.last[:k]:
+                return DraftRequest(session=self.id, accepted=k, bonus=tokens[-1], n=self.n, strategy=self.strategy,
+                                    id=self.id)
+        return self.full(tokens)
+
+    def full(self, tokens: list[int]) -> DraftRequest:
+        return DraftRequest(tokens=tokens, session=self.id, n=self.n, strategy=self.strategy, id=self.id)
+
+    def sent(self, req: DraftRequest, resend: bool = False) -> None:
+        if req.incremental:
+            self.stats.incremental += 1
+        else:
+            self.stats.tokens += 1
+            self.stats.resent += int(resend)
+
+    def commit(self, tokens: list[int], draft: Draft) -> None:
+        self.context, self.last = tokens, list(draft.tokens)
+
+    def lose(self) -> None:
+        self.context, self.last = None, []
+
+
+def _resend(req: DraftRequest, err: errors.APIError | None) -> bool:
+    """Whether a failed request is sent again as tokens: an incremental one
+    the server could not apply to the session it holds."""
+    return req.incremental and isinstance(err, (errors.UnknownSessionError, errors.InvalidAcceptedError))
+
+
+class _Base:
+    client: object
+
+    def __init__(self, session: str | None, n: int | None, strategy: str | None) -> None:
+        self._st = _State(session, n, strategy)
+
+    @property
+    def id(self) -> str:
+        """The session id (sent as ``session`` and ``X-Draftd-Session``)."""
+        return self._st.id
+
+    @property
+    def n(self) -> int | None:
+        """The n of this session's drafts (None: the server's)."""
+        return self._st.n
+
+    @property
+    def strategy(self) -> str | None:
+        """The strategy of this session's drafts (None: the server's)."""
+        return self._st.strategy
+
+    @property
+    def stats(self) -> SessionStats:
+        return self._st.stats
+
+    @property
+    def context(self) -> list[int] | None:
+        """The context the server holds for this session as far as this
+        client knows (None: unknown; the next request sends tokens)."""
+        return None if self._st.context is None else list(self._st.context)
+
+    def forget(self) -> None:
+        """Make the next request send the whole context."""
+        self._st.lose()
+
+
+class Session(_Base):
+    """A session on a :class:`draftd.Client` (``client.session(...)``).
+    ``session``: its id (None: a random ``py-…`` one); ``n``, ``strategy``:
+    those of every draft (None: the server's). Not thread-safe: one step at
+    a time per session (the server applies a session's requests in order
+    anyway)."""
+
+    def __init__(self, client: Client, session: str | None = None, *, n: int | None = None,
+                 strategy: str | None = None) -> None:
+        super().__init__(session, n, strategy)
+        self.client: Client = client
+
+    def draft(self, tokens: Sequence[int]) -> Draft:
+        """The draft after the whole context ``tokens`` (prompt + every
+        token so far): sent incrementally when it extends the last one, and
+        resent whole after 409 ``unknown_session`` / 400
+        ``invalid_accepted``. Other errors raise; after an error answer the
+        session is as before, after a failed connection the next request
+        sends the whole context."""
+        toks = check_tokens(tokens)
+        st = self._st
+        req = st.plan(toks)
+        try:
+            st.sent(req)
+            try:
+                d = self.client.send(req)
+            except errors.APIError as e:
+                if not _resend(req, e):
+                    raise
+                req = st.full(toks)
+                st.sent(req, resend=True)
+                d = self.client.send(req)
+        except errors.APIError:
+            if req.incremental:
+                raise  # an error answer leaves the session as it was
+            st.lose()  # a tokens request failed: the server's state is not known here
+            raise
+        except BaseException:
+            # No answer (a failed connection, a timeout, a cancellation) or
+            # one that is not the protocol: the server may have moved the
+            # session on, so the next request sends the whole context.
+            st.lose()
+            raise
+        st.commit(toks, d)
+        return d
+
+    def close(self) -> None:
+        """``DELETE /v1/sessions/ID``."""
+        self._st.lose()
+        self.client.delete_session(self.id)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncSession(_Base):
+    """The asyncio form of :class:`Session` (``async_client.session(...)``)."""
+
+    def __init__(self, client: AsyncClient, session: str | None = None, *, n: int | None = None,
+                 strategy: str | None = None) -> None:
+        super().__init__(session, n, strategy)
+        self.client: AsyncClient = client
+
+    async def draft(self, tokens: Sequence[int]) -> Draft:
+        """See :meth:`Session.draft`."""
+        toks = check_tokens(tokens)
+        st = self._st
+        req = st.plan(toks)
+        try:
+            st.sent(req)
+            try:
+                d = await self.client.send(req)
+            except errors.APIError as e:
+                if not _resend(req, e):
+                    raise
+                req = st.full(toks)
+                st.sent(req, resend=True)
+                d = await self.client.send(req)
+        except errors.APIError:
+            if req.incremental:
+                raise
+            st.lose()
+            raise
+        except BaseException:
+            st.lose()
+            raise
+        st.commit(toks, d)
+        return d
+
+    async def close(self) -> None:
+        """See :meth:`Session.close`."""
+        self._st.lose()
+        await self.client.delete_session(self.id)
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Plan:
+    """One session's step inside a batch (Client.session_drafts)."""
+
+    def __init__(self, state: _State, tokens: list[int]) -> None:
+        self.state = state
+        self.tokens = tokens
+        self.request = state.plan(tokens)
+
+    def full(self) -> DraftRequest:
+        self.request = self.state.full(self.tokens)
+        self.state.sent(self.request, resend=True)
+        return self.request
+
+    def settle(self, r: DraftResult) -> DraftResult:
+        if r.draft is not None:
+            self.state.commit(self.tokens, r.draft)
+        elif not self.request.incremental:
+            self.state.lose()
+        return r
+
+
+def _plan_steps(client: object, steps: Sequence[tuple[_Base, Sequence[int]]]) -> list[_Plan]:
+    if not isinstance(steps, Sequence) or not steps:
+        raise ValueError("steps must be a non-empty sequence of (session, tokens)")
+    seen: set[str] = set()
+    plans: list[_Plan] = []
+    for i, step in enumerate(steps):
+        if not isinstance(step, tuple) or len(step) != 2 or not isinstance(step[0], _Base):
+            raise TypeError(f"steps[{i}] is not a (session, tokens) pair")
+        s, toks = step
+        if s.client is not client:
+            raise ValueError(f"steps[{i}]: session {s.id!r} belongs to another client")
+        if s.id in seen:
+            raise ValueError(f"steps[{i}]: session {s.id!r} appears twice; a call carries one step per session")
+        seen.add(s.id)
+        plans.append(_Plan(s._st, check_tokens(toks, f"steps[{i}] tokens")))
+    for p in plans:
+        p.state.sent(p.request)
+    return plans
