@@ -239,6 +239,9 @@ func kpackQ6KTiles(m *Matrix) *kpacked {
 var k23ScaleOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 func kpack(m *Matrix) any {
+	if pk := legacyPack(m); pk != nil { // legacy_amd64.go
+		return pk
+	}
 	if (m.Type == dtype.Q4_K || m.Type == dtype.Q5_K) && hasAVX2 {
 		return kpackQ4KTiles(m)
 	}
@@ -301,7 +304,14 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 				a.kb[i+k23ScaleOrder[k]] = a.bsums[i+k]
 			}
 		}
+	case dtype.Q4_1, dtype.Q5_1:
+		if hasAVX2 {
+			legacyActs(t, a, batch) // legacy_amd64.go
+		}
 	case dtype.Q5_0:
+		if hasAVX2 {
+			legacyActs(t, a, batch) // legacy_amd64.go
+		}
 		// The kernel's unsigned quants need −16·d_x·Σq_x per block.
 		a.c = grow(a.c, batch*a.nblk)
 		for i := range a.c {
@@ -431,6 +441,9 @@ func kTileRows(pk *kpacked, k *kTileKernels, a *kActs, y []float32, ystride, bat
 }
 
 func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool {
+	if legacyRows(w, a, y, ystride, batch, lo, hi, base) { // legacy_amd64.go
+		return true
+	}
 	if lk := lKernels[w.Type]; lk != nil && impl >= implAVX2 {
 		c := a.s // Q4_1/Q5_1: the s of each Q8_1 block
 		if w.Type == dtype.Q5_0 {
