@@ -169,7 +169,10 @@ func s8_1(sum int, x []float32) float32 {
 
 // kmatmul is MatMul (ids == nil) or MatMulArgmax for the types of this file.
 func kmatmul(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int, ref bool) {
-	a := quantizeKActs(p, w.Type, x, batch, w.Cols)
+	a := legacyQuantize(p, w, x, batch, ref) // legacy_amd64.go: Q4_1/Q5_0/Q5_1 tiles, or nil
+	if a == nil {
+		a = quantizeKActs(p, w.Type, x, batch, w.Cols)
+	}
 	defer kActsPool.Put(a)
 	rows := func(y []float32, ystride, lo, hi int) {
 		p.For(hi-lo, 16, func(l, h int) {

@@ -304,14 +304,7 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 				a.kb[i+k23ScaleOrder[k]] = a.bsums[i+k]
 			}
 		}
-	case dtype.Q4_1, dtype.Q5_1:
-		if hasAVX2 {
-			legacyActs(t, a, batch) // legacy_amd64.go
-		}
 	case dtype.Q5_0:
-		if hasAVX2 {
-			legacyActs(t, a, batch) // legacy_amd64.go
-		}
 		// The kernel's unsigned quants need −16·d_x·Σq_x per block.
 		a.c = grow(a.c, batch*a.nblk)
 		for i := range a.c {

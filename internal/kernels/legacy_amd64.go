@@ -31,7 +31,6 @@ package kernels
 
 import (
 	"encoding/binary"
-	"math"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -46,8 +45,8 @@ const (
 	lXBytes   = 40 // tiled activation bytes per row and block
 )
 
-type l2Kernel func(ws, wq *byte, nblk int, x *byte, y *float32, ystride int)
-type l512Kernel func(w *byte, nblk int, x *byte, y *float32, ystride int)
+type l2Kernel func(ws, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+type l512Kernel func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 var (
 	l2Kernels = map[dtype.Type]*[lMaxNB2 + 1]l2Kernel{
@@ -164,36 +163,34 @@ func legacyTiles(bt []int, batch int) []int {
 	return append(bt, batch)
 }
 
-// legacyActs fills a.xt for the tile kernels (see the file comment).
-func legacyActs(t dtype.Type, a *kActs, batch int) {
-	nblk := a.nblk
+// legacyQuantize quantizes the (batch, Cols) rows of x for w straight into
+// the tiled layout of the tile kernels (a.xt; a.q, a.d and a.s stay empty),
+// the batch tiles split over p; nil when w does not run on them (ref: the
+// plain-Go kernel is wanted; no packed layout; AVX2 not in use).
+func legacyQuantize(p *Pool, w *Matrix, x []float32, batch int, ref bool) *kActs {
+	if pk, _ := w.packed.(*lpacked); ref || pk == nil || impl < implAVX2 {
+		return nil
+	}
+	a := kActsPool.Get().(*kActs)
+	a.cols, a.bsz, a.nblk = w.Cols, dtype.QK, w.Cols/dtype.QK
+	a.q, a.d, a.bsums, a.s, a.kb, a.c = a.q[:0], a.d[:0], a.bsums[:0], a.s[:0], a.kb[:0], a.c[:0]
+	nblk, cols := a.nblk, a.cols
 	a.xt = grow(a.xt, batch*nblk*lXBytes)
+	q81 := 1 // Q4_1, Q5_1: s_x; Q5_0: c
+	if w.Type == dtype.Q5_0 {
+		q81 = 0
+	}
 	var btBuf [128]int
 	bt := legacyTiles(btBuf[:0], batch)
-	le := binary.LittleEndian
-	for ti := range len(bt) - 1 {
-		b0, nb := bt[ti], bt[ti+1]-bt[ti]
-		tile := a.xt[b0*nblk*lXBytes : (b0+nb)*nblk*lXBytes]
-		for k := range nb {
-			b := b0 + k
-			for i := range nblk {
-				blk := tile[i*lXBytes*nb:]
-				q := a.q[b*a.cols+32*i : b*a.cols+32*i+32]
-				copy(blk[32*k:32*k+32], unsafe.Slice((*byte)(unsafe.Pointer(&q[0])), 32))
-				meta := blk[32*nb+8*k:]
-				le.PutUint32(meta, math.Float32bits(a.d[b*nblk+i]))
-				if t == dtype.Q5_0 {
-					var sum int32
-					for _, v := range q {
-						sum += int32(v)
-					}
-					le.PutUint32(meta[4:], uint32(-16*sum))
-				} else {
-					le.PutUint32(meta[4:], math.Float32bits(a.s[b*nblk+i]))
-				}
+	p.For(len(bt)-1, 1, func(lo, hi int) {
+		for ti := lo; ti < hi; ti++ {
+			b0, nb := bt[ti], bt[ti+1]-bt[ti]
+			for k := range nb {
+				quantQ8LAVX2(&x[(b0+k)*cols], nblk, &a.xt[(b0*nblk*lXBytes)+32*k], lXBytes*nb, 32*(nb-k)+8*k, q81)
 			}
 		}
-	}
+	})
+	return a
 }
 
 // legacyRows computes output rows [lo, hi) (lo a multiple of 16) of a
@@ -212,7 +209,8 @@ func legacyRows(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base i
 	k2, k512 := l2Kernels[w.Type], l512Kernels[w.Type]
 	avx512 := impl == implAVX512
 	var scratch [lMaxNB512 * 16]float32
-	call := func(grp, ti int) {
+	// call computes group grp for batch tile ti and prefetches pfn bytes at pf.
+	call := func(grp, ti int, pf *byte, pfn int) {
 		b0, nb := bt[ti], bt[ti+1]-bt[ti]
 		r0 := 16 * grp
 		x := &a.xt[b0*nblk*lXBytes]
@@ -222,10 +220,11 @@ func legacyRows(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base i
 		}
 		g := pk.data[grp*gb:]
 		if avx512 {
-			k512[nb](&g[0], nblk, x, yp, ys)
+			k512[nb](&g[0], nblk, x, yp, ys, pf, pfn)
 		} else {
-			k2[nb](&g[0], &g[0], nblk, x, yp, ys)
-			k2[nb](&g[16], &g[32], nblk, x, &yh[0], ys)
+			h := pfn / 2 &^ 63
+			k2[nb](&g[0], &g[0], nblk, x, yp, ys, pf, h)
+			k2[nb](&g[16], &g[32], nblk, x, &yh[0], ys, (*byte)(unsafe.Add(unsafe.Pointer(pf), h)), pfn-h)
 		}
 		if r0+16 > hi {
 			for b := range nb {
@@ -235,9 +234,19 @@ func legacyRows(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base i
 	}
 	g0, g1 := lo/16, (hi+15)/16
 	if batch <= kBatchChunk {
+		// Weights stream from memory once: call ti of a group prefetches
+		// its share of the next group.
 		for grp := g0; grp < g1; grp++ {
 			for ti := range nt {
-				call(grp, ti)
+				pf, pfn := &pk.data[grp*gb], 0
+				if grp+1 < g1 {
+					plo, phi := (gb*ti/nt)&^63, (gb*(ti+1)/nt)&^63
+					if ti == nt-1 {
+						phi = gb
+					}
+					pf, pfn = &pk.data[(grp+1)*gb+plo], phi-plo
+				}
+				call(grp, ti, pf, pfn)
 			}
 		}
 		return true
@@ -252,7 +261,7 @@ func legacyRows(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base i
 			t1 := min(nt, t0+bt0)
 			for grp := gs; grp < ge; grp++ {
 				for ti := t0; ti < t1; ti++ {
-					call(grp, ti)
+					call(grp, ti, &pk.data[grp*gb], 0)
 				}
 			}
 		}

@@ -34,13 +34,16 @@ DATA lmask10<>+24(SB)/4, $0x10101010
 DATA lmask10<>+28(SB)/4, $0x10101010
 GLOBL lmask10<>(SB), RODATA|NOPTR, $32
 
-// func q41tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q41tAVX2x1(SB), NOSPLIT, $0-48
+// func q41tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q41tAVX2x1(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000140, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -48,6 +51,7 @@ TEXT ·q41tAVX2x1(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      64(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -59,6 +63,7 @@ block:
 	VPADDW       Y15, Y0, Y0
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -72,6 +77,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y0, Y1
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -83,6 +89,8 @@ block:
 	VPADDW       Y15, Y0, Y0
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   192(R11)
+	PREFETCHT0   256(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -105,6 +113,11 @@ block:
 	VFMADD231PS  Y15, Y1, Y2
 	VBROADCASTSS 36(DI), Y13
 	VFMADD231PS  Y13, Y11, Y2
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000140, SI
 	ADDQ         $0x00000140, DX
 	ADDQ         $0x00000028, DI
@@ -116,13 +129,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q41tAVX2x2(SB), NOSPLIT, $0-48
+// func q41tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q41tAVX2x2(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000140, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -131,6 +147,7 @@ TEXT ·q41tAVX2x2(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      64(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -147,6 +164,7 @@ block:
 	VPADDW       Y15, Y1, Y1
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -167,6 +185,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y1, Y3
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -183,6 +202,8 @@ block:
 	VPADDW       Y15, Y1, Y1
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   192(R11)
+	PREFETCHT0   256(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -219,6 +240,11 @@ block:
 	VFMADD231PS  Y15, Y3, Y5
 	VBROADCASTSS 76(DI), Y13
 	VFMADD231PS  Y13, Y11, Y5
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000140, SI
 	ADDQ         $0x00000140, DX
 	ADDQ         $0x00000050, DI
@@ -232,13 +258,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q41tAVX2x3(SB), NOSPLIT, $0-48
+// func q41tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q41tAVX2x3(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000140, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -248,6 +277,7 @@ TEXT ·q41tAVX2x3(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      64(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -269,6 +299,7 @@ block:
 	VPADDW       Y15, Y2, Y2
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -296,6 +327,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y2, Y5
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -317,6 +349,8 @@ block:
 	VPADDW       Y15, Y2, Y2
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   192(R11)
+	PREFETCHT0   256(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -367,6 +401,11 @@ block:
 	VFMADD231PS  Y15, Y5, Y8
 	VBROADCASTSS 116(DI), Y13
 	VFMADD231PS  Y13, Y11, Y8
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000140, SI
 	ADDQ         $0x00000140, DX
 	ADDQ         $0x00000078, DI
@@ -382,13 +421,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q41tAVX2x4(SB), NOSPLIT, $128-48
+// func q41tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q41tAVX2x4(SB), NOSPLIT, $128-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000140, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -400,6 +442,7 @@ TEXT ·q41tAVX2x4(SB), NOSPLIT, $128-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      64(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -426,6 +469,7 @@ block:
 	VPADDW       Y15, Y3, Y3
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -460,6 +504,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y3, Y7
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -486,6 +531,8 @@ block:
 	VPADDW       Y15, Y3, Y3
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   192(R11)
+	PREFETCHT0   256(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -554,6 +601,11 @@ block:
 	VBROADCASTSS 156(DI), Y13
 	VFMADD231PS  Y13, Y11, Y7
 	VMOVUPS      Y7, 96(SP)
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000140, SI
 	ADDQ         $0x00000140, DX
 	ADDQ         $0x000000a0, DI
@@ -575,13 +627,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q41tAVX2x5(SB), NOSPLIT, $160-48
+// func q41tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q41tAVX2x5(SB), NOSPLIT, $160-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000140, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -594,6 +649,7 @@ TEXT ·q41tAVX2x5(SB), NOSPLIT, $160-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      64(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -625,6 +681,7 @@ block:
 	VPADDW       Y15, Y4, Y4
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -666,6 +723,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y4, Y9
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -697,6 +755,8 @@ block:
 	VPADDW       Y15, Y4, Y4
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   192(R11)
+	PREFETCHT0   256(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -780,6 +840,11 @@ block:
 	VBROADCASTSS 196(DI), Y13
 	VFMADD231PS  Y13, Y11, Y9
 	VMOVUPS      Y9, 128(SP)
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000140, SI
 	ADDQ         $0x00000140, DX
 	ADDQ         $0x000000c8, DI
@@ -804,13 +869,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q50tAVX2x1(SB), NOSPLIT, $0-48
+// func q50tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q50tAVX2x1(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -818,6 +886,7 @@ TEXT ·q50tAVX2x1(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      96(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -836,6 +905,8 @@ block:
 	VPADDW       Y15, Y0, Y0
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      160(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -857,6 +928,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y0, Y1
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      224(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -876,6 +948,8 @@ block:
 	VPADDW       Y15, Y0, Y0
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      288(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -905,6 +979,11 @@ block:
 	VBROADCASTSS 32(DI), Y13
 	VMULPS       Y13, Y10, Y15
 	VFMADD231PS  Y15, Y1, Y2
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000160, SI
 	ADDQ         $0x00000160, DX
 	ADDQ         $0x00000028, DI
@@ -916,13 +995,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q50tAVX2x2(SB), NOSPLIT, $0-48
+// func q50tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q50tAVX2x2(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -931,6 +1013,7 @@ TEXT ·q50tAVX2x2(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      96(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -954,6 +1037,8 @@ block:
 	VPADDW       Y15, Y1, Y1
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      160(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -982,6 +1067,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y1, Y3
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      224(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1006,6 +1092,8 @@ block:
 	VPADDW       Y15, Y1, Y1
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      288(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1049,6 +1137,11 @@ block:
 	VBROADCASTSS 72(DI), Y13
 	VMULPS       Y13, Y10, Y15
 	VFMADD231PS  Y15, Y3, Y5
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000160, SI
 	ADDQ         $0x00000160, DX
 	ADDQ         $0x00000050, DI
@@ -1062,13 +1155,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q50tAVX2x3(SB), NOSPLIT, $0-48
+// func q50tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q50tAVX2x3(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -1078,6 +1174,7 @@ TEXT ·q50tAVX2x3(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      96(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1106,6 +1203,8 @@ block:
 	VPADDW       Y15, Y2, Y2
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      160(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1141,6 +1240,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y2, Y5
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      224(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1170,6 +1270,8 @@ block:
 	VPADDW       Y15, Y2, Y2
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      288(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1227,6 +1329,11 @@ block:
 	VBROADCASTSS 112(DI), Y13
 	VMULPS       Y13, Y10, Y15
 	VFMADD231PS  Y15, Y5, Y8
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000160, SI
 	ADDQ         $0x00000160, DX
 	ADDQ         $0x00000078, DI
@@ -1242,13 +1349,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q50tAVX2x4(SB), NOSPLIT, $128-48
+// func q50tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q50tAVX2x4(SB), NOSPLIT, $128-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -1260,6 +1370,7 @@ TEXT ·q50tAVX2x4(SB), NOSPLIT, $128-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      96(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1293,6 +1404,8 @@ block:
 	VPADDW       Y15, Y3, Y3
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      160(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1335,6 +1448,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y3, Y7
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      224(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1369,6 +1483,8 @@ block:
 	VPADDW       Y15, Y3, Y3
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      288(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1444,6 +1560,11 @@ block:
 	VMULPS       Y13, Y10, Y15
 	VFMADD213PS  96(SP), Y15, Y7
 	VMOVUPS      Y7, 96(SP)
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000160, SI
 	ADDQ         $0x00000160, DX
 	ADDQ         $0x000000a0, DI
@@ -1465,13 +1586,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q50tAVX2x5(SB), NOSPLIT, $160-48
+// func q50tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q50tAVX2x5(SB), NOSPLIT, $160-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -1484,6 +1608,7 @@ TEXT ·q50tAVX2x5(SB), NOSPLIT, $160-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      96(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1522,6 +1647,8 @@ block:
 	VPADDW       Y15, Y4, Y4
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      160(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1571,6 +1698,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y4, Y9
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      224(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1610,6 +1738,8 @@ block:
 	VPADDW       Y15, Y4, Y4
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      288(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1700,6 +1830,11 @@ block:
 	VMULPS       Y13, Y10, Y15
 	VFMADD213PS  128(SP), Y15, Y9
 	VMOVUPS      Y9, 128(SP)
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000160, SI
 	ADDQ         $0x00000160, DX
 	ADDQ         $0x000000c8, DI
@@ -1724,13 +1859,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q51tAVX2x1(SB), NOSPLIT, $0-48
+// func q51tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q51tAVX2x1(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -1738,6 +1876,7 @@ TEXT ·q51tAVX2x1(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1756,6 +1895,8 @@ block:
 	VPADDW       Y15, Y0, Y0
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1777,6 +1918,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y0, Y1
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1796,6 +1938,8 @@ block:
 	VPADDW       Y15, Y0, Y0
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      320(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1826,6 +1970,11 @@ block:
 	VFMADD231PS  Y15, Y1, Y2
 	VBROADCASTSS 36(DI), Y13
 	VFMADD231PS  Y13, Y11, Y2
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000180, SI
 	ADDQ         $0x00000180, DX
 	ADDQ         $0x00000028, DI
@@ -1837,13 +1986,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q51tAVX2x2(SB), NOSPLIT, $0-48
+// func q51tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q51tAVX2x2(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -1852,6 +2004,7 @@ TEXT ·q51tAVX2x2(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1875,6 +2028,8 @@ block:
 	VPADDW       Y15, Y1, Y1
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1903,6 +2058,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y1, Y3
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1927,6 +2083,8 @@ block:
 	VPADDW       Y15, Y1, Y1
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      320(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -1971,6 +2129,11 @@ block:
 	VFMADD231PS  Y15, Y3, Y5
 	VBROADCASTSS 76(DI), Y13
 	VFMADD231PS  Y13, Y11, Y5
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000180, SI
 	ADDQ         $0x00000180, DX
 	ADDQ         $0x00000050, DI
@@ -1984,13 +2147,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q51tAVX2x3(SB), NOSPLIT, $0-48
+// func q51tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q51tAVX2x3(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -2000,6 +2166,7 @@ TEXT ·q51tAVX2x3(SB), NOSPLIT, $0-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2028,6 +2195,8 @@ block:
 	VPADDW       Y15, Y2, Y2
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2063,6 +2232,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y2, Y5
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2092,6 +2262,8 @@ block:
 	VPADDW       Y15, Y2, Y2
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      320(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2150,6 +2322,11 @@ block:
 	VFMADD231PS  Y15, Y5, Y8
 	VBROADCASTSS 116(DI), Y13
 	VFMADD231PS  Y13, Y11, Y8
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000180, SI
 	ADDQ         $0x00000180, DX
 	ADDQ         $0x00000078, DI
@@ -2165,13 +2342,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q51tAVX2x4(SB), NOSPLIT, $128-48
+// func q51tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q51tAVX2x4(SB), NOSPLIT, $128-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -2183,6 +2363,7 @@ TEXT ·q51tAVX2x4(SB), NOSPLIT, $128-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2216,6 +2397,8 @@ block:
 	VPADDW       Y15, Y3, Y3
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2258,6 +2441,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y3, Y7
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2292,6 +2476,8 @@ block:
 	VPADDW       Y15, Y3, Y3
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      320(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2368,6 +2554,11 @@ block:
 	VBROADCASTSS 156(DI), Y13
 	VFMADD231PS  Y13, Y11, Y7
 	VMOVUPS      Y7, 96(SP)
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000180, SI
 	ADDQ         $0x00000180, DX
 	ADDQ         $0x000000a0, DI
@@ -2389,13 +2580,16 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX2, F16C, FMA3
-TEXT ·q51tAVX2x5(SB), NOSPLIT, $160-48
+// func q51tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·q51tAVX2x5(SB), NOSPLIT, $160-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
 	MOVQ x+24(FP), DI
+	MOVQ pf+48(FP), R11
+	MOVQ pfn+56(FP), R12
+	MOVL $0x00000180, R13
 
 	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
 	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
@@ -2408,6 +2602,7 @@ TEXT ·q51tAVX2x5(SB), NOSPLIT, $160-48
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
+	PREFETCHT0   (R11)
 	VMOVDQU      128(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2446,6 +2641,8 @@ block:
 	VPADDW       Y15, Y4, Y4
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
+	PREFETCHT0   64(R11)
+	PREFETCHT0   128(R11)
 	VMOVDQU      192(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2495,6 +2692,7 @@ block:
 	VPMADDWD     lones<>+0(SB), Y4, Y9
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
+	PREFETCHT0   192(R11)
 	VMOVDQU      256(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2534,6 +2732,8 @@ block:
 	VPADDW       Y15, Y4, Y4
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
+	PREFETCHT0   256(R11)
+	PREFETCHT0   320(R11)
 	VMOVDQU      320(DX), Y11
 	VPAND        lmask0f<>+0(SB), Y11, Y10
 	VPSRLW       $0x04, Y11, Y11
@@ -2625,6 +2825,11 @@ block:
 	VBROADCASTSS 196(DI), Y13
 	VFMADD231PS  Y13, Y11, Y9
 	VMOVUPS      Y9, 128(SP)
+	XORL         R8, R8
+	CMPQ         R12, $0x00
+	CMOVQGT      R13, R8
+	ADDQ         R8, R11
+	SUBQ         R8, R12
 	ADDQ         $0x00000180, SI
 	ADDQ         $0x00000180, DX
 	ADDQ         $0x000000c8, DI
@@ -2649,16 +2854,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x1(SB), NOSPLIT, $0-40
+// func q41tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x1(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z29
@@ -2669,40 +2877,37 @@ block:
 	VPXORD Z0, Z0, Z0
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -2711,6 +2916,11 @@ block:
 	VMULPS.BCST      32(DI), Z31, Z24
 	VFMADD231PS      Z24, Z0, Z12
 	VFMADD231PS.BCST 36(DI), Z26, Z12
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x00000028, DI
 	DECQ             CX
@@ -2721,16 +2931,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x2(SB), NOSPLIT, $0-40
+// func q41tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x2(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	MOVL         $0x0f0f0f0f, AX
@@ -2743,56 +2956,45 @@ block:
 	VPXORD Z1, Z1, Z1
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -2805,6 +3007,11 @@ block:
 	VMULPS.BCST      72(DI), Z31, Z24
 	VFMADD231PS      Z24, Z1, Z13
 	VFMADD231PS.BCST 76(DI), Z26, Z13
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x00000050, DI
 	DECQ             CX
@@ -2817,16 +3024,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x3(SB), NOSPLIT, $0-40
+// func q41tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x3(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -2841,72 +3051,53 @@ block:
 	VPXORD Z2, Z2, Z2
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -2923,6 +3114,11 @@ block:
 	VMULPS.BCST      112(DI), Z31, Z24
 	VFMADD231PS      Z24, Z2, Z14
 	VFMADD231PS.BCST 116(DI), Z26, Z14
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x00000078, DI
 	DECQ             CX
@@ -2937,16 +3133,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x4(SB), NOSPLIT, $0-40
+// func q41tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x4(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -2963,88 +3162,61 @@ block:
 	VPXORD Z3, Z3, Z3
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -3065,6 +3237,11 @@ block:
 	VMULPS.BCST      152(DI), Z31, Z24
 	VFMADD231PS      Z24, Z3, Z15
 	VFMADD231PS.BCST 156(DI), Z26, Z15
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x000000a0, DI
 	DECQ             CX
@@ -3081,16 +3258,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x5(SB), NOSPLIT, $0-40
+// func q41tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x5(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -3109,104 +3289,69 @@ block:
 	VPXORD Z4, Z4, Z4
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -3231,6 +3376,11 @@ block:
 	VMULPS.BCST      192(DI), Z31, Z24
 	VFMADD231PS      Z24, Z4, Z16
 	VFMADD231PS.BCST 196(DI), Z26, Z16
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x000000c8, DI
 	DECQ             CX
@@ -3249,16 +3399,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x6(SB), NOSPLIT, $0-40
+// func q41tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x6(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -3279,120 +3432,77 @@ block:
 	VPXORD Z5, Z5, Z5
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -3421,6 +3531,11 @@ block:
 	VMULPS.BCST      232(DI), Z31, Z24
 	VFMADD231PS      Z24, Z5, Z17
 	VFMADD231PS.BCST 236(DI), Z26, Z17
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x000000f0, DI
 	DECQ             CX
@@ -3441,16 +3556,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x7(SB), NOSPLIT, $0-40
+// func q41tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x7(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -3473,136 +3591,85 @@ block:
 	VPXORD Z6, Z6, Z6
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -3635,6 +3702,11 @@ block:
 	VMULPS.BCST      272(DI), Z31, Z24
 	VFMADD231PS      Z24, Z6, Z18
 	VFMADD231PS.BCST 276(DI), Z26, Z18
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x00000118, DI
 	DECQ             CX
@@ -3657,16 +3729,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x8(SB), NOSPLIT, $0-40
+// func q41tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x8(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -3691,152 +3766,93 @@ block:
 	VPXORD Z7, Z7, Z7
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -3873,6 +3889,11 @@ block:
 	VMULPS.BCST      312(DI), Z31, Z24
 	VFMADD231PS      Z24, Z7, Z19
 	VFMADD231PS.BCST 316(DI), Z26, Z19
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x00000140, DI
 	DECQ             CX
@@ -3897,16 +3918,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x9(SB), NOSPLIT, $0-40
+// func q41tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x9(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -3933,168 +3957,101 @@ block:
 	VPXORD Z8, Z8, Z8
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -4135,6 +4092,11 @@ block:
 	VMULPS.BCST      352(DI), Z31, Z24
 	VFMADD231PS      Z24, Z8, Z20
 	VFMADD231PS.BCST 356(DI), Z26, Z20
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x00000168, DI
 	DECQ             CX
@@ -4161,16 +4123,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x10(SB), NOSPLIT, $0-40
+// func q41tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x10(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -4199,184 +4164,109 @@ block:
 	VPXORD Z9, Z9, Z9
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -4421,6 +4311,11 @@ block:
 	VMULPS.BCST      392(DI), Z31, Z24
 	VFMADD231PS      Z24, Z9, Z21
 	VFMADD231PS.BCST 396(DI), Z26, Z21
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x00000190, DI
 	DECQ             CX
@@ -4449,16 +4344,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x11(SB), NOSPLIT, $0-40
+// func q41tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x11(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -4489,200 +4387,117 @@ block:
 	VPXORD Z10, Z10, Z10
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 320(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 336(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
+	VPDPBUSD.BCST 320(DI), Z24, Z10
+	VPDPBUSD.BCST 336(DI), Z25, Z10
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 324(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 340(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
+	VPDPBUSD.BCST 324(DI), Z24, Z10
+	VPDPBUSD.BCST 340(DI), Z25, Z10
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 328(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 344(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
+	VPDPBUSD.BCST 328(DI), Z24, Z10
+	VPDPBUSD.BCST 344(DI), Z25, Z10
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 332(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 348(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
+	VPDPBUSD.BCST 332(DI), Z24, Z10
+	VPDPBUSD.BCST 348(DI), Z25, Z10
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -4731,6 +4546,11 @@ block:
 	VMULPS.BCST      432(DI), Z31, Z24
 	VFMADD231PS      Z24, Z10, Z22
 	VFMADD231PS.BCST 436(DI), Z26, Z22
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x000001b8, DI
 	DECQ             CX
@@ -4761,16 +4581,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q41tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q41tAVX512x12(SB), NOSPLIT, $0-40
+// func q41tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q41tAVX512x12(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000140, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -4803,216 +4626,125 @@ block:
 	VPXORD Z11, Z11, Z11
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       64(SI), Z29, Z24
-	VPSRLW       $0x04, 64(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 320(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 336(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 352(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 368(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    (R11)
+	VPANDD        64(SI), Z29, Z24
+	VPSRLW        $0x04, 64(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
+	VPDPBUSD.BCST 320(DI), Z24, Z10
+	VPDPBUSD.BCST 336(DI), Z25, Z10
+	VPDPBUSD.BCST 352(DI), Z24, Z11
+	VPDPBUSD.BCST 368(DI), Z25, Z11
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 324(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 340(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 356(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 372(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    64(R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
+	VPDPBUSD.BCST 324(DI), Z24, Z10
+	VPDPBUSD.BCST 340(DI), Z25, Z10
+	VPDPBUSD.BCST 356(DI), Z24, Z11
+	VPDPBUSD.BCST 372(DI), Z25, Z11
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 328(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 344(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 360(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 376(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
+	VPDPBUSD.BCST 328(DI), Z24, Z10
+	VPDPBUSD.BCST 344(DI), Z25, Z10
+	VPDPBUSD.BCST 360(DI), Z24, Z11
+	VPDPBUSD.BCST 376(DI), Z25, Z11
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 332(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 348(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 364(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 380(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    192(R11)
+	PREFETCHT0    256(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
+	VPDPBUSD.BCST 332(DI), Z24, Z10
+	VPDPBUSD.BCST 348(DI), Z25, Z10
+	VPDPBUSD.BCST 364(DI), Z24, Z11
+	VPDPBUSD.BCST 380(DI), Z25, Z11
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -5065,6 +4797,11 @@ block:
 	VMULPS.BCST      472(DI), Z31, Z24
 	VFMADD231PS      Z24, Z11, Z23
 	VFMADD231PS.BCST 476(DI), Z26, Z23
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000140, SI
 	ADDQ             $0x000001e0, DI
 	DECQ             CX
@@ -5097,16 +4834,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x1(SB), NOSPLIT, $0-40
+// func q50tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x1(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z29
@@ -5117,61 +4857,64 @@ block:
 	VPBROADCASTD 36(DI), Z0
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
 	VCVTDQ2PS   Z0, Z0
 	VMULPS.BCST 32(DI), Z31, Z24
 	VFMADD231PS Z24, Z0, Z12
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x00000028, DI
 	DECQ        CX
@@ -5182,16 +4925,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x2(SB), NOSPLIT, $0-40
+// func q50tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x2(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	MOVL         $0x0f0f0f0f, AX
@@ -5204,71 +4950,61 @@ block:
 	VPBROADCASTD 76(DI), Z1
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -5278,6 +5014,11 @@ block:
 	VCVTDQ2PS   Z1, Z1
 	VMULPS.BCST 72(DI), Z31, Z24
 	VFMADD231PS Z24, Z1, Z13
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x00000050, DI
 	DECQ        CX
@@ -5290,16 +5031,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x3(SB), NOSPLIT, $0-40
+// func q50tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x3(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -5314,87 +5058,69 @@ block:
 	VPBROADCASTD 116(DI), Z2
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -5407,6 +5133,11 @@ block:
 	VCVTDQ2PS   Z2, Z2
 	VMULPS.BCST 112(DI), Z31, Z24
 	VFMADD231PS Z24, Z2, Z14
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x00000078, DI
 	DECQ        CX
@@ -5421,16 +5152,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x4(SB), NOSPLIT, $0-40
+// func q50tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x4(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -5447,103 +5181,77 @@ block:
 	VPBROADCASTD 156(DI), Z3
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -5559,6 +5267,11 @@ block:
 	VCVTDQ2PS   Z3, Z3
 	VMULPS.BCST 152(DI), Z31, Z24
 	VFMADD231PS Z24, Z3, Z15
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x000000a0, DI
 	DECQ        CX
@@ -5575,16 +5288,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x5(SB), NOSPLIT, $0-40
+// func q50tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x5(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -5603,119 +5319,85 @@ block:
 	VPBROADCASTD 196(DI), Z4
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -5734,6 +5416,11 @@ block:
 	VCVTDQ2PS   Z4, Z4
 	VMULPS.BCST 192(DI), Z31, Z24
 	VFMADD231PS Z24, Z4, Z16
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x000000c8, DI
 	DECQ        CX
@@ -5752,16 +5439,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x6(SB), NOSPLIT, $0-40
+// func q50tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x6(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -5782,135 +5472,93 @@ block:
 	VPBROADCASTD 236(DI), Z5
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -5932,6 +5580,11 @@ block:
 	VCVTDQ2PS   Z5, Z5
 	VMULPS.BCST 232(DI), Z31, Z24
 	VFMADD231PS Z24, Z5, Z17
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x000000f0, DI
 	DECQ        CX
@@ -5952,16 +5605,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x7(SB), NOSPLIT, $0-40
+// func q50tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x7(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -5984,151 +5640,101 @@ block:
 	VPBROADCASTD 276(DI), Z6
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -6153,6 +5759,11 @@ block:
 	VCVTDQ2PS   Z6, Z6
 	VMULPS.BCST 272(DI), Z31, Z24
 	VFMADD231PS Z24, Z6, Z18
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x00000118, DI
 	DECQ        CX
@@ -6175,16 +5786,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x8(SB), NOSPLIT, $0-40
+// func q50tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x8(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -6209,167 +5823,109 @@ block:
 	VPBROADCASTD 316(DI), Z7
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -6397,6 +5953,11 @@ block:
 	VCVTDQ2PS   Z7, Z7
 	VMULPS.BCST 312(DI), Z31, Z24
 	VFMADD231PS Z24, Z7, Z19
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x00000140, DI
 	DECQ        CX
@@ -6421,16 +5982,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x9(SB), NOSPLIT, $0-40
+// func q50tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x9(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -6457,183 +6021,117 @@ block:
 	VPBROADCASTD 356(DI), Z8
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -6664,6 +6162,11 @@ block:
 	VCVTDQ2PS   Z8, Z8
 	VMULPS.BCST 352(DI), Z31, Z24
 	VFMADD231PS Z24, Z8, Z20
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x00000168, DI
 	DECQ        CX
@@ -6690,16 +6193,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x10(SB), NOSPLIT, $0-40
+// func q50tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x10(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -6728,199 +6234,125 @@ block:
 	VPBROADCASTD 396(DI), Z9
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -6954,6 +6386,11 @@ block:
 	VCVTDQ2PS   Z9, Z9
 	VMULPS.BCST 392(DI), Z31, Z24
 	VFMADD231PS Z24, Z9, Z21
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x00000190, DI
 	DECQ        CX
@@ -6982,16 +6419,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x11(SB), NOSPLIT, $0-40
+// func q50tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x11(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -7022,215 +6462,133 @@ block:
 	VPBROADCASTD 436(DI), Z10
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 320(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 336(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
+	VPDPBUSD.BCST 320(DI), Z24, Z10
+	VPDPBUSD.BCST 336(DI), Z25, Z10
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 324(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 340(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
+	VPDPBUSD.BCST 324(DI), Z24, Z10
+	VPDPBUSD.BCST 340(DI), Z25, Z10
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 328(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 344(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
+	VPDPBUSD.BCST 328(DI), Z24, Z10
+	VPDPBUSD.BCST 344(DI), Z25, Z10
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 332(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 348(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
+	VPDPBUSD.BCST 332(DI), Z24, Z10
+	VPDPBUSD.BCST 348(DI), Z25, Z10
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -7267,6 +6625,11 @@ block:
 	VCVTDQ2PS   Z10, Z10
 	VMULPS.BCST 432(DI), Z31, Z24
 	VFMADD231PS Z24, Z10, Z22
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x000001b8, DI
 	DECQ        CX
@@ -7297,16 +6660,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q50tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q50tAVX512x12(SB), NOSPLIT, $0-40
+// func q50tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q50tAVX512x12(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -7339,231 +6705,141 @@ block:
 	VPBROADCASTD 476(DI), Z11
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       96(SI), Z29, Z24
-	VPSRLW       $0x04, 96(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 32(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 320(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 336(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 352(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 368(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    (R11)
+	VPANDD        96(SI), Z29, Z24
+	VPSRLW        $0x04, 96(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 32(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
+	VPDPBUSD.BCST 320(DI), Z24, Z10
+	VPDPBUSD.BCST 336(DI), Z25, Z10
+	VPDPBUSD.BCST 352(DI), Z24, Z11
+	VPDPBUSD.BCST 368(DI), Z25, Z11
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       160(SI), Z29, Z24
-	VPSRLW       $0x04, 160(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 324(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 340(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 356(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 372(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        160(SI), Z29, Z24
+	VPSRLW        $0x04, 160(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
+	VPDPBUSD.BCST 324(DI), Z24, Z10
+	VPDPBUSD.BCST 340(DI), Z25, Z10
+	VPDPBUSD.BCST 356(DI), Z24, Z11
+	VPDPBUSD.BCST 372(DI), Z25, Z11
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       224(SI), Z29, Z24
-	VPSRLW       $0x04, 224(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 328(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 344(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 360(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 376(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    192(R11)
+	VPANDD        224(SI), Z29, Z24
+	VPSRLW        $0x04, 224(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
+	VPDPBUSD.BCST 328(DI), Z24, Z10
+	VPDPBUSD.BCST 344(DI), Z25, Z10
+	VPDPBUSD.BCST 360(DI), Z24, Z11
+	VPDPBUSD.BCST 376(DI), Z25, Z11
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       288(SI), Z29, Z24
-	VPSRLW       $0x04, 288(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 32(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 332(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 348(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 364(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 380(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        288(SI), Z29, Z24
+	VPSRLW        $0x04, 288(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 32(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
+	VPDPBUSD.BCST 332(DI), Z24, Z10
+	VPDPBUSD.BCST 348(DI), Z25, Z10
+	VPDPBUSD.BCST 364(DI), Z24, Z11
+	VPDPBUSD.BCST 380(DI), Z25, Z11
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS   (SI), Z31
@@ -7603,6 +6879,11 @@ block:
 	VCVTDQ2PS   Z11, Z11
 	VMULPS.BCST 472(DI), Z31, Z24
 	VFMADD231PS Z24, Z11, Z23
+	XORL        R8, R8
+	CMPQ        R12, $0x00
+	CMOVQGT     R13, R8
+	ADDQ        R8, R11
+	SUBQ        R8, R12
 	ADDQ        $0x00000160, SI
 	ADDQ        $0x000001e0, DI
 	DECQ        CX
@@ -7635,16 +6916,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x1(SB), NOSPLIT, $0-40
+// func q51tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x1(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z29
@@ -7655,55 +6939,53 @@ block:
 	VPXORD Z0, Z0, Z0
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -7712,6 +6994,11 @@ block:
 	VMULPS.BCST      32(DI), Z31, Z24
 	VFMADD231PS      Z24, Z0, Z12
 	VFMADD231PS.BCST 36(DI), Z26, Z12
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x00000028, DI
 	DECQ             CX
@@ -7722,16 +7009,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x2(SB), NOSPLIT, $0-40
+// func q51tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x2(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	MOVL         $0x0f0f0f0f, AX
@@ -7744,71 +7034,61 @@ block:
 	VPXORD Z1, Z1, Z1
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -7821,6 +7101,11 @@ block:
 	VMULPS.BCST      72(DI), Z31, Z24
 	VFMADD231PS      Z24, Z1, Z13
 	VFMADD231PS.BCST 76(DI), Z26, Z13
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x00000050, DI
 	DECQ             CX
@@ -7833,16 +7118,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x3(SB), NOSPLIT, $0-40
+// func q51tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x3(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -7857,87 +7145,69 @@ block:
 	VPXORD Z2, Z2, Z2
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -7954,6 +7224,11 @@ block:
 	VMULPS.BCST      112(DI), Z31, Z24
 	VFMADD231PS      Z24, Z2, Z14
 	VFMADD231PS.BCST 116(DI), Z26, Z14
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x00000078, DI
 	DECQ             CX
@@ -7968,16 +7243,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x4(SB), NOSPLIT, $0-40
+// func q51tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x4(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -7994,103 +7272,77 @@ block:
 	VPXORD Z3, Z3, Z3
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -8111,6 +7363,11 @@ block:
 	VMULPS.BCST      152(DI), Z31, Z24
 	VFMADD231PS      Z24, Z3, Z15
 	VFMADD231PS.BCST 156(DI), Z26, Z15
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x000000a0, DI
 	DECQ             CX
@@ -8127,16 +7384,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x5(SB), NOSPLIT, $0-40
+// func q51tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x5(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -8155,119 +7415,85 @@ block:
 	VPXORD Z4, Z4, Z4
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -8292,6 +7518,11 @@ block:
 	VMULPS.BCST      192(DI), Z31, Z24
 	VFMADD231PS      Z24, Z4, Z16
 	VFMADD231PS.BCST 196(DI), Z26, Z16
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x000000c8, DI
 	DECQ             CX
@@ -8310,16 +7541,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x6(SB), NOSPLIT, $0-40
+// func q51tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x6(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -8340,135 +7574,93 @@ block:
 	VPXORD Z5, Z5, Z5
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -8497,6 +7689,11 @@ block:
 	VMULPS.BCST      232(DI), Z31, Z24
 	VFMADD231PS      Z24, Z5, Z17
 	VFMADD231PS.BCST 236(DI), Z26, Z17
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x000000f0, DI
 	DECQ             CX
@@ -8517,16 +7714,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x7(SB), NOSPLIT, $0-40
+// func q51tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x7(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -8549,151 +7749,101 @@ block:
 	VPXORD Z6, Z6, Z6
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -8726,6 +7876,11 @@ block:
 	VMULPS.BCST      272(DI), Z31, Z24
 	VFMADD231PS      Z24, Z6, Z18
 	VFMADD231PS.BCST 276(DI), Z26, Z18
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x00000118, DI
 	DECQ             CX
@@ -8748,16 +7903,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x8(SB), NOSPLIT, $0-40
+// func q51tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x8(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -8782,167 +7940,109 @@ block:
 	VPXORD Z7, Z7, Z7
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -8979,6 +8079,11 @@ block:
 	VMULPS.BCST      312(DI), Z31, Z24
 	VFMADD231PS      Z24, Z7, Z19
 	VFMADD231PS.BCST 316(DI), Z26, Z19
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x00000140, DI
 	DECQ             CX
@@ -9003,16 +8108,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x9(SB), NOSPLIT, $0-40
+// func q51tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x9(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -9039,183 +8147,117 @@ block:
 	VPXORD Z8, Z8, Z8
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -9256,6 +8298,11 @@ block:
 	VMULPS.BCST      352(DI), Z31, Z24
 	VFMADD231PS      Z24, Z8, Z20
 	VFMADD231PS.BCST 356(DI), Z26, Z20
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x00000168, DI
 	DECQ             CX
@@ -9282,16 +8329,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x10(SB), NOSPLIT, $0-40
+// func q51tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x10(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -9320,199 +8370,125 @@ block:
 	VPXORD Z9, Z9, Z9
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -9557,6 +8533,11 @@ block:
 	VMULPS.BCST      392(DI), Z31, Z24
 	VFMADD231PS      Z24, Z9, Z21
 	VFMADD231PS.BCST 396(DI), Z26, Z21
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x00000190, DI
 	DECQ             CX
@@ -9585,16 +8566,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x11(SB), NOSPLIT, $0-40
+// func q51tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x11(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -9625,215 +8609,133 @@ block:
 	VPXORD Z10, Z10, Z10
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 320(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 336(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
+	VPDPBUSD.BCST 320(DI), Z24, Z10
+	VPDPBUSD.BCST 336(DI), Z25, Z10
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 324(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 340(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
+	VPDPBUSD.BCST 324(DI), Z24, Z10
+	VPDPBUSD.BCST 340(DI), Z25, Z10
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 328(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 344(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
+	VPDPBUSD.BCST 328(DI), Z24, Z10
+	VPDPBUSD.BCST 344(DI), Z25, Z10
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 332(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 348(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
+	VPDPBUSD.BCST 332(DI), Z24, Z10
+	VPDPBUSD.BCST 348(DI), Z25, Z10
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -9882,6 +8784,11 @@ block:
 	VMULPS.BCST      432(DI), Z31, Z24
 	VFMADD231PS      Z24, Z10, Z22
 	VFMADD231PS.BCST 436(DI), Z26, Z22
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x000001b8, DI
 	DECQ             CX
@@ -9912,16 +8819,19 @@ block:
 	VZEROUPPER
 	RET
 
-// func q51tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI
-TEXT ·q51tAVX512x12(SB), NOSPLIT, $0-40
+// func q51tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512_VNNI, CMOV, MMX+
+TEXT ·q51tAVX512x12(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ nblk+8(FP), CX
 	MOVQ x+16(FP), DI
+	MOVQ pf+40(FP), R11
+	MOVQ pfn+48(FP), R12
+	MOVL $0x00000180, R13
 
 	// Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked
-	// weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,
-	// Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.
+	// weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,
+	// Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.
 	VPXORD       Z12, Z12, Z12
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
@@ -9954,231 +8864,141 @@ block:
 	VPXORD Z11, Z11, Z11
 
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
-	VPANDD       128(SI), Z29, Z24
-	VPSRLW       $0x04, 128(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x04, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPTERNLOGD   $0xf8, 64(SI), Z30, Z25
-	VPBROADCASTD (DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 16(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 32(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 48(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 64(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 80(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 96(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 112(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 128(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 144(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 160(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 176(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 192(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 208(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 224(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 240(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 256(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 272(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 288(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 304(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 320(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 336(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 352(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 368(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    (R11)
+	VPANDD        128(SI), Z29, Z24
+	VPSRLW        $0x04, 128(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x04, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPTERNLOGD    $0xf8, 64(SI), Z30, Z25
+	VPDPBUSD.BCST (DI), Z24, Z0
+	VPDPBUSD.BCST 16(DI), Z25, Z0
+	VPDPBUSD.BCST 32(DI), Z24, Z1
+	VPDPBUSD.BCST 48(DI), Z25, Z1
+	VPDPBUSD.BCST 64(DI), Z24, Z2
+	VPDPBUSD.BCST 80(DI), Z25, Z2
+	VPDPBUSD.BCST 96(DI), Z24, Z3
+	VPDPBUSD.BCST 112(DI), Z25, Z3
+	VPDPBUSD.BCST 128(DI), Z24, Z4
+	VPDPBUSD.BCST 144(DI), Z25, Z4
+	VPDPBUSD.BCST 160(DI), Z24, Z5
+	VPDPBUSD.BCST 176(DI), Z25, Z5
+	VPDPBUSD.BCST 192(DI), Z24, Z6
+	VPDPBUSD.BCST 208(DI), Z25, Z6
+	VPDPBUSD.BCST 224(DI), Z24, Z7
+	VPDPBUSD.BCST 240(DI), Z25, Z7
+	VPDPBUSD.BCST 256(DI), Z24, Z8
+	VPDPBUSD.BCST 272(DI), Z25, Z8
+	VPDPBUSD.BCST 288(DI), Z24, Z9
+	VPDPBUSD.BCST 304(DI), Z25, Z9
+	VPDPBUSD.BCST 320(DI), Z24, Z10
+	VPDPBUSD.BCST 336(DI), Z25, Z10
+	VPDPBUSD.BCST 352(DI), Z24, Z11
+	VPDPBUSD.BCST 368(DI), Z25, Z11
 
 	// step 1: weights 4·1+t (lo) and 16+4·1+t (hi) of each row lane
-	VPANDD       192(SI), Z29, Z24
-	VPSRLW       $0x04, 192(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 4(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 20(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 36(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 52(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 68(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 84(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 100(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 116(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 132(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 148(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 164(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 180(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 196(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 212(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 228(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 244(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 260(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 276(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 292(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 308(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 324(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 340(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 356(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 372(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    64(R11)
+	PREFETCHT0    128(R11)
+	VPANDD        192(SI), Z29, Z24
+	VPSRLW        $0x04, 192(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 4(DI), Z24, Z0
+	VPDPBUSD.BCST 20(DI), Z25, Z0
+	VPDPBUSD.BCST 36(DI), Z24, Z1
+	VPDPBUSD.BCST 52(DI), Z25, Z1
+	VPDPBUSD.BCST 68(DI), Z24, Z2
+	VPDPBUSD.BCST 84(DI), Z25, Z2
+	VPDPBUSD.BCST 100(DI), Z24, Z3
+	VPDPBUSD.BCST 116(DI), Z25, Z3
+	VPDPBUSD.BCST 132(DI), Z24, Z4
+	VPDPBUSD.BCST 148(DI), Z25, Z4
+	VPDPBUSD.BCST 164(DI), Z24, Z5
+	VPDPBUSD.BCST 180(DI), Z25, Z5
+	VPDPBUSD.BCST 196(DI), Z24, Z6
+	VPDPBUSD.BCST 212(DI), Z25, Z6
+	VPDPBUSD.BCST 228(DI), Z24, Z7
+	VPDPBUSD.BCST 244(DI), Z25, Z7
+	VPDPBUSD.BCST 260(DI), Z24, Z8
+	VPDPBUSD.BCST 276(DI), Z25, Z8
+	VPDPBUSD.BCST 292(DI), Z24, Z9
+	VPDPBUSD.BCST 308(DI), Z25, Z9
+	VPDPBUSD.BCST 324(DI), Z24, Z10
+	VPDPBUSD.BCST 340(DI), Z25, Z10
+	VPDPBUSD.BCST 356(DI), Z24, Z11
+	VPDPBUSD.BCST 372(DI), Z25, Z11
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
-	VPANDD       256(SI), Z29, Z24
-	VPSRLW       $0x04, 256(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x02, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 8(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 24(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 40(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 56(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 72(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 88(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 104(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 120(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 136(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 152(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 168(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 184(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 200(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 216(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 232(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 248(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 264(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 280(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 296(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 312(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 328(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 344(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 360(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 376(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    192(R11)
+	VPANDD        256(SI), Z29, Z24
+	VPSRLW        $0x04, 256(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x02, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 8(DI), Z24, Z0
+	VPDPBUSD.BCST 24(DI), Z25, Z0
+	VPDPBUSD.BCST 40(DI), Z24, Z1
+	VPDPBUSD.BCST 56(DI), Z25, Z1
+	VPDPBUSD.BCST 72(DI), Z24, Z2
+	VPDPBUSD.BCST 88(DI), Z25, Z2
+	VPDPBUSD.BCST 104(DI), Z24, Z3
+	VPDPBUSD.BCST 120(DI), Z25, Z3
+	VPDPBUSD.BCST 136(DI), Z24, Z4
+	VPDPBUSD.BCST 152(DI), Z25, Z4
+	VPDPBUSD.BCST 168(DI), Z24, Z5
+	VPDPBUSD.BCST 184(DI), Z25, Z5
+	VPDPBUSD.BCST 200(DI), Z24, Z6
+	VPDPBUSD.BCST 216(DI), Z25, Z6
+	VPDPBUSD.BCST 232(DI), Z24, Z7
+	VPDPBUSD.BCST 248(DI), Z25, Z7
+	VPDPBUSD.BCST 264(DI), Z24, Z8
+	VPDPBUSD.BCST 280(DI), Z25, Z8
+	VPDPBUSD.BCST 296(DI), Z24, Z9
+	VPDPBUSD.BCST 312(DI), Z25, Z9
+	VPDPBUSD.BCST 328(DI), Z24, Z10
+	VPDPBUSD.BCST 344(DI), Z25, Z10
+	VPDPBUSD.BCST 360(DI), Z24, Z11
+	VPDPBUSD.BCST 376(DI), Z25, Z11
 
 	// step 3: weights 4·3+t (lo) and 16+4·3+t (hi) of each row lane
-	VPANDD       320(SI), Z29, Z24
-	VPSRLW       $0x04, 320(SI), Z25
-	VPANDD       Z29, Z25, Z25
-	VPSLLW       $0x01, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z24
-	VPSRLW       $0x03, 64(SI), Z26
-	VPTERNLOGD   $0xf8, Z30, Z26, Z25
-	VPBROADCASTD 12(DI), Z27
-	VPDPBUSD     Z27, Z24, Z0
-	VPBROADCASTD 28(DI), Z28
-	VPDPBUSD     Z28, Z25, Z0
-	VPBROADCASTD 44(DI), Z27
-	VPDPBUSD     Z27, Z24, Z1
-	VPBROADCASTD 60(DI), Z28
-	VPDPBUSD     Z28, Z25, Z1
-	VPBROADCASTD 76(DI), Z27
-	VPDPBUSD     Z27, Z24, Z2
-	VPBROADCASTD 92(DI), Z28
-	VPDPBUSD     Z28, Z25, Z2
-	VPBROADCASTD 108(DI), Z27
-	VPDPBUSD     Z27, Z24, Z3
-	VPBROADCASTD 124(DI), Z28
-	VPDPBUSD     Z28, Z25, Z3
-	VPBROADCASTD 140(DI), Z27
-	VPDPBUSD     Z27, Z24, Z4
-	VPBROADCASTD 156(DI), Z28
-	VPDPBUSD     Z28, Z25, Z4
-	VPBROADCASTD 172(DI), Z27
-	VPDPBUSD     Z27, Z24, Z5
-	VPBROADCASTD 188(DI), Z28
-	VPDPBUSD     Z28, Z25, Z5
-	VPBROADCASTD 204(DI), Z27
-	VPDPBUSD     Z27, Z24, Z6
-	VPBROADCASTD 220(DI), Z28
-	VPDPBUSD     Z28, Z25, Z6
-	VPBROADCASTD 236(DI), Z27
-	VPDPBUSD     Z27, Z24, Z7
-	VPBROADCASTD 252(DI), Z28
-	VPDPBUSD     Z28, Z25, Z7
-	VPBROADCASTD 268(DI), Z27
-	VPDPBUSD     Z27, Z24, Z8
-	VPBROADCASTD 284(DI), Z28
-	VPDPBUSD     Z28, Z25, Z8
-	VPBROADCASTD 300(DI), Z27
-	VPDPBUSD     Z27, Z24, Z9
-	VPBROADCASTD 316(DI), Z28
-	VPDPBUSD     Z28, Z25, Z9
-	VPBROADCASTD 332(DI), Z27
-	VPDPBUSD     Z27, Z24, Z10
-	VPBROADCASTD 348(DI), Z28
-	VPDPBUSD     Z28, Z25, Z10
-	VPBROADCASTD 364(DI), Z27
-	VPDPBUSD     Z27, Z24, Z11
-	VPBROADCASTD 380(DI), Z28
-	VPDPBUSD     Z28, Z25, Z11
+	PREFETCHT0    256(R11)
+	PREFETCHT0    320(R11)
+	VPANDD        320(SI), Z29, Z24
+	VPSRLW        $0x04, 320(SI), Z25
+	VPANDD        Z29, Z25, Z25
+	VPSLLW        $0x01, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z24
+	VPSRLW        $0x03, 64(SI), Z26
+	VPTERNLOGD    $0xf8, Z30, Z26, Z25
+	VPDPBUSD.BCST 12(DI), Z24, Z0
+	VPDPBUSD.BCST 28(DI), Z25, Z0
+	VPDPBUSD.BCST 44(DI), Z24, Z1
+	VPDPBUSD.BCST 60(DI), Z25, Z1
+	VPDPBUSD.BCST 76(DI), Z24, Z2
+	VPDPBUSD.BCST 92(DI), Z25, Z2
+	VPDPBUSD.BCST 108(DI), Z24, Z3
+	VPDPBUSD.BCST 124(DI), Z25, Z3
+	VPDPBUSD.BCST 140(DI), Z24, Z4
+	VPDPBUSD.BCST 156(DI), Z25, Z4
+	VPDPBUSD.BCST 172(DI), Z24, Z5
+	VPDPBUSD.BCST 188(DI), Z25, Z5
+	VPDPBUSD.BCST 204(DI), Z24, Z6
+	VPDPBUSD.BCST 220(DI), Z25, Z6
+	VPDPBUSD.BCST 236(DI), Z24, Z7
+	VPDPBUSD.BCST 252(DI), Z25, Z7
+	VPDPBUSD.BCST 268(DI), Z24, Z8
+	VPDPBUSD.BCST 284(DI), Z25, Z8
+	VPDPBUSD.BCST 300(DI), Z24, Z9
+	VPDPBUSD.BCST 316(DI), Z25, Z9
+	VPDPBUSD.BCST 332(DI), Z24, Z10
+	VPDPBUSD.BCST 348(DI), Z25, Z10
+	VPDPBUSD.BCST 364(DI), Z24, Z11
+	VPDPBUSD.BCST 380(DI), Z25, Z11
 
 	// acc += (d_w·d_x)·float(sum) [+ m_w·s_x]
 	VCVTPH2PS        (SI), Z31
@@ -10231,6 +9051,11 @@ block:
 	VMULPS.BCST      472(DI), Z31, Z24
 	VFMADD231PS      Z24, Z11, Z23
 	VFMADD231PS.BCST 476(DI), Z26, Z23
+	XORL             R8, R8
+	CMPQ             R12, $0x00
+	CMOVQGT          R13, R8
+	ADDQ             R8, R11
+	SUBQ             R8, R12
 	ADDQ             $0x00000180, SI
 	ADDQ             $0x000001e0, DI
 	DECQ             CX
@@ -10260,5 +9085,165 @@ block:
 	VMOVUPS          Z22, (AX)
 	ADDQ             BX, AX
 	VMOVUPS          Z23, (AX)
+	VZEROUPPER
+	RET
+
+DATA lperm_pack<>+0(SB)/4, $0x00000000
+DATA lperm_pack<>+4(SB)/4, $0x00000004
+DATA lperm_pack<>+8(SB)/4, $0x00000001
+DATA lperm_pack<>+12(SB)/4, $0x00000005
+DATA lperm_pack<>+16(SB)/4, $0x00000002
+DATA lperm_pack<>+20(SB)/4, $0x00000006
+DATA lperm_pack<>+24(SB)/4, $0x00000003
+DATA lperm_pack<>+28(SB)/4, $0x00000007
+GLOBL lperm_pack<>(SB), RODATA|NOPTR, $32
+
+// func quantQ8LAVX2(x *float32, nblk int, q *byte, stride int, moff int, q81 int)
+// Requires: AVX, AVX2, F16C
+TEXT ·quantQ8LAVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ nblk+8(FP), CX
+	MOVQ q+16(FP), DI
+	MOVQ stride+24(FP), R9
+	MOVQ moff+32(FP), R10
+	MOVQ q81+40(FP), R11
+
+	// Y15 |x| mask, Y14 sign mask, Y13 0.5, Y12 1.0, X11 127.0, X10 zero, Y9 the pack permutation, X8 amax/127
+	MOVL         $0x7fffffff, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x80000000, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x3f000000, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x3f800000, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Y12
+	MOVL         $0x42fe0000, AX
+	VMOVD        AX, X11
+	VXORPS       X10, X10, X10
+	VMOVDQU      lperm_pack<>+0(SB), Y9
+
+block:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+
+	// amax of the block, in every lane of X4
+	VANDPS       Y15, Y0, Y4
+	VANDPS       Y15, Y1, Y5
+	VANDPS       Y15, Y2, Y6
+	VANDPS       Y15, Y3, Y7
+	VMAXPS       Y5, Y4, Y4
+	VMAXPS       Y7, Y6, Y6
+	VMAXPS       Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X5
+	VMAXPS       X5, X4, X4
+	VPERMILPS    $0x4e, X4, X5
+	VMAXPS       X5, X4, X4
+	VPERMILPS    $0xb1, X4, X5
+	VMAXPS       X5, X4, X4
+
+	// d = amax/127; store d rounded to f16 and back; id = d != 0 ? 1/d : 0
+	VDIVSS       X11, X4, X8
+	VCVTPS2PH    $0x00, X8, X5
+	VCVTPH2PS    X5, X5
+	VMOVSS       X5, (DI)(R10*1)
+	VDIVSS       X8, X12, X6
+	VCMPSS       $0x04, X10, X8, X7
+	VANDPS       X7, X6, X6
+	VBROADCASTSS X6, Y6
+
+	// quants 0…7: round half away from zero of x·id
+	VMULPS     Y6, Y0, Y0
+	VROUNDPS   $0x0b, Y0, Y4
+	VSUBPS     Y4, Y0, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y0, Y0
+	VORPS      Y12, Y0, Y0
+	VANDPS     Y5, Y0, Y0
+	VADDPS     Y0, Y4, Y0
+	VCVTTPS2DQ Y0, Y0
+
+	// quants 8…15: round half away from zero of x·id
+	VMULPS     Y6, Y1, Y1
+	VROUNDPS   $0x0b, Y1, Y4
+	VSUBPS     Y4, Y1, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y1, Y1
+	VORPS      Y12, Y1, Y1
+	VANDPS     Y5, Y1, Y1
+	VADDPS     Y1, Y4, Y1
+	VCVTTPS2DQ Y1, Y1
+
+	// quants 16…23: round half away from zero of x·id
+	VMULPS     Y6, Y2, Y2
+	VROUNDPS   $0x0b, Y2, Y4
+	VSUBPS     Y4, Y2, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y2, Y2
+	VORPS      Y12, Y2, Y2
+	VANDPS     Y5, Y2, Y2
+	VADDPS     Y2, Y4, Y2
+	VCVTTPS2DQ Y2, Y2
+
+	// quants 24…31: round half away from zero of x·id
+	VMULPS     Y6, Y3, Y3
+	VROUNDPS   $0x0b, Y3, Y4
+	VSUBPS     Y4, Y3, Y5
+	VANDPS     Y15, Y5, Y5
+	VCMPPS     $0x1d, Y13, Y5, Y5
+	VANDPS     Y14, Y3, Y3
+	VORPS      Y12, Y3, Y3
+	VANDPS     Y5, Y3, Y3
+	VADDPS     Y3, Y4, Y3
+	VCVTTPS2DQ Y3, Y3
+
+	// pack to bytes (exact: every quant is within ±127), undo the lane interleave
+	VPACKSSDW Y1, Y0, Y4
+	VPACKSSDW Y3, Y2, Y5
+	VPACKSSWB Y5, Y4, Y4
+	VPERMD    Y4, Y9, Y4
+	VMOVDQU   Y4, (DI)
+
+	// Σq
+	VPADDD       Y1, Y0, Y0
+	VPADDD       Y3, Y2, Y2
+	VPADDD       Y2, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPADDD       X1, X0, X0
+	CMPQ         R11, $0x00
+	JNE          q81
+
+	// c = −16·Σq
+	VMOVD X0, AX
+	SHLL  $0x04, AX
+	NEGL  AX
+	MOVL  AX, 4(DI)(R10*1)
+	JMP   next
+
+q81:
+	// s = f16(float(Σq)·(amax/127)), widened
+	VCVTDQ2PS X0, X0
+	VMULSS    X8, X0, X0
+	VCVTPS2PH $0x00, X0, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    X0, 4(DI)(R10*1)
+
+next:
+	ADDQ $0x80, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  block
 	VZEROUPPER
 	RET

@@ -121,3 +121,64 @@ func rawLegacyMatrix(t *testing.T, r *rand.Rand, typ dtype.Type, rows, cols int)
 	}
 	return m
 }
+
+// TestQuantQ8LExact checks quantQ8LAVX2 bit for bit against quantQ8_0 and
+// s8_1 (the activations of the plain-Go kernel), including ties, zeros, tiny
+// and huge blocks.
+func TestQuantQ8LExact(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	const nblk = 64
+	x := randVec(r, nblk*32, 3)
+	clear(x[32:64])     // zero block
+	for i := range 32 { // values landing exactly on .5 after scaling
+		x[64+i] = float32(i-16) * 0.5
+	}
+	x[64] = 127
+	for i := range 32 {
+		x[96+i] *= 1e-30 // subnormal f16 scale
+		x[128+i] *= 1e30 // overflowing f16 scale
+	}
+	for i := range 32 {
+		x[160+i] = float32(i%3-1) * 0.49999997
+	}
+	x[160] = 127
+	le := binary.LittleEndian
+	for _, q81 := range []int{0, 1} {
+		const stride = 48 // quants, 8 meta bytes, 8 bytes that must stay untouched
+		buf := make([]byte, nblk*stride)
+		for i := range buf {
+			buf[i] = 0xa5
+		}
+		quantQ8LAVX2(&x[0], nblk, &buf[0], stride, 32, q81)
+		for i := range nblk {
+			xb := x[32*i : 32*i+32]
+			var q [32]int8
+			var d float32
+			sum := quantQ8_0(xb, q[:], &d)
+			blk := buf[i*stride:]
+			for j := range 32 {
+				if int8(blk[j]) != q[j] {
+					t.Fatalf("q81=%d block %d quant %d: have %d; want %d", q81, i, j, int8(blk[j]), q[j])
+				}
+			}
+			if have := math.Float32frombits(le.Uint32(blk[32:])); math.Float32bits(have) != math.Float32bits(d) {
+				t.Fatalf("q81=%d block %d: d = %g; want %g", q81, i, have, d)
+			}
+			if q81 == 0 {
+				if have, want := int32(le.Uint32(blk[36:])), int32(-16*sum); have != want {
+					t.Fatalf("block %d: c = %d; want %d", i, have, want)
+				}
+			} else if have, want := math.Float32frombits(le.Uint32(blk[36:])), s8_1(sum, xb); math.Float32bits(have) != math.Float32bits(want) {
+				t.Fatalf("block %d: s = %g; want %g", i, have, want)
+			}
+			for j := 40; j < stride; j++ {
+				if blk[j] != 0xa5 {
+					t.Fatalf("q81=%d block %d: byte %d written", q81, i, j)
+				}
+			}
+		}
+	}
+}

@@ -13,9 +13,10 @@ package kernels
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX2x2 computes 8 rows × 2 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 320 bytes
@@ -26,9 +27,10 @@ func q41tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX2x3 computes 8 rows × 3 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 320 bytes
@@ -39,9 +41,10 @@ func q41tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX2x4 computes 8 rows × 4 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 320 bytes
@@ -52,9 +55,10 @@ func q41tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX2x5 computes 8 rows × 5 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 320 bytes
@@ -65,9 +69,10 @@ func q41tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX2x1 computes 8 rows × 1 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 352 bytes
@@ -78,9 +83,10 @@ func q41tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX2x2 computes 8 rows × 2 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 352 bytes
@@ -91,9 +97,10 @@ func q50tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX2x3 computes 8 rows × 3 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 352 bytes
@@ -104,9 +111,10 @@ func q50tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX2x4 computes 8 rows × 4 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 352 bytes
@@ -117,9 +125,10 @@ func q50tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX2x5 computes 8 rows × 5 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 352 bytes
@@ -130,9 +139,10 @@ func q50tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX2x1 computes 8 rows × 1 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 384 bytes
@@ -143,9 +153,10 @@ func q50tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX2x2 computes 8 rows × 2 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 384 bytes
@@ -156,9 +167,10 @@ func q51tAVX2x1(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX2x3 computes 8 rows × 3 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 384 bytes
@@ -169,9 +181,10 @@ func q51tAVX2x2(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX2x4 computes 8 rows × 4 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 384 bytes
@@ -182,9 +195,10 @@ func q51tAVX2x3(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX2x5 computes 8 rows × 5 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (ws at the half's scales, wq 32·h bytes into the group; blocks 384 bytes
@@ -195,9 +209,10 @@ func q51tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -208,9 +223,10 @@ func q51tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -221,9 +237,10 @@ func q41tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -234,9 +251,10 @@ func q41tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x4 computes 16 rows × 4 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -247,9 +265,10 @@ func q41tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x5 computes 16 rows × 5 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -260,9 +279,10 @@ func q41tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x6 computes 16 rows × 6 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -273,9 +293,10 @@ func q41tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x7 computes 16 rows × 7 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -286,9 +307,10 @@ func q41tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x8 computes 16 rows × 8 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -299,9 +321,10 @@ func q41tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x9 computes 16 rows × 9 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -312,9 +335,10 @@ func q41tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x10 computes 16 rows × 10 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -325,9 +349,10 @@ func q41tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x11 computes 16 rows × 11 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -338,9 +363,10 @@ func q41tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q41tAVX512x12 computes 16 rows × 12 activation rows of y = x·Wᵀ for Q4_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 320 bytes
@@ -351,9 +377,10 @@ func q41tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q41tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q41tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -364,9 +391,10 @@ func q41tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -377,9 +405,10 @@ func q50tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -390,9 +419,10 @@ func q50tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x4 computes 16 rows × 4 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -403,9 +433,10 @@ func q50tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x5 computes 16 rows × 5 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -416,9 +447,10 @@ func q50tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x6 computes 16 rows × 6 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -429,9 +461,10 @@ func q50tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x7 computes 16 rows × 7 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -442,9 +475,10 @@ func q50tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x8 computes 16 rows × 8 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -455,9 +489,10 @@ func q50tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x9 computes 16 rows × 9 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -468,9 +503,10 @@ func q50tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x10 computes 16 rows × 10 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -481,9 +517,10 @@ func q50tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x11 computes 16 rows × 11 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -494,9 +531,10 @@ func q50tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q50tAVX512x12 computes 16 rows × 12 activation rows of y = x·Wᵀ for Q5_0
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 352 bytes
@@ -507,9 +545,10 @@ func q50tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q50tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q50tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x1 computes 16 rows × 1 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -520,9 +559,10 @@ func q50tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x2 computes 16 rows × 2 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -533,9 +573,10 @@ func q51tAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x3 computes 16 rows × 3 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -546,9 +587,10 @@ func q51tAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x4 computes 16 rows × 4 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -559,9 +601,10 @@ func q51tAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x5 computes 16 rows × 5 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -572,9 +615,10 @@ func q51tAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x6 computes 16 rows × 6 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -585,9 +629,10 @@ func q51tAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x7 computes 16 rows × 7 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -598,9 +643,10 @@ func q51tAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x8 computes 16 rows × 8 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -611,9 +657,10 @@ func q51tAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x9 computes 16 rows × 9 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -624,9 +671,10 @@ func q51tAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x10 computes 16 rows × 10 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -637,9 +685,10 @@ func q51tAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x11 computes 16 rows × 11 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -650,9 +699,10 @@ func q51tAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
 // q51tAVX512x12 computes 16 rows × 12 activation rows of y = x·Wᵀ for Q5_1
 // weights in the 16-row layout of legacy_amd64.go (w at the group; blocks 384 bytes
@@ -663,6 +713,15 @@ func q51tAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int)
 //
 // with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact
 // and the sum over blocks in order, one fused multiply-add per term, from 0.
+// Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.
 //
 //go:noescape
-func q51tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int)
+func q51tAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// quantQ8LAVX2 quantizes nblk blocks of 32 floats of x to Q8_0 exactly as
+// quantQ8_0 does (d = amax/127 rounded to f16, q = round-half-away(x·(127/amax))).
+// Block i writes its 32 quants to q[i*stride:] and at q[i*stride+moff:] the float32
+// d, then the int32 −16·Σq (q81 == 0) or the float32 f16(Σq·(amax/127)) (q81 != 0, Q8_1's s).
+//
+//go:noescape
+func quantQ8LAVX2(x *float32, nblk int, q *byte, stride int, moff int, q81 int)

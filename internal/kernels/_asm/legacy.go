@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 )
@@ -53,6 +54,121 @@ func genLegacyTiles() {
 			genLegacy512(lt, nb)
 		}
 	}
+	genQuantL2()
+}
+
+// genQuantL2 is genQuant2 (quant.go) for the legacy tile kernels' meta: the
+// same quants and d, then c = −16·Σq (Q5_0) or Q8_1's s = f16(Σq·amax/127).
+func genQuantL2() {
+	perm := GLOBL("lperm_pack", RODATA|NOPTR)
+	for i, v := range []uint32{0, 4, 1, 5, 2, 6, 3, 7} {
+		DATA(4*i, U32(v))
+	}
+	TEXT("quantQ8LAVX2", NOSPLIT, "func(x *float32, nblk int, q *byte, stride int, moff int, q81 int)")
+	Pragma("noescape")
+	Doc("quantQ8LAVX2 quantizes nblk blocks of 32 floats of x to Q8_0 exactly as",
+		"quantQ8_0 does (d = amax/127 rounded to f16, q = round-half-away(x·(127/amax))).",
+		"Block i writes its 32 quants to q[i*stride:] and at q[i*stride+moff:] the float32",
+		"d, then the int32 −16·Σq (q81 == 0) or the float32 f16(Σq·(amax/127)) (q81 != 0, Q8_1's s).")
+	Xp := Load(Param("x"), reg.RSI)
+	N := Load(Param("nblk"), reg.RCX)
+	Q := Load(Param("q"), reg.RDI)
+	QS := Load(Param("stride"), reg.R9)
+	MO := Load(Param("moff"), reg.R10)
+	Q81 := Load(Param("q81"), reg.R11)
+	bcast := func(v uint32, y reg.VecPhysical) {
+		MOVL(U32(v), reg.EAX)
+		VMOVD(reg.EAX, y.AsX())
+		VPBROADCASTD(y.AsX(), y)
+	}
+	Comment("Y15 |x| mask, Y14 sign mask, Y13 0.5, Y12 1.0, X11 127.0, X10 zero, Y9 the pack permutation, X8 amax/127")
+	bcast(0x7fffffff, reg.Y15)
+	bcast(0x80000000, reg.Y14)
+	bcast(0x3f000000, reg.Y13)
+	bcast(0x3f800000, reg.Y12)
+	MOVL(U32(0x42fe0000), reg.EAX)
+	VMOVD(reg.EAX, reg.X11)
+	VXORPS(reg.X10, reg.X10, reg.X10)
+	VMOVDQU(perm, reg.Y9)
+	Label("block")
+	for i := range 4 {
+		VMOVUPS(M(Xp, 32*i), Y(i))
+	}
+	Comment("amax of the block, in every lane of X4")
+	VANDPS(reg.Y15, reg.Y0, reg.Y4)
+	VANDPS(reg.Y15, reg.Y1, reg.Y5)
+	VANDPS(reg.Y15, reg.Y2, reg.Y6)
+	VANDPS(reg.Y15, reg.Y3, reg.Y7)
+	VMAXPS(reg.Y5, reg.Y4, reg.Y4)
+	VMAXPS(reg.Y7, reg.Y6, reg.Y6)
+	VMAXPS(reg.Y6, reg.Y4, reg.Y4)
+	VEXTRACTF128(U8(1), reg.Y4, reg.X5)
+	VMAXPS(reg.X5, reg.X4, reg.X4)
+	VPERMILPS(U8(0x4e), reg.X4, reg.X5)
+	VMAXPS(reg.X5, reg.X4, reg.X4)
+	VPERMILPS(U8(0xb1), reg.X4, reg.X5)
+	VMAXPS(reg.X5, reg.X4, reg.X4)
+	Comment("d = amax/127; store d rounded to f16 and back; id = d != 0 ? 1/d : 0")
+	VDIVSS(reg.X11, reg.X4, reg.X8)
+	VCVTPS2PH(U8(0), reg.X8, reg.X5)
+	VCVTPH2PS(reg.X5, reg.X5)
+	VMOVSS(reg.X5, Mem{Base: Q, Index: MO, Scale: 1})
+	VDIVSS(reg.X8, reg.X12, reg.X6)
+	VCMPSS(U8(4), reg.X10, reg.X8, reg.X7)
+	VANDPS(reg.X7, reg.X6, reg.X6)
+	VBROADCASTSS(reg.X6, reg.Y6)
+	for i := range 4 {
+		v, t, f := Y(i), Y(4), Y(5)
+		Commentf("quants %d…%d: round half away from zero of x·id", 8*i, 8*i+7)
+		VMULPS(reg.Y6, v, v)
+		VROUNDPS(U8(0x0b), v, t) // truncate, no precision exception
+		VSUBPS(t, v, f)
+		VANDPS(reg.Y15, f, f)
+		VCMPPS(U8(0x1d), reg.Y13, f, f) // |frac| >= 0.5
+		VANDPS(reg.Y14, v, v)
+		VORPS(reg.Y12, v, v) // ±1
+		VANDPS(f, v, v)
+		VADDPS(v, t, v)
+		VCVTTPS2DQ(v, v)
+	}
+	Comment("pack to bytes (exact: every quant is within ±127), undo the lane interleave")
+	VPACKSSDW(reg.Y1, reg.Y0, reg.Y4)
+	VPACKSSDW(reg.Y3, reg.Y2, reg.Y5)
+	VPACKSSWB(reg.Y5, reg.Y4, reg.Y4)
+	VPERMD(reg.Y4, reg.Y9, reg.Y4)
+	VMOVDQU(reg.Y4, M(Q, 0))
+	Comment("Σq")
+	VPADDD(reg.Y1, reg.Y0, reg.Y0)
+	VPADDD(reg.Y3, reg.Y2, reg.Y2)
+	VPADDD(reg.Y2, reg.Y0, reg.Y0)
+	VEXTRACTI128(U8(1), reg.Y0, reg.X1)
+	VPADDD(reg.X1, reg.X0, reg.X0)
+	VPSHUFD(U8(0x4e), reg.X0, reg.X1)
+	VPADDD(reg.X1, reg.X0, reg.X0)
+	VPSHUFD(U8(0xb1), reg.X0, reg.X1)
+	VPADDD(reg.X1, reg.X0, reg.X0)
+	CMPQ(Q81, U8(0))
+	JNE(LabelRef("q81"))
+	Comment("c = −16·Σq")
+	VMOVD(reg.X0, reg.EAX)
+	SHLL(U8(4), reg.EAX)
+	NEGL(reg.EAX)
+	MOVL(reg.EAX, Mem{Base: Q, Index: MO, Scale: 1, Disp: 4})
+	JMP(LabelRef("next"))
+	Label("q81")
+	Comment("s = f16(float(Σq)·(amax/127)), widened")
+	VCVTDQ2PS(reg.X0, reg.X0)
+	VMULSS(reg.X8, reg.X0, reg.X0)
+	VCVTPS2PH(U8(0), reg.X0, reg.X0)
+	VCVTPH2PS(reg.X0, reg.X0)
+	VMOVSS(reg.X0, Mem{Base: Q, Index: MO, Scale: 1, Disp: 4})
+	Label("next")
+	ADDQ(U8(128), Xp)
+	ADDQ(QS, Q)
+	DECQ(N)
+	JNZ(LabelRef("block"))
+	VZEROUPPER()
+	RET()
 }
 
 func legacyDoc(lt lType, name string, rows, nb int, args string) {
@@ -68,7 +184,8 @@ func legacyDoc(lt lType, name string, rows, nb int, args string) {
 		"\t"+term,
 		"",
 		"with c = −16·Σq_x (Q5_0) or s_x = f16(d·Σq_x) (Q4_1, Q5_1), the integer sum exact",
-		"and the sum over blocks in order, one fused multiply-add per term, from 0.")
+		"and the sum over blocks in order, one fused multiply-add per term, from 0.",
+		"Meanwhile it prefetches pfn bytes at pf (the next group), a block's worth per block.")
 }
 
 // genLegacy2 is the AVX2 kernel of one 8-row half h of a 16-row group: ws
@@ -78,13 +195,17 @@ func legacyDoc(lt lType, name string, rows, nb int, args string) {
 // int16 before VPMADDWD widens them.
 func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 	name := fmt.Sprintf("%stAVX2x%d", lt.name, nb)
-	TEXT(name, NOSPLIT, "func(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int)")
+	TEXT(name, NOSPLIT, "func(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
 	legacyDoc(lt, name, 8, nb, "ws at the half's scales, wq 32·h bytes into the group")
 	WS := Load(Param("ws"), reg.RSI)
 	WQ := Load(Param("wq"), reg.RDX)
 	N := Load(Param("nblk"), reg.RCX)
 	Xp := Load(Param("x"), reg.RDI)
+	PF := Load(Param("pf"), reg.R11)
+	PFN := Load(Param("pfn"), reg.R12)
+	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.R8, lines: (lt.bb + 63) / 64, n: 4}
+	pfs.init()
 	p16 := func(b int) reg.VecPhysical { return Y(b) }
 	i32 := func(b int) reg.VecPhysical { return Y(nb + b) }
 	lo, hi, t, xl, xh, tp := reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14, reg.Y15
@@ -111,6 +232,7 @@ func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 	Label("block")
 	for m := range 4 {
 		Commentf("step %d: weights 4·%d+t (lo) and 16+4·%d+t (hi) of each row lane", m, m, m)
+		pfs.at(m)
 		VMOVDQU(M(WQ, lt.qsOff+64*m), hi)
 		VPAND(m0f, hi, lo)
 		VPSRLW(U8(4), hi, hi)
@@ -176,6 +298,7 @@ func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 			VMOVUPS(i32(b), fmem(b))
 		}
 	}
+	pfs.advance()
 	ADDQ(U32(lt.bb), WS)
 	ADDQ(U32(lt.bb), WQ)
 	ADDQ(U32(lXBytes*nb), Xp)
@@ -205,18 +328,22 @@ func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 // activation quants into int32 directly.
 func genLegacy512(lt lType, nb int) {
 	name := fmt.Sprintf("%stAVX512x%d", lt.name, nb)
-	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int)")
+	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
 	legacyDoc(lt, name, 16, nb, "w at the group")
 	W := Load(Param("w"), reg.RSI)
 	N := Load(Param("nblk"), reg.RCX)
 	Xp := Load(Param("x"), reg.RDI)
+	PF := Load(Param("pf"), reg.R11)
+	PFN := Load(Param("pfn"), reg.R12)
+	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.R8, lines: (lt.bb + 63) / 64, n: 4}
+	pfs.init()
 	i32 := func(b int) reg.VecPhysical { return Z(b) }
 	facc := func(b int) reg.VecPhysical { return Z(12 + b) }
-	lo, hi, t, xl, xh, c0f, c10, dw := reg.Z24, reg.Z25, reg.Z26, reg.Z27, reg.Z28, reg.Z29, reg.Z30, reg.Z31
+	lo, hi, t, c0f, c10, dw := reg.Z24, reg.Z25, reg.Z26, reg.Z29, reg.Z30, reg.Z31
 	Comment("Z[b]: int32 block sums, Z[12+b]: f32 accumulators (row b); Z24/Z25 unpacked",
-		"weights of a step, Z26 5th bits (then the mins), Z27/Z28 activation broadcasts,",
-		"Z29 0x0f bytes, Z30 0x10 bytes, Z31 the scales.")
+		"weights of a step, Z26 5th bits (then the mins), Z29 0x0f bytes, Z30 0x10 bytes,",
+		"Z31 the scales. The activations are broadcast from memory by VPDPBUSD itself.")
 	for b := range nb {
 		VPXORD(facc(b), facc(b), facc(b))
 	}
@@ -234,6 +361,7 @@ func genLegacy512(lt lType, nb int) {
 	}
 	for m := range 4 {
 		Commentf("step %d: weights 4·%d+t (lo) and 16+4·%d+t (hi) of each row lane", m, m, m)
+		pfs.at(m)
 		VPANDD(M(W, lt.qsOff+64*m), c0f, lo)
 		VPSRLW(U8(4), M(W, lt.qsOff+64*m), hi)
 		VPANDD(c0f, hi, hi)
@@ -249,10 +377,8 @@ func genLegacy512(lt lType, nb int) {
 			}
 		}
 		for b := range nb {
-			VPBROADCASTD(M(Xp, 32*b+4*m), xl)
-			vpdpbusd(xl, lo, i32(b))
-			VPBROADCASTD(M(Xp, 32*b+16+4*m), xh)
-			vpdpbusd(xh, hi, i32(b))
+			vpdpbusdBcst(M(Xp, 32*b+4*m), lo, i32(b))
+			vpdpbusdBcst(M(Xp, 32*b+16+4*m), hi, i32(b))
 		}
 	}
 	Comment("acc += (d_w·d_x)·float(sum) [+ m_w·s_x]")
@@ -269,6 +395,7 @@ func genLegacy512(lt lType, nb int) {
 			VFMADD231PS_BCST(M(Xp, meta+4), t, facc(b))
 		}
 	}
+	pfs.advance()
 	ADDQ(U32(lt.bb), W)
 	ADDQ(U32(lXBytes*nb), Xp)
 	DECQ(N)
@@ -284,4 +411,18 @@ func genLegacy512(lt lType, nb int) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// vpdpbusdBcst emits VPDPBUSD.BCST m32, u8, acc: vpdpbusd with the signed
+// bytes the 4 at m32 broadcast to every lane (one micro-fused instruction
+// instead of a broadcast and a VPDPBUSD).
+func vpdpbusdBcst(m32 Mem, u8, acc reg.Register) {
+	Instruction(&ir.Instruction{
+		Opcode:   "VPDPBUSD",
+		Suffixes: []string{"BCST"},
+		Operands: []Op{m32, u8, acc},
+		Inputs:   []Op{m32, u8, acc},
+		Outputs:  []Op{acc},
+		ISA:      []string{"AVX512_VNNI"},
+	})
 }
