@@ -112,14 +112,7 @@ func legacyPack(m *Matrix) *lpacked {
 				copy(dst[lay.mOff+2*r:], s[2:4])
 			}
 			if lay.qhOff >= 0 {
-				qh := le.Uint32(s[qhAt:])
-				var w uint32
-				for mm := range 4 {
-					for t := range 4 {
-						w |= (qh>>(4*mm+t)&1)<<(8*t+mm) | (qh>>(16+4*mm+t)&1)<<(8*t+4+mm)
-					}
-				}
-				le.PutUint32(dst[lay.qhOff+4*r:], w)
+				le.PutUint32(dst[lay.qhOff+4*r:], spreadQH(le.Uint32(s[qhAt:])))
 			}
 			for mm := range 4 {
 				copy(dst[lay.qsOff+64*mm+4*r:][:4], s[qsAt+4*mm:])
@@ -143,6 +136,20 @@ func legacyPack(m *Matrix) *lpacked {
 	}
 	wg.Wait()
 	return pk
+}
+
+// spreadQH is the 5th-bit word of the group layout for a ggml block's qh:
+// bit m of byte t is bit 4m+t of qh (weight 4m+t), bit 4+m is bit 16+4m+t.
+func spreadQH(qh uint32) uint32 {
+	var w uint32
+	for t := range 4 {
+		// Bits t, t+4, t+8, t+12 of each half, gathered to 4 adjacent bits.
+		lo, hi := qh>>t&0x1111, qh>>(16+t)&0x1111
+		lo = (lo | lo>>3 | lo>>6 | lo>>9) & 0xf
+		hi = (hi | hi>>3 | hi>>6 | hi>>9) & 0xf
+		w |= (lo | hi<<4) << (8 * t)
+	}
+	return w
 }
 
 // legacyMaxNB is the activation rows per kernel call of the implementation in use.

@@ -182,3 +182,19 @@ func TestQuantQ8LExact(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadQH checks spreadQH bit by bit against its definition.
+func TestSpreadQH(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for range 1000 {
+		qh := r.Uint32()
+		w := spreadQH(qh)
+		for m := range 4 {
+			for b := range 4 {
+				if w>>(8*b+m)&1 != qh>>(4*m+b)&1 || w>>(8*b+4+m)&1 != qh>>(16+4*m+b)&1 {
+					t.Fatalf("spreadQH(%#x) = %#x: byte %d step %d wrong", qh, w, b, m)
+				}
+			}
+		}
+	}
+}
