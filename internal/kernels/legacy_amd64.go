@@ -23,7 +23,7 @@
 // 4+m for weight 16+4m+t. The kernels take the quants unsigned (Q5_0: q+16)
 // and start Q5_0's integer block sum at c = −16·Σq_x.
 //
-// Activations (kActs.xt) are tiled by batch tiles (legacyTiles): the tile of
+// Activations (kActs.xt) are tiled by batch tiles (legacyTile): the tile of
 // rows [b0, b0+nb) starts at byte 40·nblk·b0 and holds per block the nb
 // rows' 32 quants, then per row d_x f32 and c (Q5_0: −16·Σq int32; Q4_1,
 // Q5_1: s_x f32).
@@ -160,15 +160,13 @@ func legacyMaxNB() int {
 	return lMaxNB2
 }
 
-// legacyTiles appends to bt the starts of the batch tiles of batch rows
-// (ceil(batch/maxNB) tiles of near-equal size), then batch.
-func legacyTiles(bt []int, batch int) []int {
-	nt := (batch + legacyMaxNB() - 1) / legacyMaxNB()
-	for i := range nt {
-		bt = append(bt, i*batch/nt)
-	}
-	return append(bt, batch)
-}
+// legacyTiles is the number of batch tiles of batch rows: tile i is rows
+// [legacyTile(i, n, batch), legacyTile(i+1, n, batch)), near-equal sizes of
+// at most legacyMaxNB.
+func legacyTiles(batch int) int { return (batch + legacyMaxNB() - 1) / legacyMaxNB() }
+
+// legacyTile is the first row of batch tile i of nt.
+func legacyTile(i, nt, batch int) int { return i * batch / nt }
 
 // legacyQuantize quantizes the (batch, Cols) rows of x for w straight into
 // the tiled layout of the tile kernels (a.xt; a.q, a.d and a.s stay empty),
@@ -187,11 +185,11 @@ func legacyQuantize(p *Pool, w *Matrix, x []float32, batch int, ref bool) *kActs
 	if w.Type == dtype.Q5_0 {
 		q81 = 0
 	}
-	var btBuf [128]int
-	bt := legacyTiles(btBuf[:0], batch)
-	p.For(len(bt)-1, 1, func(lo, hi int) {
+	nt := legacyTiles(batch)
+	p.For(nt, 1, func(lo, hi int) {
 		for ti := lo; ti < hi; ti++ {
-			b0, nb := bt[ti], bt[ti+1]-bt[ti]
+			b0 := legacyTile(ti, nt, batch)
+			nb := legacyTile(ti+1, nt, batch) - b0
 			for k := range nb {
 				quantQ8LAVX2(&x[(b0+k)*cols], nblk, &a.xt[(b0*nblk*lXBytes)+32*k], lXBytes*nb, 32*(nb-k)+8*k, q81)
 			}
@@ -209,16 +207,15 @@ func legacyRows(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base i
 	if pk == nil || impl < implAVX2 || lo%16 != 0 || len(a.xt) != batch*a.nblk*lXBytes {
 		return false
 	}
-	var btBuf [128]int
-	bt := legacyTiles(btBuf[:0], batch)
-	nt := len(bt) - 1
+	nt := legacyTiles(batch)
 	nblk, gb := a.nblk, pk.groupBytes
 	k2, k512 := l2Kernels[w.Type], l512Kernels[w.Type]
 	avx512 := impl == implAVX512
 	var scratch [lMaxNB512 * 16]float32
 	// call computes group grp for batch tile ti and prefetches pfn bytes at pf.
 	call := func(grp, ti int, pf *byte, pfn int) {
-		b0, nb := bt[ti], bt[ti+1]-bt[ti]
+		b0 := legacyTile(ti, nt, batch)
+		nb := legacyTile(ti+1, nt, batch) - b0
 		r0 := 16 * grp
 		x := &a.xt[b0*nblk*lXBytes]
 		yp, ys, yh := &scratch[0], 64, scratch[8:]
