@@ -211,16 +211,23 @@ func legacyRows(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base i
 	nblk, gb := a.nblk, pk.groupBytes
 	k2, k512 := l2Kernels[w.Type], l512Kernels[w.Type]
 	avx512 := impl == implAVX512
-	var scratch [lMaxNB512 * 16]float32
+	var scratch []float32 // (nb, 16) a partial last group's outputs
+	if hi%16 != 0 {
+		scratch = make([]float32, lMaxNB512*16)
+	}
 	// call computes group grp for batch tile ti and prefetches pfn bytes at pf.
 	call := func(grp, ti int, pf *byte, pfn int) {
 		b0 := legacyTile(ti, nt, batch)
 		nb := legacyTile(ti+1, nt, batch) - b0
 		r0 := 16 * grp
 		x := &a.xt[b0*nblk*lXBytes]
-		yp, ys, yh := &scratch[0], 64, scratch[8:]
+		var yp *float32
+		var ys int
+		var yh []float32
 		if r0+16 <= hi {
 			yp, ys, yh = &y[b0*ystride+r0-base], 4*ystride, y[b0*ystride+r0-base+8:]
+		} else {
+			yp, ys, yh = &scratch[0], 64, scratch[8:]
 		}
 		g := pk.data[grp*gb:]
 		if avx512 {
