@@ -45,9 +45,10 @@ TEXT ·q41tAVX2x1(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000140, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
-	VPXOR Y2, Y2, Y2
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	VPXOR Y1, Y1, Y1
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
@@ -74,7 +75,6 @@ block:
 	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
-	VPMADDWD     lones<>+0(SB), Y0, Y1
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
 	PREFETCHT0   128(R11)
@@ -84,7 +84,8 @@ block:
 	VPAND        lmask0f<>+0(SB), Y11, Y11
 	VPBROADCASTD 8(DI), Y13
 	VPBROADCASTD 24(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y0
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 
@@ -102,17 +103,16 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPMADDWD     lones<>+0(SB), Y0, Y0
-	VPADDD       Y0, Y1, Y1
 
 	// acc += (d_w·d_x)·float(sum [+ c]) [+ m_w·s_x]
 	VCVTPH2PS    (SI), Y10
 	VCVTPH2PS    32(SI), Y11
-	VCVTDQ2PS    Y1, Y1
+	VCVTDQ2PS    Y0, Y0
 	VBROADCASTSS 32(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD231PS  Y15, Y1, Y2
+	VFMADD231PS  Y15, Y0, Y1
 	VBROADCASTSS 36(DI), Y13
-	VFMADD231PS  Y13, Y11, Y2
+	VFMADD231PS  Y13, Y11, Y1
 	XORL         R8, R8
 	CMPQ         R12, $0x00
 	CMOVQGT      R13, R8
@@ -125,7 +125,7 @@ block:
 	JNZ          block
 	MOVQ         y+32(FP), AX
 	MOVQ         ystride+40(FP), BX
-	VMOVUPS      Y2, (AX)
+	VMOVUPS      Y1, (AX)
 	VZEROUPPER
 	RET
 
@@ -140,10 +140,11 @@ TEXT ·q41tAVX2x2(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000140, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
-	VPXOR Y4, Y4, Y4
-	VPXOR Y5, Y5, Y5
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
@@ -175,14 +176,12 @@ block:
 	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
-	VPMADDWD     lones<>+0(SB), Y0, Y2
 	VPBROADCASTD 36(DI), Y13
 	VPBROADCASTD 52(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
-	VPMADDWD     lones<>+0(SB), Y1, Y3
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
 	PREFETCHT0   128(R11)
@@ -192,12 +191,14 @@ block:
 	VPAND        lmask0f<>+0(SB), Y11, Y11
 	VPBROADCASTD 8(DI), Y13
 	VPBROADCASTD 24(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y0
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPBROADCASTD 40(DI), Y13
 	VPBROADCASTD 56(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 
@@ -215,7 +216,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPMADDWD     lones<>+0(SB), Y0, Y0
-	VPADDD       Y0, Y2, Y2
 	VPBROADCASTD 44(DI), Y13
 	VPBROADCASTD 60(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -223,23 +223,22 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDWD     lones<>+0(SB), Y1, Y1
-	VPADDD       Y1, Y3, Y3
 
 	// acc += (d_w·d_x)·float(sum [+ c]) [+ m_w·s_x]
 	VCVTPH2PS    (SI), Y10
 	VCVTPH2PS    32(SI), Y11
-	VCVTDQ2PS    Y2, Y2
+	VCVTDQ2PS    Y0, Y0
 	VBROADCASTSS 64(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD231PS  Y15, Y2, Y4
+	VFMADD231PS  Y15, Y0, Y2
 	VBROADCASTSS 68(DI), Y13
-	VFMADD231PS  Y13, Y11, Y4
-	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y13, Y11, Y2
+	VCVTDQ2PS    Y1, Y1
 	VBROADCASTSS 72(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD231PS  Y15, Y3, Y5
+	VFMADD231PS  Y15, Y1, Y3
 	VBROADCASTSS 76(DI), Y13
-	VFMADD231PS  Y13, Y11, Y5
+	VFMADD231PS  Y13, Y11, Y3
 	XORL         R8, R8
 	CMPQ         R12, $0x00
 	CMOVQGT      R13, R8
@@ -252,9 +251,9 @@ block:
 	JNZ          block
 	MOVQ         y+32(FP), AX
 	MOVQ         ystride+40(FP), BX
-	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y2, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      Y5, (AX)
+	VMOVUPS      Y3, (AX)
 	VZEROUPPER
 	RET
 
@@ -269,11 +268,12 @@ TEXT ·q41tAVX2x3(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000140, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
-	VPXOR Y6, Y6, Y6
-	VPXOR Y7, Y7, Y7
-	VPXOR Y8, Y8, Y8
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
@@ -310,21 +310,18 @@ block:
 	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
-	VPMADDWD     lones<>+0(SB), Y0, Y3
 	VPBROADCASTD 36(DI), Y13
 	VPBROADCASTD 52(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
-	VPMADDWD     lones<>+0(SB), Y1, Y4
 	VPBROADCASTD 68(DI), Y13
 	VPBROADCASTD 84(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y2, Y2
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
-	VPMADDWD     lones<>+0(SB), Y2, Y5
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
 	PREFETCHT0   128(R11)
@@ -334,17 +331,20 @@ block:
 	VPAND        lmask0f<>+0(SB), Y11, Y11
 	VPBROADCASTD 8(DI), Y13
 	VPBROADCASTD 24(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y0
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPBROADCASTD 40(DI), Y13
 	VPBROADCASTD 56(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 	VPBROADCASTD 72(DI), Y13
 	VPBROADCASTD 88(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y2, Y2
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
 
@@ -362,7 +362,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPMADDWD     lones<>+0(SB), Y0, Y0
-	VPADDD       Y0, Y3, Y3
 	VPBROADCASTD 44(DI), Y13
 	VPBROADCASTD 60(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -370,7 +369,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDWD     lones<>+0(SB), Y1, Y1
-	VPADDD       Y1, Y4, Y4
 	VPBROADCASTD 76(DI), Y13
 	VPBROADCASTD 92(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -378,29 +376,28 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
 	VPMADDWD     lones<>+0(SB), Y2, Y2
-	VPADDD       Y2, Y5, Y5
 
 	// acc += (d_w·d_x)·float(sum [+ c]) [+ m_w·s_x]
 	VCVTPH2PS    (SI), Y10
 	VCVTPH2PS    32(SI), Y11
-	VCVTDQ2PS    Y3, Y3
+	VCVTDQ2PS    Y0, Y0
 	VBROADCASTSS 96(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD231PS  Y15, Y3, Y6
+	VFMADD231PS  Y15, Y0, Y3
 	VBROADCASTSS 100(DI), Y13
-	VFMADD231PS  Y13, Y11, Y6
-	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y13, Y11, Y3
+	VCVTDQ2PS    Y1, Y1
 	VBROADCASTSS 104(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD231PS  Y15, Y4, Y7
+	VFMADD231PS  Y15, Y1, Y4
 	VBROADCASTSS 108(DI), Y13
-	VFMADD231PS  Y13, Y11, Y7
-	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y13, Y11, Y4
+	VCVTDQ2PS    Y2, Y2
 	VBROADCASTSS 112(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD231PS  Y15, Y5, Y8
+	VFMADD231PS  Y15, Y2, Y5
 	VBROADCASTSS 116(DI), Y13
-	VFMADD231PS  Y13, Y11, Y8
+	VFMADD231PS  Y13, Y11, Y5
 	XORL         R8, R8
 	CMPQ         R12, $0x00
 	CMOVQGT      R13, R8
@@ -413,17 +410,17 @@ block:
 	JNZ          block
 	MOVQ         y+32(FP), AX
 	MOVQ         ystride+40(FP), BX
-	VMOVUPS      Y6, (AX)
+	VMOVUPS      Y3, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      Y7, (AX)
+	VMOVUPS      Y4, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      Y8, (AX)
+	VMOVUPS      Y5, (AX)
 	VZEROUPPER
 	RET
 
 // func q41tAVX2x4(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 // Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
-TEXT ·q41tAVX2x4(SB), NOSPLIT, $128-64
+TEXT ·q41tAVX2x4(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
@@ -432,13 +429,13 @@ TEXT ·q41tAVX2x4(SB), NOSPLIT, $128-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000140, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
-	VPXOR   Y15, Y15, Y15
-	VMOVUPS Y15, (SP)
-	VMOVUPS Y15, 32(SP)
-	VMOVUPS Y15, 64(SP)
-	VMOVUPS Y15, 96(SP)
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
@@ -480,28 +477,24 @@ block:
 	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
-	VPMADDWD     lones<>+0(SB), Y0, Y4
 	VPBROADCASTD 36(DI), Y13
 	VPBROADCASTD 52(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
-	VPMADDWD     lones<>+0(SB), Y1, Y5
 	VPBROADCASTD 68(DI), Y13
 	VPBROADCASTD 84(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y2, Y2
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
-	VPMADDWD     lones<>+0(SB), Y2, Y6
 	VPBROADCASTD 100(DI), Y13
 	VPBROADCASTD 116(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y3, Y3
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y3, Y3
-	VPMADDWD     lones<>+0(SB), Y3, Y7
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
 	PREFETCHT0   128(R11)
@@ -511,22 +504,26 @@ block:
 	VPAND        lmask0f<>+0(SB), Y11, Y11
 	VPBROADCASTD 8(DI), Y13
 	VPBROADCASTD 24(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y0
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPBROADCASTD 40(DI), Y13
 	VPBROADCASTD 56(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 	VPBROADCASTD 72(DI), Y13
 	VPBROADCASTD 88(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y2, Y2
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
 	VPBROADCASTD 104(DI), Y13
 	VPBROADCASTD 120(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y3, Y3
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y3, Y3
 
@@ -544,7 +541,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPMADDWD     lones<>+0(SB), Y0, Y0
-	VPADDD       Y0, Y4, Y4
 	VPBROADCASTD 44(DI), Y13
 	VPBROADCASTD 60(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -552,7 +548,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDWD     lones<>+0(SB), Y1, Y1
-	VPADDD       Y1, Y5, Y5
 	VPBROADCASTD 76(DI), Y13
 	VPBROADCASTD 92(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -560,7 +555,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
 	VPMADDWD     lones<>+0(SB), Y2, Y2
-	VPADDD       Y2, Y6, Y6
 	VPBROADCASTD 108(DI), Y13
 	VPBROADCASTD 124(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -568,39 +562,34 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y3, Y3
 	VPMADDWD     lones<>+0(SB), Y3, Y3
-	VPADDD       Y3, Y7, Y7
 
 	// acc += (d_w·d_x)·float(sum [+ c]) [+ m_w·s_x]
 	VCVTPH2PS    (SI), Y10
 	VCVTPH2PS    32(SI), Y11
-	VCVTDQ2PS    Y4, Y4
+	VCVTDQ2PS    Y0, Y0
 	VBROADCASTSS 128(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  (SP), Y15, Y4
+	VFMADD231PS  Y15, Y0, Y4
 	VBROADCASTSS 132(DI), Y13
 	VFMADD231PS  Y13, Y11, Y4
-	VMOVUPS      Y4, (SP)
-	VCVTDQ2PS    Y5, Y5
+	VCVTDQ2PS    Y1, Y1
 	VBROADCASTSS 136(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  32(SP), Y15, Y5
+	VFMADD231PS  Y15, Y1, Y5
 	VBROADCASTSS 140(DI), Y13
 	VFMADD231PS  Y13, Y11, Y5
-	VMOVUPS      Y5, 32(SP)
-	VCVTDQ2PS    Y6, Y6
+	VCVTDQ2PS    Y2, Y2
 	VBROADCASTSS 144(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  64(SP), Y15, Y6
+	VFMADD231PS  Y15, Y2, Y6
 	VBROADCASTSS 148(DI), Y13
 	VFMADD231PS  Y13, Y11, Y6
-	VMOVUPS      Y6, 64(SP)
-	VCVTDQ2PS    Y7, Y7
+	VCVTDQ2PS    Y3, Y3
 	VBROADCASTSS 152(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  96(SP), Y15, Y7
+	VFMADD231PS  Y15, Y3, Y7
 	VBROADCASTSS 156(DI), Y13
 	VFMADD231PS  Y13, Y11, Y7
-	VMOVUPS      Y7, 96(SP)
 	XORL         R8, R8
 	CMPQ         R12, $0x00
 	CMOVQGT      R13, R8
@@ -613,23 +602,19 @@ block:
 	JNZ          block
 	MOVQ         y+32(FP), AX
 	MOVQ         ystride+40(FP), BX
-	VMOVUPS      (SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y4, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      32(SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y5, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      64(SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y6, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      96(SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y7, (AX)
 	VZEROUPPER
 	RET
 
 // func q41tAVX2x5(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 // Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
-TEXT ·q41tAVX2x5(SB), NOSPLIT, $160-64
+TEXT ·q41tAVX2x5(SB), NOSPLIT, $0-64
 	MOVQ ws+0(FP), SI
 	MOVQ wq+8(FP), DX
 	MOVQ nblk+16(FP), CX
@@ -638,14 +623,14 @@ TEXT ·q41tAVX2x5(SB), NOSPLIT, $160-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000140, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
-	VPXOR   Y15, Y15, Y15
-	VMOVUPS Y15, (SP)
-	VMOVUPS Y15, 32(SP)
-	VMOVUPS Y15, 64(SP)
-	VMOVUPS Y15, 96(SP)
-	VMOVUPS Y15, 128(SP)
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
 
 block:
 	// step 0: weights 4·0+t (lo) and 16+4·0+t (hi) of each row lane
@@ -692,35 +677,30 @@ block:
 	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
-	VPMADDWD     lones<>+0(SB), Y0, Y5
 	VPBROADCASTD 36(DI), Y13
 	VPBROADCASTD 52(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
-	VPMADDWD     lones<>+0(SB), Y1, Y6
 	VPBROADCASTD 68(DI), Y13
 	VPBROADCASTD 84(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y2, Y2
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
-	VPMADDWD     lones<>+0(SB), Y2, Y7
 	VPBROADCASTD 100(DI), Y13
 	VPBROADCASTD 116(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y3, Y3
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y3, Y3
-	VPMADDWD     lones<>+0(SB), Y3, Y8
 	VPBROADCASTD 132(DI), Y13
 	VPBROADCASTD 148(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
 	VPADDW       Y15, Y4, Y4
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y4, Y4
-	VPMADDWD     lones<>+0(SB), Y4, Y9
 
 	// step 2: weights 4·2+t (lo) and 16+4·2+t (hi) of each row lane
 	PREFETCHT0   128(R11)
@@ -730,27 +710,32 @@ block:
 	VPAND        lmask0f<>+0(SB), Y11, Y11
 	VPBROADCASTD 8(DI), Y13
 	VPBROADCASTD 24(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y0
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y0, Y0
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPBROADCASTD 40(DI), Y13
 	VPBROADCASTD 56(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y1
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y1, Y1
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 	VPBROADCASTD 72(DI), Y13
 	VPBROADCASTD 88(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y2
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y2, Y2
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
 	VPBROADCASTD 104(DI), Y13
 	VPBROADCASTD 120(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y3
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y3, Y3
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y3, Y3
 	VPBROADCASTD 136(DI), Y13
 	VPBROADCASTD 152(DI), Y14
-	VPMADDUBSW   Y13, Y10, Y4
+	VPMADDUBSW   Y13, Y10, Y15
+	VPADDW       Y15, Y4, Y4
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y4, Y4
 
@@ -768,7 +753,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y0, Y0
 	VPMADDWD     lones<>+0(SB), Y0, Y0
-	VPADDD       Y0, Y5, Y5
 	VPBROADCASTD 44(DI), Y13
 	VPBROADCASTD 60(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -776,7 +760,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y1, Y1
 	VPMADDWD     lones<>+0(SB), Y1, Y1
-	VPADDD       Y1, Y6, Y6
 	VPBROADCASTD 76(DI), Y13
 	VPBROADCASTD 92(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -784,7 +767,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y2, Y2
 	VPMADDWD     lones<>+0(SB), Y2, Y2
-	VPADDD       Y2, Y7, Y7
 	VPBROADCASTD 108(DI), Y13
 	VPBROADCASTD 124(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -792,7 +774,6 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y3, Y3
 	VPMADDWD     lones<>+0(SB), Y3, Y3
-	VPADDD       Y3, Y8, Y8
 	VPBROADCASTD 140(DI), Y13
 	VPBROADCASTD 156(DI), Y14
 	VPMADDUBSW   Y13, Y10, Y15
@@ -800,46 +781,40 @@ block:
 	VPMADDUBSW   Y14, Y11, Y15
 	VPADDW       Y15, Y4, Y4
 	VPMADDWD     lones<>+0(SB), Y4, Y4
-	VPADDD       Y4, Y9, Y9
 
 	// acc += (d_w·d_x)·float(sum [+ c]) [+ m_w·s_x]
 	VCVTPH2PS    (SI), Y10
 	VCVTPH2PS    32(SI), Y11
-	VCVTDQ2PS    Y5, Y5
+	VCVTDQ2PS    Y0, Y0
 	VBROADCASTSS 160(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  (SP), Y15, Y5
+	VFMADD231PS  Y15, Y0, Y5
 	VBROADCASTSS 164(DI), Y13
 	VFMADD231PS  Y13, Y11, Y5
-	VMOVUPS      Y5, (SP)
-	VCVTDQ2PS    Y6, Y6
+	VCVTDQ2PS    Y1, Y1
 	VBROADCASTSS 168(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  32(SP), Y15, Y6
+	VFMADD231PS  Y15, Y1, Y6
 	VBROADCASTSS 172(DI), Y13
 	VFMADD231PS  Y13, Y11, Y6
-	VMOVUPS      Y6, 32(SP)
-	VCVTDQ2PS    Y7, Y7
+	VCVTDQ2PS    Y2, Y2
 	VBROADCASTSS 176(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  64(SP), Y15, Y7
+	VFMADD231PS  Y15, Y2, Y7
 	VBROADCASTSS 180(DI), Y13
 	VFMADD231PS  Y13, Y11, Y7
-	VMOVUPS      Y7, 64(SP)
-	VCVTDQ2PS    Y8, Y8
+	VCVTDQ2PS    Y3, Y3
 	VBROADCASTSS 184(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  96(SP), Y15, Y8
+	VFMADD231PS  Y15, Y3, Y8
 	VBROADCASTSS 188(DI), Y13
 	VFMADD231PS  Y13, Y11, Y8
-	VMOVUPS      Y8, 96(SP)
-	VCVTDQ2PS    Y9, Y9
+	VCVTDQ2PS    Y4, Y4
 	VBROADCASTSS 192(DI), Y13
 	VMULPS       Y13, Y10, Y15
-	VFMADD213PS  128(SP), Y15, Y9
+	VFMADD231PS  Y15, Y4, Y9
 	VBROADCASTSS 196(DI), Y13
 	VFMADD231PS  Y13, Y11, Y9
-	VMOVUPS      Y9, 128(SP)
 	XORL         R8, R8
 	CMPQ         R12, $0x00
 	CMOVQGT      R13, R8
@@ -852,20 +827,15 @@ block:
 	JNZ          block
 	MOVQ         y+32(FP), AX
 	MOVQ         ystride+40(FP), BX
-	VMOVUPS      (SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y5, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      32(SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y6, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      64(SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y7, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      96(SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y8, (AX)
 	ADDQ         BX, AX
-	VMOVUPS      128(SP), Y15
-	VMOVUPS      Y15, (AX)
+	VMOVUPS      Y9, (AX)
 	VZEROUPPER
 	RET
 
@@ -880,8 +850,9 @@ TEXT ·q50tAVX2x1(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR Y2, Y2, Y2
 
 block:
@@ -1006,8 +977,9 @@ TEXT ·q50tAVX2x2(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR Y4, Y4, Y4
 	VPXOR Y5, Y5, Y5
 
@@ -1166,8 +1138,9 @@ TEXT ·q50tAVX2x3(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR Y6, Y6, Y6
 	VPXOR Y7, Y7, Y7
 	VPXOR Y8, Y8, Y8
@@ -1360,8 +1333,9 @@ TEXT ·q50tAVX2x4(SB), NOSPLIT, $128-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR   Y15, Y15, Y15
 	VMOVUPS Y15, (SP)
 	VMOVUPS Y15, 32(SP)
@@ -1597,8 +1571,9 @@ TEXT ·q50tAVX2x5(SB), NOSPLIT, $160-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR   Y15, Y15, Y15
 	VMOVUPS Y15, (SP)
 	VMOVUPS Y15, 32(SP)
@@ -1870,8 +1845,9 @@ TEXT ·q51tAVX2x1(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR Y2, Y2, Y2
 
 block:
@@ -1997,8 +1973,9 @@ TEXT ·q51tAVX2x2(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR Y4, Y4, Y4
 	VPXOR Y5, Y5, Y5
 
@@ -2158,8 +2135,9 @@ TEXT ·q51tAVX2x3(SB), NOSPLIT, $0-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR Y6, Y6, Y6
 	VPXOR Y7, Y7, Y7
 	VPXOR Y8, Y8, Y8
@@ -2353,8 +2331,9 @@ TEXT ·q51tAVX2x4(SB), NOSPLIT, $128-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR   Y15, Y15, Y15
 	VMOVUPS Y15, (SP)
 	VMOVUPS Y15, 32(SP)
@@ -2591,8 +2570,9 @@ TEXT ·q51tAVX2x5(SB), NOSPLIT, $160-64
 	MOVQ pfn+56(FP), R12
 	MOVL $0x00000180, R13
 
-	// Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);
-	// Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
+	// Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32
+	// block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,
+	// Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.
 	VPXOR   Y15, Y15, Y15
 	VMOVUPS Y15, (SP)
 	VMOVUPS Y15, 32(SP)

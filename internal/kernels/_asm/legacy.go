@@ -192,7 +192,7 @@ func legacyDoc(lt lType, name string, rows, nb int, args string) {
 // points at the half's scales (group + 16h), wq at group + 32h (its 5th
 // bits and quants are 32h bytes into each 64-byte piece). u ≤ 31 and |q| ≤
 // 127, so a VPMADDUBSW pair is ≤ 7874 and two steps (4 pairs) sum exactly in
-// int16 before VPMADDWD widens them.
+// int16 before VPMADDWD widens them (Q4_1, u ≤ 15: all four steps).
 func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 	name := fmt.Sprintf("%stAVX2x%d", lt.name, nb)
 	TEXT(name, NOSPLIT, "func(ws *byte, wq *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
@@ -206,19 +206,27 @@ func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 	PFN := Load(Param("pfn"), reg.R12)
 	pfs := spreadPrefetch{pf: PF, pfn: PFN, step: reg.R13, tmp: reg.R8, lines: (lt.bb + 63) / 64, n: 4}
 	pfs.init()
+	// Q4_1 (u ≤ 15): the 8 pairs of a block (≤ 30480) sum exactly in int16,
+	// widened once in place; the f32 accumulators then fit in registers.
+	fold := !lt.has5
 	p16 := func(b int) reg.VecPhysical { return Y(b) }
 	i32 := func(b int) reg.VecPhysical { return Y(nb + b) }
+	facc := func(b int) reg.VecPhysical { return Y(2*nb + b) }
+	if fold {
+		i32 = p16
+		facc = func(b int) reg.VecPhysical { return Y(nb + b) }
+	}
 	lo, hi, t, xl, xh, tp := reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14, reg.Y15
-	regF := nb <= 3
-	// f32 accumulators: Y(2nb+b) for nb ≤ 3, else on the stack.
+	regF := nb <= 3 || fold
+	// f32 accumulators: in registers for nb ≤ 3 (Q4_1: always), else on the stack.
 	var stack Mem
 	if !regF {
 		stack = AllocLocal(32 * nb)
 	}
-	facc := func(b int) reg.VecPhysical { return Y(2*nb + b) }
 	fmem := func(b int) Mem { return stack.Offset(32 * b) }
-	Comment("Y[b]: int16 sums of two steps, Y[nb+b]: int32 block sums (row b);",
-		"Y10/Y11 unpacked weights of a step, Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.")
+	Comment("Y[b]: int16 sums of two steps (Q4_1: of the block, then widened), Y[nb+b]: int32",
+		"block sums (Q4_1: f32 accumulators) of row b; Y10/Y11 unpacked weights of a step,",
+		"Y12 5th bits, Y13/Y14 activation broadcasts, Y15 product.")
 	if regF {
 		for b := range nb {
 			VPXOR(facc(b), facc(b), facc(b))
@@ -252,7 +260,7 @@ func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 		for b := range nb {
 			VPBROADCASTD(M(Xp, 32*b+4*m), xl)
 			VPBROADCASTD(M(Xp, 32*b+16+4*m), xh)
-			if m%2 == 0 {
+			if m == 0 || (m == 2 && !fold) {
 				VPMADDUBSW(xl, lo, p16(b))
 			} else {
 				VPMADDUBSW(xl, lo, tp)
@@ -260,10 +268,13 @@ func genLegacy2(lt lType, nb int, ones, m0f, m10 Mem) {
 			}
 			VPMADDUBSW(xh, hi, tp)
 			VPADDW(tp, p16(b), p16(b))
-			switch m {
-			case 1:
+			switch {
+			case fold && m == 3:
+				VPMADDWD(ones, p16(b), p16(b))
+			case fold:
+			case m == 1:
 				VPMADDWD(ones, p16(b), i32(b))
-			case 3:
+			case m == 3:
 				VPMADDWD(ones, p16(b), p16(b))
 				VPADDD(p16(b), i32(b), i32(b))
 			}
