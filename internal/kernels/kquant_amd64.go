@@ -2,9 +2,11 @@
 
 // K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at
 // load into 16-row tiles and Q2_K/Q3_K into a per-row kernel layout, then
-// multiplied by kquant_amd64.s, as are Q4_1/Q5_0/Q5_1 weights in ggml's own
-// layout. The same AVX2 kernels serve AVX-512 machines (there are no AVX-512
-// K-quant kernels: the development machine has no AVX-512 to test them on).
+// multiplied by kquant_amd64.s. Q4_1/Q5_0/Q5_1 weights are repacked and
+// multiplied by legacy_amd64.go; the per-row kernels below that read them in
+// ggml's own layout are no longer reached where AVX2 is. The same AVX2
+// kernels serve AVX-512 machines (there are no AVX-512 K-quant kernels: the
+// development machine has no AVX-512 to test them on).
 //
 // Tiles (as Q4_0's in matmul_amd64.go): rows in groups of 16 (the last one
 // zero-padded: scale 0), a group's super-blocks follow each other, groups
