@@ -8,13 +8,23 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 )
 
+// TestDraftBatchItemsMatchGenerate also runs on the kmix model, whose
+// matrices include every K-quant and Q4_1/Q5_0/Q5_1: their tile kernels
+// must give a sequence the same result whatever batch it runs in.
 func TestDraftBatchItemsMatchGenerate(t *testing.T) {
-	m := loadModel(t, tinyModel)
+	for _, path := range []string{tinyModel, "../../testdata/models/tiny-qwen3k-kmix.gguf"} {
+		t.Run(filepath.Base(path), func(t *testing.T) { testDraftBatchItemsMatchGenerate(t, path) })
+	}
+}
+
+func testDraftBatchItemsMatchGenerate(t *testing.T, path string) {
+	m := loadModel(t, path)
 	// MaxBatch 3 < items: the call runs over several step boundaries.
 	e := newEngine(t, m, Options{MaxBatch: 3})
 	r := rand.New(rand.NewPCG(3, 4))

@@ -64,7 +64,7 @@ func BenchmarkMatmul(b *testing.B) {
 	}
 	pool := NewPool(0)
 	defer pool.Close()
-	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0, dtype.BF16, dtype.F16, dtype.F32, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K} {
+	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0, dtype.BF16, dtype.F16, dtype.F32, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1} {
 		b.Run(strings.ToLower(typ.String()), func(b *testing.B) {
 			for _, s := range shapes {
 				b.Run(s.name, func(b *testing.B) {

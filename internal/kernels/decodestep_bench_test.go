@@ -84,6 +84,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0), []int{1, 8, 32}, []kvCase{{model.KVF16, long, 0, nil}, {model.KVQ8_0, long, 0, nil},
 			{model.KVF16, []int{512}, 16384, []int{1, 32}}, {model.KVF16, []int{512}, 32768, []int{1, 32}}, {model.KVF16, []int{512}, 65536, []int{1, 32}}}},
 		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.BF16), []int{1, 32}, []kvCase{{model.KVF16, []int{512}, 0, nil}}},
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q5_0), []int{1, 32}, []kvCase{{model.KVF16, []int{512}, 0, nil}}},
 		{"qwen3-1.7b", testmodel.Qwen3_17B(dtype.Q4_0), []int{1, 32}, []kvCase{{model.KVF16, []int{512}, 0, nil}}},
 		{"qwen3-1.7b", q4km(testmodel.Qwen3_17B(dtype.Q4_K)), []int{1, 8, 32}, []kvCase{{model.KVF16, []int{512}, 0, nil}}},
 	}

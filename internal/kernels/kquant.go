@@ -16,9 +16,10 @@
 //
 // with j over the 16-weight groups of a block (Q4_K/Q5_K: each 32-weight
 // scale and min serves two groups). All implementations compute the same
-// integers. The plain-Go kernel and the AVX2 tile kernels (Q4_K, Q5_K, Q6_K)
-// add the block terms in this order, the latter with fused multiply-adds;
-// the other AVX2 kernels sum blocks in 8 float lanes added at the end.
+// integers. The plain-Go kernel and the tile kernels (Q4_K, Q5_K, Q6_K;
+// Q4_1, Q5_0, Q5_1 in legacy_amd64.go) add the block terms in this order,
+// the latter with fused multiply-adds; the other AVX2 kernels sum blocks in
+// 8 float lanes added at the end.
 package kernels
 
 import (
@@ -169,7 +170,10 @@ func s8_1(sum int, x []float32) float32 {
 
 // kmatmul is MatMul (ids == nil) or MatMulArgmax for the types of this file.
 func kmatmul(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int, ref bool) {
-	a := quantizeKActs(p, w.Type, x, batch, w.Cols)
+	a := legacyQuantize(p, w, x, batch, ref) // legacy_amd64.go: Q4_1/Q5_0/Q5_1 tiles, or nil
+	if a == nil {
+		a = quantizeKActs(p, w.Type, x, batch, w.Cols)
+	}
 	defer kActsPool.Put(a)
 	rows := func(y []float32, ystride, lo, hi int) {
 		p.For(hi-lo, 16, func(l, h int) {

@@ -2,10 +2,12 @@
 
 // K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at
 // load into 16-row tiles and Q2_K/Q3_K into a per-row kernel layout, then
-// multiplied by kquant_amd64.s, as are Q4_1/Q5_0/Q5_1 weights in ggml's own
-// layout. The same AVX2 kernels serve AVX-512 machines (there are no AVX-512
-// K-quant kernels yet; on AVX-512 hosts K-quant matmuls therefore run at the
-// AVX2 path's speed, see docs/performance.md).
+// multiplied by kquant_amd64.s. Q4_1/Q5_0/Q5_1 weights are repacked and
+// multiplied by legacy_amd64.go (AVX2 and AVX-512 tile kernels); the per-row
+// kernels below that read them in ggml's own layout are no longer reached
+// where AVX2 is. The same AVX2 K-quant kernels serve AVX-512 machines (there
+// are no AVX-512 K-quant kernels yet; on AVX-512 hosts K-quant matmuls
+// therefore run at the AVX2 path's speed, see docs/performance.md).
 //
 // Tiles (as Q4_0's in matmul_amd64.go): rows in groups of 16 (the last one
 // zero-padded: scale 0), a group's super-blocks follow each other, groups
@@ -240,6 +242,9 @@ func kpackQ6KTiles(m *Matrix) *kpacked {
 var k23ScaleOrder = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 func kpack(m *Matrix) any {
+	if pk := legacyPack(m); pk != nil { // legacy_amd64.go
+		return pk
+	}
 	if (m.Type == dtype.Q4_K || m.Type == dtype.Q5_K) && hasAVX2 {
 		return kpackQ4KTiles(m)
 	}
@@ -432,6 +437,9 @@ func kTileRows(pk *kpacked, k *kTileKernels, a *kActs, y []float32, ystride, bat
 }
 
 func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base int) bool {
+	if legacyRows(w, a, y, ystride, batch, lo, hi, base) { // legacy_amd64.go
+		return true
+	}
 	if lk := lKernels[w.Type]; lk != nil && impl >= implAVX2 {
 		c := a.s // Q4_1/Q5_1: the s of each Q8_1 block
 		if w.Type == dtype.Q5_0 {

@@ -44,6 +44,7 @@ func BenchmarkPrefill(b *testing.B) {
 		spec testmodel.Spec
 	}{
 		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0)},
+		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q5_0)},
 	}
 	for _, c := range cases {
 		b.Run(fmt.Sprintf("%s/%s", c.name, lowerType(c.spec.Type)), func(b *testing.B) {

@@ -4,6 +4,7 @@
 //	go run . -kind attention -out ../attention_amd64.s -stubs ../attention_stubs_amd64.go -pkg kernels
 //	go run . -kind ops       -out ../ops_amd64.s       -stubs ../ops_stubs_amd64.go       -pkg kernels
 //	go run . -kind kquant    -out ../kquant_amd64.s    -stubs ../kquant_stubs_amd64.go    -pkg kernels
+//	go run . -kind legacy    -out ../legacy_amd64.s    -stubs ../legacy_stubs_amd64.go    -pkg kernels
 //
 // Every kernel is written with physical registers so the register blocking
 // is visible in the output. Packed weight layouts are described in
@@ -139,6 +140,8 @@ func main() {
 		genOps()
 	case "kquant":
 		genKQuant() // kquant.go
+	case "legacy":
+		genLegacyTiles() // legacy.go
 	default:
 		panic("unknown -kind " + *kind)
 	}
