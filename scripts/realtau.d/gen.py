@@ -279,7 +279,11 @@ def main() -> int:
             for c, cont in zip(chunk, conts):
                 cut = truncate_at_eos(cont, eos_ids)
                 if len(cut) < args.new_tokens:
-                    dropped.append({"id": c.id, "reason": f"end token {cut[-1]} after {len(cut) - 1} tokens"})
+                    if cut and cut[-1] in eos_ids:
+                        reason = f"end token {cut[-1]} after {len(cut) - 1} tokens"
+                    else:  # node-llama-cpp ends a sequence at an end-of-generation token without returning it
+                        reason = f"the engine stopped after {len(cut)} tokens (at an end-of-generation token it does not return)"
+                    dropped.append({"id": c.id, "reason": reason})
                 else:
                     kept[c.source].append((c, cont))
             print(f"gen: batch of {len(chunk)} (prompts {len(chunk[0].prompt)}..{len(chunk[-1].prompt)} tokens) "
