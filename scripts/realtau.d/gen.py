@@ -195,7 +195,7 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=128, help="continuation tokens per sample")
     ap.add_argument("--engine", choices=["transformers", "llama.cpp"], default="transformers",
                     help="target engine: transformers (float32 from the GGUF) or llama.cpp (node-llama-cpp's prebuilt CPU build, the GGUF as is)")
-    ap.add_argument("--batch", type=int, default=16, help="prompts decoded together (transformers: per generate() call, left-padded; llama.cpp: sequences)")
+    ap.add_argument("--batch", type=int, default=1, help="prompts decoded together (transformers: per generate() call, left-padded; llama.cpp: sequences). Default 1: node-llama-cpp 3.21.1's prebuilt build gave corrupted continuations with 16 sequences in one context on an AVX-512 Xeon (2026-12-02)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--min-prompt", type=int, default=96, help="shortest code or prose prompt, tokens")
