@@ -161,6 +161,26 @@ func genQuant2() {
 	VCMPSS(U8(4), reg.X10, reg.X4, reg.X7)
 	VANDPS(reg.X7, reg.X6, reg.X6)
 	VBROADCASTSS(reg.X6, reg.Y6)
+	q8RoundPack(Q)
+	Comment("corr = -off · Σq")
+	sumQ32()
+	VMOVD(reg.X0, reg.EAX)
+	IMULL(reg.R11L, reg.EAX)
+	MOVL(reg.EAX, M(Mp, 4))
+	ADDQ(U8(128), Xp)
+	ADDQ(QS, Q)
+	ADDQ(MS, Mp)
+	DECQ(N)
+	JNZ(LabelRef("block"))
+	VZEROUPPER()
+	RET()
+}
+
+// q8RoundPack ends a Q8 block quantizer: the 32 floats in Y0–Y3 times the
+// broadcast inverse scale in Y6, rounded half away from zero (Y12–Y15 hold
+// the ±1, sign, abs and 0.5 constants), as int32 in Y0–Y3 and packed to 32
+// bytes at q (Y9: the lane-interleave permutation).
+func q8RoundPack(q reg.Register) {
 	for i := range 4 {
 		v, t, f := Y(i), Y(4), Y(5)
 		Commentf("quants %d…%d: round half away from zero of x·id", 8*i, 8*i+7)
@@ -180,8 +200,11 @@ func genQuant2() {
 	VPACKSSDW(reg.Y3, reg.Y2, reg.Y5)
 	VPACKSSWB(reg.Y5, reg.Y4, reg.Y4)
 	VPERMD(reg.Y4, reg.Y9, reg.Y4)
-	VMOVDQU(reg.Y4, M(Q, 0))
-	Comment("corr = -off · Σq")
+	VMOVDQU(reg.Y4, M(q, 0))
+}
+
+// sumQ32 leaves the sum of the 32 int32 quants of Y0–Y3 in X0's low lane.
+func sumQ32() {
 	VPADDD(reg.Y1, reg.Y0, reg.Y0)
 	VPADDD(reg.Y3, reg.Y2, reg.Y2)
 	VPADDD(reg.Y2, reg.Y0, reg.Y0)
@@ -191,14 +214,4 @@ func genQuant2() {
 	VPADDD(reg.X1, reg.X0, reg.X0)
 	VPSHUFD(U8(0xb1), reg.X0, reg.X1)
 	VPADDD(reg.X1, reg.X0, reg.X0)
-	VMOVD(reg.X0, reg.EAX)
-	IMULL(reg.R11L, reg.EAX)
-	MOVL(reg.EAX, M(Mp, 4))
-	ADDQ(U8(128), Xp)
-	ADDQ(QS, Q)
-	ADDQ(MS, Mp)
-	DECQ(N)
-	JNZ(LabelRef("block"))
-	VZEROUPPER()
-	RET()
 }
