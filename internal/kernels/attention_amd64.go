@@ -111,16 +111,9 @@ type attnScratch struct {
 func attendCausal512[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
 	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
 	var sc attnScratch
-	var qo, end [attnMaxNQ]int
-	rows := nt * nq
-	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
-		g := min(attnMaxNQ, rows-r0)
-		for j := range g {
-			i, h := (r0+j)/nq, (r0+j)%nq
-			qo[j], end[j] = i*stride+h*headDim, p0+i+1
-		}
-		attnPass512(&sc, out, q, &qo, &end, g, headDim, keys, vals, bs, scale)
-	}
+	causalPasses(nt, nq, stride, headDim, p0, func(qo, end *[attnMaxNQ]int, g int) {
+		attnPass512(&sc, out, q, qo, end, g, headDim, keys, vals, bs, scale)
+	})
 }
 
 // attnPass512 runs g ≤ 8 query rows through the cache (as attnPass2).
@@ -333,16 +326,9 @@ type attn2Scratch struct {
 func attendCausal2[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
 	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
 	var sc attn2Scratch
-	var qo, end [attnMaxNQ]int
-	rows := nt * nq
-	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
-		g := min(attnMaxNQ, rows-r0)
-		for j := range g {
-			i, h := (r0+j)/nq, (r0+j)%nq
-			qo[j], end[j] = i*stride+h*headDim, p0+i+1
-		}
-		attnPass2(&sc, out, q, &qo, &end, g, headDim, keys, vals, bs, scale)
-	}
+	causalPasses(nt, nq, stride, headDim, p0, func(qo, end *[attnMaxNQ]int, g int) {
+		attnPass2(&sc, out, q, qo, end, g, headDim, keys, vals, bs, scale)
+	})
 }
 
 // attnPass2 runs g ≤ 8 query rows through the cache: row j's query is
@@ -447,5 +433,21 @@ func attn2Kernel[T uint16 | float32 | byte](sc *attn2Scratch, g, nch int, k, v *
 		attendF32AVX2x7(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
 	default:
 		attendF32AVX2x8(acc, q, ml, nch, kb, vb, cnt, scale, s, lim, knb, vnb)
+	}
+}
+
+// causalPasses splits the nt·nq (token, head) query rows of a causal block
+// into passes of up to attnMaxNQ rows and calls pass for each: row j's query
+// (and output) starts at qo[j], and it sees positions [0, end[j]).
+func causalPasses(nt, nq, stride, headDim, p0 int, pass func(qo, end *[attnMaxNQ]int, g int)) {
+	var qo, end [attnMaxNQ]int
+	rows := nt * nq
+	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
+		g := min(attnMaxNQ, rows-r0)
+		for j := range g {
+			i, h := (r0+j)/nq, (r0+j)%nq
+			qo[j], end[j] = i*stride+h*headDim, p0+i+1
+		}
+		pass(&qo, &end, g)
 	}
 }
