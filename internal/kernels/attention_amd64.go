@@ -142,8 +142,10 @@ func attnPass512[T uint16 | float32 | byte](sc *attnScratch, q8 *q8Query, out, q
 		v := vals[blk][off*rl : (off+cnt)*rl]
 		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
 		if q8 != nil {
+			// Two blocks ahead: the q8_0 kernels prefetch into L2 only.
+			kn, vn = nextRows(keys, vals, p+cnt+16, n, bs, cnt, rl, kn, vn)
 			kp := q8.keys(any(k).([]byte), cnt, headDim)
-			q8ScoresAVX512(&sc.s[0], kp, headDim/32, g, &q8.q[0][0], &q8.d[0][0], scale, &q8.dk[0], any(kn).(*byte))
+			q8ScoresAVX512(&sc.s[0], kp, headDim/32, g, &q8.q[0][0], &q8.m[0][0], scale, &q8.dk[0], any(kn).(*byte))
 		}
 		attnKernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
 		p += cnt
@@ -152,23 +154,27 @@ func attnPass512[T uint16 | float32 | byte](sc *attnScratch, q8 *q8Query, out, q
 }
 
 // q8Query is the quantized query rows of one pass over a q8_0 cache and the
-// score kernels' scratch (on the stack, ~13 KiB; headDim ≤ 256).
+// score kernels' scratch (on the stack, ~10 KiB; headDim ≤ 256).
 type q8Query struct {
 	q    [attnMaxNQ][512]byte    // per row: the int8 q of its blocks at [0:headDim], |q| at [256:][:headDim]
-	d    [attnMaxNQ][16]float32  // per row: d of block b at [b]
-	c    [attnMaxNQ][16]int32    // per row: -128·Σq of block b at [b] (right after d: the AVX-512 kernel finds it 512 bytes on)
+	m    [attnMaxNQ][16]uint32   // per row, block b: d (f32 bits) at [2b], -128·Σq (int32) at [2b+1]
 	dk   [8 * 16]uint16          // (blocks, 16 positions) the keys' f16 scales, kernel scratch
 	sh   [attnMaxNQ * 16]float32 // (rows, 16 positions) AVX2 scores, kernel scratch
 	kpad [16 * 8 * (2 + 32)]byte // a call's keys padded to 16 rows
 }
 
-// quantize sets the pass's g query rows (row j at q[qo[j]:][:headDim]).
+// quantize sets the pass's g query rows (row j at q[qo[j]:][:headDim]) by
+// the activation quantizer, bit for bit quantQuery's blocks.
 func (z *q8Query) quantize(q []float32, qo *[attnMaxNQ]int, g, headDim int) {
 	for j := range g {
-		qq := unsafe.Slice((*int8)(unsafe.Pointer(&z.q[j][0])), 512)
-		quantQuery(q[qo[j]:qo[j]+headDim], qq[:headDim], z.d[j][:], z.c[j][:])
-		for i, v := range qq[:headDim] {
-			qq[256+i] = max(v, -v) // |q| ≤ 127
+		x, qq, m := &q[qo[j]:][:headDim][0], &z.q[j][0], (*byte)(unsafe.Pointer(&z.m[j][0]))
+		if impl == implAVX512 {
+			quantQ8AVX512(x, headDim/32, qq, 32, m, 8, 128)
+		} else {
+			quantQ8AVX2(x, headDim/32, qq, 32, m, 8, 128)
+		}
+		for i, v := range z.q[j][:headDim] {
+			z.q[j][256+i] = byte(max(int8(v), -int8(v))) // |q| ≤ 127
 		}
 	}
 }
@@ -351,8 +357,10 @@ func attnPass2[T uint16 | float32 | byte](sc *attn2Scratch, q8 *q8Query, out, q 
 		v := vals[blk][off*rl : (off+cnt)*rl]
 		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
 		if q8 != nil {
+			// Two blocks ahead: the q8_0 kernels prefetch into L2 only.
+			kn, vn = nextRows(keys, vals, p+cnt+16, n, bs, cnt, rl, kn, vn)
 			kp := q8.keys(any(k).([]byte), cnt, headDim)
-			q8ScoresAVX2(&sc.s[0], kp, headDim/32, g, &q8.q[0][0], &q8.d[0][0], scale, &q8.dk[0], &q8.sh[0], any(kn).(*byte))
+			q8ScoresAVX2(&sc.s[0], kp, headDim/32, g, &q8.q[0][0], &q8.m[0][0], scale, &q8.dk[0], &q8.sh[0], any(kn).(*byte))
 		}
 		attn2Kernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
 		p += cnt

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"unsafe"
 
 	"github.com/draftd/draftd/internal/dtype"
 )
@@ -24,13 +23,13 @@ func TestQ8ScoresSameBits(t *testing.T) {
 	var scorers []scorer
 	if hasAVX512 {
 		scorers = append(scorers, scorer{"avx512", func(s []float32, z *q8Query, k []byte, nb, rows int, scale float32) []float32 {
-			q8ScoresAVX512(&s[0], &k[0], nb, rows, &z.q[0][0], &z.d[0][0], scale, &z.dk[0], &k[0])
+			q8ScoresAVX512(&s[0], &k[0], nb, rows, &z.q[0][0], &z.m[0][0], scale, &z.dk[0], &k[0])
 			return s
 		}})
 	}
 	if hasAVX2 {
 		scorers = append(scorers, scorer{"avx2", func(s []float32, z *q8Query, k []byte, nb, rows int, scale float32) []float32 {
-			q8ScoresAVX2(&s[0], &k[0], nb, rows, &z.q[0][0], &z.d[0][0], scale, &z.dk[0], &z.sh[0], &k[0])
+			q8ScoresAVX2(&s[0], &k[0], nb, rows, &z.q[0][0], &z.m[0][0], scale, &z.dk[0], &z.sh[0], &k[0])
 			hm := make([]float32, 16*8) // position-major s[8p+h] to head-major
 			for p := range 16 {
 				for h := range 8 {
@@ -83,9 +82,21 @@ func TestQ8ScoresSameBits(t *testing.T) {
 					have := sc.run(s, &z, k, hd/32, rows, scale)
 					rl := rowLen[byte](hd)
 					for h := range rows {
-						qq := unsafe.Slice((*int8)(unsafe.Pointer(&z.q[h][0])), hd)
+						// The pass's quantizer (assembly) against the twin's.
+						qq, qd, qc := make([]int8, hd), make([]float32, hd/32), make([]int32, hd/32)
+						quantQuery(q[h*hd:(h+1)*hd], qq, qd, qc)
+						for i, v := range qq {
+							if a := int8(z.q[h][i]); a != v || z.q[h][256+i] != byte(max(v, -v)) {
+								t.Fatalf("%s: row %d: quantized query element %d is %d (|q| %d); quantQuery gives %d", name, h, i, a, z.q[h][256+i], v)
+							}
+						}
+						for b := range qd {
+							if d, c := math.Float32frombits(z.m[h][2*b]), int32(z.m[h][2*b+1]); math.Float32bits(d) != math.Float32bits(qd[b]) || c != qc[b] {
+								t.Fatalf("%s: row %d block %d: d, -128·Σq = %g, %d; quantQuery gives %g, %d", name, h, b, d, c, qd[b], qc[b])
+							}
+						}
 						for p := range 16 {
-							want := q8Score(qq, z.d[h][:hd/32], k[p*rl:(p+1)*rl], scale)
+							want := q8Score(qq, qd, k[p*rl:(p+1)*rl], scale)
 							if v := have[16*h+p]; math.Float32bits(v) != math.Float32bits(want) {
 								t.Fatalf("%s: row %d position %d: have %g (%#x); want %g (%#x)", name, h, p, v, math.Float32bits(v), want, math.Float32bits(want))
 							}

@@ -788,17 +788,17 @@ func attnOutAVX2(out *float32, acc *float32, nch int, accStride int, l float32)
 
 // q8ScoresAVX512 sets s[16h+p] = q8Score(query row h, key p) for h < rows ≤ 8 and
 // the 16 key rows p at k, each nb ≤ 8 ggml block_q8_0 (34 bytes); the query
-// rows are laid out as in q8Query (q, d, c); dk is scratch of 16·nb f16.
+// rows are laid out as in q8Query (q, m); dk is scratch of 16·nb f16.
 // It prefetches the 16 rows of keys at kn.
 //
 //go:noescape
-func q8ScoresAVX512(s *float32, k *byte, nb int, rows int, q *byte, d *float32, scale float32, dk *uint16, kn *byte)
+func q8ScoresAVX512(s *float32, k *byte, nb int, rows int, q *byte, m *uint32, scale float32, dk *uint16, kn *byte)
 
 // q8ScoresAVX2 sets s[8p+h] = q8Score(query row h, key p) for h < rows ≤ 8 and
 // the 16 key rows p at k, each nb ≤ 8 ggml block_q8_0 (34 bytes) with q in
-// [-127, 127]; the query rows are laid out as in q8Query (q with |q|, d). It
+// [-127, 127]; the query rows are laid out as in q8Query (q with |q|, m). It
 // writes s[8p+h] for h ≥ rows too (arbitrary values). dk is scratch of 16·nb
 // f16, sh of 16·8 floats. It prefetches the 16 rows of keys at kn.
 //
 //go:noescape
-func q8ScoresAVX2(s *float32, k *byte, nb int, rows int, q *byte, d *float32, scale float32, dk *uint16, sh *float32, kn *byte)
+func q8ScoresAVX2(s *float32, k *byte, nb int, rows int, q *byte, m *uint32, scale float32, dk *uint16, sh *float32, kn *byte)

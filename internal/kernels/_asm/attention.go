@@ -585,7 +585,7 @@ func genAttnBlock2Q8(nq int) {
 		MOVQ(S, reg.R8)
 		MOVQ(CNT, reg.R12)
 		Label("vpos" + g)
-		prefetch(VN, VREM, 1, "vpf"+g)
+		prefetchL2(VN, VREM, 1, "vpf"+g)
 		for h := range R {
 			VBROADCASTSS(M(reg.R8, 4*(h0+h)), w(h))
 		}

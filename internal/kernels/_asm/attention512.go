@@ -143,7 +143,11 @@ func genAttnBlock512(nq int, kind string) {
 		MOVQ(S, reg.R8)
 		MOVQ(CNT, reg.R12)
 		Label("vpos" + sfx)
-		prefetch(VN, VREM, pfLines, "vpf"+sfx)
+		if q8 {
+			prefetchL2(VN, VREM, pfLines, "vpf"+sfx)
+		} else {
+			prefetch(VN, VREM, pfLines, "vpf"+sfx)
+		}
 		for h := range nq {
 			VBROADCASTSS(M(reg.R8, wOff(h)), Z(16+h))
 		}

@@ -20,11 +20,11 @@ import (
 // in block order, then one multiply by scale.
 //
 // Shared layout (Go's q8Query): row h's int8 q of block b at q + 512h + 32b,
-// its |q| at q + 512h + 256 + 32b, its d at d + 64h + 4b and the AVX-512
-// correction -128·Σq at d + 512 + 64h + 4b; the scores of row h go to
-// s + 64h (AVX-512) or, position-major, s[8p+h] (AVX2, via sh + 64h).
-// Meanwhile they prefetch the next call's keys at kn (9 lines per block of
-// the 16 rows: 16·34 bytes are 8.5 lines).
+// its |q| at q + 512h + 256 + 32b, its d (f32) at m + 64h + 8b and the
+// AVX-512 correction -128·Σq (int32) at m + 64h + 8b + 4; the scores of row
+// h go to s + 64h (AVX-512) or, position-major, s[8p+h] (AVX2, via sh + 64h).
+// Meanwhile they prefetch the next call's keys at kn into L2 (9 lines per
+// block of the 16 rows: 16·34 bytes are 8.5 lines; see prefetchL2).
 
 // q8ScoreRegs are the general registers of both score kernels.
 var q8ScoreRegs = struct {
@@ -73,7 +73,7 @@ func q8ScoresStart(sums string, zero reg.VecPhysical, size int) {
 	Load(Param("nb"), r.nb)
 	Load(Param(sums), r.s)
 	Load(Param("q"), r.qq)
-	Load(Param("d"), r.qd)
+	Load(Param("m"), r.qd)
 	Load(Param("kn"), r.kn)
 	rowsDown("zero", func() {
 		for o := 0; o < 64; o += size {
@@ -99,11 +99,11 @@ func rowsDown(label string, body func()) {
 // -128·Σq per block (the accumulator's start value).
 func genQ8ScoresAVX512() {
 	r := q8ScoreRegs
-	TEXT("q8ScoresAVX512", NOSPLIT, "func(s *float32, k *byte, nb int, rows int, q *byte, d *float32, scale float32, dk *uint16, kn *byte)")
+	TEXT("q8ScoresAVX512", NOSPLIT, "func(s *float32, k *byte, nb int, rows int, q *byte, m *uint32, scale float32, dk *uint16, kn *byte)")
 	Pragma("noescape")
 	Doc("q8ScoresAVX512 sets s[16h+p] = q8Score(query row h, key p) for h < rows ≤ 8 and",
 		"the 16 key rows p at k, each nb ≤ 8 ggml block_q8_0 (34 bytes); the query",
-		"rows are laid out as in q8Query (q, d, c); dk is scratch of 16·nb f16.",
+		"rows are laid out as in q8Query (q, m); dk is scratch of 16·nb f16.",
 		"It prefetches the 16 rows of keys at kn.")
 	VPXORD(reg.Z17, reg.Z17, reg.Z17)
 	q8ScoresStart("s", reg.Z17, 64)
@@ -111,7 +111,7 @@ func genQ8ScoresAVX512() {
 
 	Label("block")
 	for i := range 9 {
-		PREFETCHT0(M(r.kn, 64*i))
+		PREFETCHT2(M(r.kn, 64*i))
 	}
 	ADDQ(U32(64*9), r.kn)
 	Comment("A_j = [key j | key j+4], A_{4+j} = [key 8+j | key 12+j] of this block, +128.")
@@ -141,7 +141,7 @@ func genQ8ScoresAVX512() {
 	VCVTPH2PS(M(r.dk, 0), reg.Z16)
 	rowsDown("row", func() {
 		q := func(i int) Mem { return Mem{Base: r.qq, Index: r.h, Scale: 8, Disp: 4 * i} }
-		VPBROADCASTD(Mem{Base: r.qd, Index: r.h, Scale: 1, Disp: 512}, reg.Z17) // -128·Σq
+		VPBROADCASTD(Mem{Base: r.qd, Index: r.h, Scale: 1, Disp: 4}, reg.Z17) // -128·Σq
 		VPXORD(reg.Z18, reg.Z18, reg.Z18)
 		for i := range 8 {
 			vpdpbusdBcst(q(i), Z(8+i), []reg.Register{reg.Z17, reg.Z18}[i%2])
@@ -157,7 +157,7 @@ func genQ8ScoresAVX512() {
 		ADDQ(U8(34), b)
 	}
 	ADDQ(U8(32), r.qq)
-	ADDQ(U8(4), r.qd)
+	ADDQ(U8(8), r.qd)
 	ADDQ(U8(32), r.dk)
 	DECQ(r.nb)
 	JNZ(LabelRef("block"))
@@ -202,11 +202,11 @@ func transpose8() {
 // in [-127, 127]).
 func genQ8ScoresAVX2() {
 	r := q8ScoreRegs
-	TEXT("q8ScoresAVX2", NOSPLIT, "func(s *float32, k *byte, nb int, rows int, q *byte, d *float32, scale float32, dk *uint16, sh *float32, kn *byte)")
+	TEXT("q8ScoresAVX2", NOSPLIT, "func(s *float32, k *byte, nb int, rows int, q *byte, m *uint32, scale float32, dk *uint16, sh *float32, kn *byte)")
 	Pragma("noescape")
 	Doc("q8ScoresAVX2 sets s[8p+h] = q8Score(query row h, key p) for h < rows ≤ 8 and",
 		"the 16 key rows p at k, each nb ≤ 8 ggml block_q8_0 (34 bytes) with q in",
-		"[-127, 127]; the query rows are laid out as in q8Query (q with |q|, d). It",
+		"[-127, 127]; the query rows are laid out as in q8Query (q with |q|, m). It",
 		"writes s[8p+h] for h ≥ rows too (arbitrary values). dk is scratch of 16·nb",
 		"f16, sh of 16·8 floats. It prefetches the 16 rows of keys at kn.")
 	VPXOR(reg.Y4, reg.Y4, reg.Y4)
@@ -214,7 +214,7 @@ func genQ8ScoresAVX2() {
 
 	Label("block")
 	for i := range 9 {
-		PREFETCHT0(M(r.kn, 64*i))
+		PREFETCHT2(M(r.kn, 64*i))
 	}
 	ADDQ(U32(64*9), r.kn)
 	for half := range 2 {
@@ -251,7 +251,7 @@ func genQ8ScoresAVX2() {
 		ADDQ(U8(34), b)
 	}
 	ADDQ(U8(32), r.qq)
-	ADDQ(U8(4), r.qd)
+	ADDQ(U8(8), r.qd)
 	ADDQ(U8(32), r.dk)
 	DECQ(r.nb)
 	JNZ(LabelRef("block"))
