@@ -516,9 +516,9 @@ func genAttnOut2() {
 // one block of cnt ≤ 16 cached positions of a q8_0 cache: each row of v is
 // headDim/32 ggml block_q8_0 (f16 scale d, 32 int8 q). The scores are given
 // in s (q8ScoresAVX2 computed them); the softmax is attn2Softmax; values:
-// rows in pairs, one block (4 chunks) of the head at a time, each element
-// widened to exactly the f32 d·q the plain-Go twin computes (VPMOVSXBD,
-// VCVTDQ2PS, one VMULPS by the block's scale).
+// rows in groups of up to 4, one block of the head at a time, each element
+// widened once per group to exactly the f32 d·q the plain-Go twin computes
+// (VPMOVSXBD, VCVTDQ2PS, one VMULPS by the block's scale).
 func genAttnBlock2Q8(nq int) {
 	name := fmt.Sprintf("attendQ8AVX2x%d", nq)
 	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)")
@@ -557,12 +557,23 @@ func genAttnBlock2Q8(nq int) {
 
 	S := attn2Softmax()
 
-	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.")
-	for h0 := 0; h0 < nq; h0 += 2 {
-		R := min(2, nq-h0)
+	// Rows in groups of up to 4 (pairs when nq ≤ 2) so that each value is
+	// widened once per group: a pair sweeps a block's 4 chunks at once, a
+	// group of 3–4 rows its two halves one after the other.
+	rg := 2
+	if nq > 2 {
+		rg = 4
+	}
+	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, C chunks of one block at a time.")
+	for h0 := 0; h0 < nq; h0 += rg {
+		R := min(rg, nq-h0)
+		C := 4 // chunks per sweep over the positions
+		if R > 2 {
+			C = 2
+		}
 		acc := func(c, h int) reg.VecPhysical { return Y(c*R + h) }
-		w := func(h int) reg.VecPhysical { return Y(4*R + h) }
-		d, vz := reg.Y10, []reg.VecPhysical{reg.Y11, reg.Y12}
+		w := func(h int) reg.VecPhysical { return Y(C*R + h) }
+		d, vz := reg.Y13, []reg.VecPhysical{reg.Y14, reg.Y15}
 		ACC := Load(Param("acc"), reg.RDI)
 		if h0 > 0 {
 			ADDQ(U32(32*h0), ACC)
@@ -573,37 +584,40 @@ func genAttnBlock2Q8(nq int) {
 		SHRQ(U8(2), reg.R9) // blocks per row
 		g := fmt.Sprintf("r%d", h0)
 		Label("vblock" + g)
-		for h := range R {
-			VBROADCASTSS(M(S, 32*16+4*(h0+h)), w(h))
-		}
-		for c := range 4 {
+		for c0 := 0; c0 < 4; c0 += C {
+			gc := fmt.Sprintf("%sc%d", g, c0)
 			for h := range R {
-				VMULPS(M(ACC, 32*(c*nq+h)), w(h), acc(c, h))
+				VBROADCASTSS(M(S, 32*16+4*(h0+h)), w(h))
 			}
-		}
-		MOVQ(V, reg.RBX)
-		MOVQ(S, reg.R8)
-		MOVQ(CNT, reg.R12)
-		Label("vpos" + g)
-		prefetchL2(VN, VREM, 1, "vpf"+g)
-		for h := range R {
-			VBROADCASTSS(M(reg.R8, 4*(h0+h)), w(h))
-		}
-		loadD(M(reg.RBX, 0), d)
-		for c := range 4 {
-			y := vz[c%2]
-			loadQ8(M(reg.RBX, 2+8*c), d, y)
-			for h := range R {
-				VFMADD231PS(w(h), y, acc(c, h))
+			for c := range C {
+				for h := range R {
+					VMULPS(M(ACC, 32*((c0+c)*nq+h)), w(h), acc(c, h))
+				}
 			}
-		}
-		ADDQ(RS, reg.RBX)
-		ADDQ(U8(32), reg.R8)
-		DECQ(reg.R12)
-		JNZ(LabelRef("vpos" + g))
-		for c := range 4 {
+			MOVQ(V, reg.RBX)
+			MOVQ(S, reg.R8)
+			MOVQ(CNT, reg.R12)
+			Label("vpos" + gc)
+			prefetchL2(VN, VREM, 1, "vpf"+gc)
 			for h := range R {
-				VMOVUPS(acc(c, h), M(ACC, 32*(c*nq+h)))
+				VBROADCASTSS(M(reg.R8, 4*(h0+h)), w(h))
+			}
+			loadD(M(reg.RBX, 0), d)
+			for c := range C {
+				y := vz[c%2]
+				loadQ8(M(reg.RBX, 2+8*(c0+c)), d, y)
+				for h := range R {
+					VFMADD231PS(w(h), y, acc(c, h))
+				}
+			}
+			ADDQ(RS, reg.RBX)
+			ADDQ(U8(32), reg.R8)
+			DECQ(reg.R12)
+			JNZ(LabelRef("vpos" + gc))
+			for c := range C {
+				for h := range R {
+					VMOVUPS(acc(c, h), M(ACC, 32*((c0+c)*nq+h)))
+				}
 			}
 		}
 		ADDQ(U32(128*nq), ACC)
