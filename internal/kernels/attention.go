@@ -35,7 +35,11 @@ func AttendF32(out, q []float32, nq, headDim int, keys, vals [][]float32, bs, n 
 // AttendQ8_0 is AttendF16 for a q8_0 cache: position p's key is the row
 // keys[p/bs][(p%bs)*rb:][:rb] of rb = headDim/32·34 bytes, headDim/32 ggml
 // block_q8_0 (an f16 scale d, then 32 int8 q; element d·q), its value
-// likewise in vals. headDim must be a multiple of 32.
+// likewise in vals. headDim must be a multiple of 32 and the cached q in
+// [-127, 127] (as ggml's quantizer writes them). The scores are integer
+// block dots: each query row is quantized to q8_0 blocks by the same rule
+// (quantQ8_0), and the score of a position is q8Score; the weighted sum of
+// values is taken in f32 over the widened values d·q.
 func AttendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n int, scale float32) {
 	attendQ8_0(out, q, nq, headDim, keys, vals, bs, n, scale)
 }
@@ -98,7 +102,8 @@ func attendF32Generic(out, q []float32, nq, headDim int, keys, vals [][]float32,
 
 // attendGeneric is the reference of AttendF16/AttendQ8_0/AttendF32: each
 // cached row is widened to f32 (a q8_0 element to d·q), then scores, online
-// softmax and the weighted sum are taken in f32.
+// softmax and the weighted sum are taken in f32; over a q8_0 cache the
+// scores are q8Score of the quantized query instead.
 func attendGeneric[T uint16 | float32 | byte](out, q []float32, nq, headDim int, keys, vals [][]T, bs, n int, scale float32) {
 	rl := rowLen[T](headDim) // stored elements of one row
 	var kbuf, vbuf [256]float32
@@ -107,19 +112,29 @@ func attendGeneric[T uint16 | float32 | byte](out, q []float32, nq, headDim int,
 		kf, vf = make([]float32, headDim), make([]float32, headDim)
 	}
 	kf, vf = kf[:headDim], vf[:headDim]
+	q8 := rl != headDim // a q8_0 cache: integer scores against the quantized query
+	var qq [256]int8    // (headDim) the quantized query row
+	var qd [8]float32   // (headDim/32) its block scales
 	for h := range nq {
 		qh := q[h*headDim : (h+1)*headDim]    // (headDim)
 		acc := out[h*headDim : (h+1)*headDim] // (headDim) running Σ w·v
 		clear(acc)
+		if q8 {
+			quantQuery(qh, qq[:headDim], qd[:headDim/dtype.QK], nil)
+		}
 		m, l := float32(math.Inf(-1)), float32(0)
 		for p := range n {
-			widenRow(kf, keys[p/bs][(p%bs)*rl:][:rl])
 			widenRow(vf, vals[p/bs][(p%bs)*rl:][:rl])
 			var s float32
-			for i, kv := range kf {
-				s += qh[i] * kv
+			if k := keys[p/bs][(p%bs)*rl:][:rl]; q8 {
+				s = q8Score(qq[:headDim], qd[:headDim/dtype.QK], any(k).([]byte), scale)
+			} else {
+				widenRow(kf, k)
+				for i, kv := range kf {
+					s += qh[i] * kv
+				}
+				s *= scale
 			}
-			s *= scale
 			if s > m {
 				c := float32(math.Exp(float64(m - s)))
 				for i := range acc {
@@ -169,4 +184,42 @@ func widenRow[T uint16 | float32 | byte](dst []float32, src []T) {
 			}
 		}
 	}
+}
+
+// quantQuery quantizes the query row x (headDim, a multiple of 32) to q8_0
+// blocks by ggml's rule (quantQ8_0): q gets the int8 values, d[b] the f32 of
+// block b's f16 scale and, if c is not nil, c[b] = -128·Σq of block b (the
+// correction of the AVX-512 kernel, which offsets the keys by +128 to make
+// them unsigned for VPDPBUSD).
+func quantQuery(x []float32, q []int8, d []float32, c []int32) {
+	for b := range len(x) / dtype.QK {
+		sum := quantQ8_0(x[b*dtype.QK:(b+1)*dtype.QK], q[b*dtype.QK:(b+1)*dtype.QK], &d[b])
+		if c != nil {
+			c[b] = int32(-128 * sum)
+		}
+	}
+}
+
+// q8Score is the score of a quantized query row (q, block scales d) against
+// one cached q8_0 row k (len(d) blocks of 34 bytes), the specification
+// every q8_0 kernel follows bit for bit: per block the exact integer dot
+// Σ q·k, times the product of the two scales, summed over the blocks in
+// order in f32, then times scale:
+//
+//	s = 0;  for b: s += float32(dot_b) · (d_k,b · d_q,b);  s = s · scale
+//
+// (each product rounded to f32 on its own: no fused multiply-add).
+func q8Score(q []int8, d []float32, k []byte, scale float32) float32 {
+	var s float32
+	for b, dq := range d {
+		blk := k[b*(2+dtype.QK) : (b+1)*(2+dtype.QK)] // (34): d f16, q [32]int8
+		dk := f16Table[uint16(blk[0])|uint16(blk[1])<<8]
+		var dot int32
+		for j, v := range blk[2:] {
+			dot += int32(q[b*dtype.QK+j]) * int32(int8(v))
+		}
+		dd := float32(dk * dq)
+		s += float32(float32(dot) * dd)
+	}
+	return s * scale
 }

@@ -8,9 +8,11 @@
 // computes the scores, the online-softmax step (vector exp) and the
 // weighted sum of values. Queries and accumulators are kept
 // chunk-interleaved ((headDim/W, rows, W), W = 16 lanes on AVX-512, 8 on
-// AVX2) so every row's data is a constant offset from one pointer. A q8_0
-// cache is widened to f32 in registers (AVX-512, and AVX2 passes of up to 2
-// rows) or per 16-position tile in L1 (AVX2 passes of more rows).
+// AVX2) so every row's data is a constant offset from one pointer. Over a
+// q8_0 cache the scores come first from a separate kernel (q8Scores*: the
+// pass's query rows quantized to q8_0 once, integer block dots against the
+// cached keys as q8Score specifies), then the block kernel takes the softmax
+// step and the weighted sum of the values, widened to f32 in registers.
 package kernels
 
 import (
@@ -54,7 +56,7 @@ func attendQ8_0(out, q []float32, nq, headDim int, keys, vals [][]byte, bs, n in
 	case use512(headDim):
 		attendCausal512(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
 	case use2(headDim):
-		attendCausalQ8AVX2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
+		attendCausal2(out, q, nq*headDim, 1, nq, headDim, keys, vals, bs, n-1, scale)
 	default:
 		attendQ8_0Generic(out, q, nq, headDim, keys, vals, bs, n, scale)
 	}
@@ -88,7 +90,7 @@ func attendCausalQ8_0(out, q []float32, stride, nt, nq, headDim int, keys, vals 
 	case use512(headDim):
 		attendCausal512(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	case use2(headDim):
-		attendCausalQ8AVX2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
+		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	default:
 		attendCausalGeneric(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
 	}
@@ -104,23 +106,32 @@ type attnScratch struct {
 }
 
 // attendCausal512 is the AVX-512 AttendCausal (and, with nt = 1, Attend):
-// attendCausal2 on 16-lane kernels, for f16, f32 and q8_0 caches (the q8_0
-// kernels widen every element once per pass, in registers). A row's result
-// does not depend on the rows that share its pass, so a token gets the same
-// bits from a prefill block as from a decode step.
+// attendCausal2 on 16-lane kernels, for f16, f32 and q8_0 caches (q8_0:
+// integer scores from q8ScoresAVX512, values widened in registers). A row's
+// result does not depend on the rows that share its pass, so a token gets
+// the same bits from a prefill block as from a decode step.
 func attendCausal512[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
 	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
 	var sc attnScratch
+	var q8 *q8Query
+	if rowLen[T](headDim) != headDim {
+		q8 = new(q8Query) // on the stack: the kernels do not keep pointers
+	}
 	causalPasses(nt, nq, stride, headDim, p0, func(qo, end *[attnMaxNQ]int, g int) {
-		attnPass512(&sc, out, q, qo, end, g, headDim, keys, vals, bs, scale)
+		attnPass512(&sc, q8, out, q, qo, end, g, headDim, keys, vals, bs, scale)
 	})
 }
 
-// attnPass512 runs g ≤ 8 query rows through the cache (as attnPass2).
-func attnPass512[T uint16 | float32 | byte](sc *attnScratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
+// attnPass512 runs g ≤ 8 query rows through the cache (as attnPass2); over
+// a q8_0 cache (q8 not nil) each kernel call's scores come from
+// q8ScoresAVX512.
+func attnPass512[T uint16 | float32 | byte](sc *attnScratch, q8 *q8Query, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
 	nch := headDim / 16
 	rl := rowLen[T](headDim) // stored T of one cached row
 	n := attnBegin512(sc, q, qo, end, g, headDim)
+	if q8 != nil {
+		q8.quantize(q, qo, g, headDim)
+	}
 	for p := 0; p < n; {
 		blk, off := p/bs, p%bs
 		cnt := min(16, bs-off, n-p)
@@ -130,10 +141,53 @@ func attnPass512[T uint16 | float32 | byte](sc *attnScratch, out, q []float32, q
 		k := keys[blk][off*rl : (off+cnt)*rl]
 		v := vals[blk][off*rl : (off+cnt)*rl]
 		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
+		if q8 != nil {
+			// Two blocks ahead: the q8_0 kernels prefetch into L2 only.
+			kn, vn = nextRows(keys, vals, p+cnt+16, n, bs, cnt, rl, kn, vn)
+			kp := q8.keys(any(k).([]byte), cnt, headDim)
+			q8ScoresAVX512(&sc.s[0], kp, headDim/32, g, &q8.q[0][0], &q8.m[0][0], scale, &q8.dk[0], any(kn).(*byte))
+		}
 		attnKernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
 		p += cnt
 	}
 	attnEnd512(sc, out, qo, g, headDim)
+}
+
+// q8Query is the quantized query rows of one pass over a q8_0 cache and the
+// score kernels' scratch (on the stack, ~10 KiB; headDim ≤ 256).
+type q8Query struct {
+	q    [attnMaxNQ][512]byte    // per row: the int8 q of its blocks at [0:headDim], |q| at [256:][:headDim]
+	m    [attnMaxNQ][16]uint32   // per row, block b: d (f32 bits) at [2b], -128·Σq (int32) at [2b+1]
+	dk   [8 * 16]uint16          // (blocks, 16 positions) the keys' f16 scales, kernel scratch
+	sh   [attnMaxNQ * 16]float32 // (rows, 16 positions) AVX2 scores, kernel scratch
+	kpad [16 * 8 * (2 + 32)]byte // a call's keys padded to 16 rows
+}
+
+// quantize sets the pass's g query rows (row j at q[qo[j]:][:headDim]) by
+// the activation quantizer, bit for bit quantQuery's blocks.
+func (z *q8Query) quantize(q []float32, qo *[attnMaxNQ]int, g, headDim int) {
+	for j := range g {
+		x, qq, m := &q[qo[j]:][:headDim][0], &z.q[j][0], (*byte)(unsafe.Pointer(&z.m[j][0]))
+		if impl == implAVX512 {
+			quantQ8AVX512(x, headDim/32, qq, 32, m, 8, 128)
+		} else {
+			quantQ8AVX2(x, headDim/32, qq, 32, m, 8, 128)
+		}
+		for i, v := range z.q[j][:headDim] {
+			z.q[j][256+i] = byte(max(int8(v), -int8(v))) // |q| ≤ 127
+		}
+	}
+}
+
+// keys returns the start of 16 rows of keys for a score kernel: the cnt rows
+// of k, copied with stale rows after them when cnt < 16 (the kernels read
+// 16 rows; scores past cnt are masked off by lim).
+func (z *q8Query) keys(k []byte, cnt, headDim int) *byte {
+	if cnt == 16 {
+		return &k[0]
+	}
+	copy(z.kpad[:], k[:cnt*rowLen[byte](headDim)])
+	return &z.kpad[0]
 }
 
 // attnBegin512 interleaves the g rows' queries into sc.q, resets the
@@ -247,69 +301,6 @@ func nextRows[T uint16 | float32 | byte](keys, vals [][]T, p, n, bs, cnt, rl int
 	return &keys[b][o*rl], &vals[b][o*rl]
 }
 
-// attendCausalQ8AVX2 is attendCausal2 for a q8_0 cache. Passes of up to 2
-// rows (decode with 2 query heads per KV head) run the fused q8_0 kernel;
-// passes of more rows (prefill blocks, larger GQA groups) widen each
-// 16-position tile of keys and values to f32 once (dequantQ8AVX2, into L1)
-// and run the f32 kernel over it, instead of widening every row once per
-// row group inside the fused kernel (measured: 1.6–2.1× the f16 prefill CPU
-// that way).
-func attendCausalQ8AVX2(out, q []float32, stride, nt, nq, headDim int, keys, vals [][]byte, bs, p0 int, scale float32) {
-	if nt*nq <= 2 {
-		attendCausal2(out, q, stride, nt, nq, headDim, keys, vals, bs, p0, scale)
-		return
-	}
-	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
-	var sc attn2Scratch
-	var tile [2][16 * 256]float32 // (16 positions, headDim) widened keys, then values
-	var qo, end [attnMaxNQ]int
-	rows := nt * nq
-	for r0 := 0; r0 < rows; r0 += attnMaxNQ {
-		g := min(attnMaxNQ, rows-r0)
-		for j := range g {
-			i, h := (r0+j)/nq, (r0+j)%nq
-			qo[j], end[j] = i*stride+h*headDim, p0+i+1
-		}
-		attnPassQ8Tiles(&sc, &tile, out, q, &qo, &end, g, headDim, keys, vals, bs, scale)
-	}
-}
-
-// attnPassQ8Tiles is attnPass2 over a q8_0 cache through widened f32 tiles.
-func attnPassQ8Tiles(sc *attn2Scratch, tile *[2][16 * 256]float32, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]byte, bs int, scale float32) {
-	nch := headDim / 8
-	rl := rowLen[byte](headDim)
-	n := 0
-	for j := range attnMaxNQ {
-		sc.ml[j], sc.ml[8+j], sc.lim[j] = float32(math.Inf(-1)), 0, 0
-	}
-	for j := range g {
-		for i := range nch {
-			copy(sc.q[(i*g+j)*8:(i*g+j)*8+8], q[qo[j]+8*i:])
-		}
-		n = max(n, end[j])
-	}
-	clear(sc.acc[:g*headDim])
-	kt, vt := &tile[0][0], &tile[1][0]
-	for p := 0; p < n; {
-		blk, off := p/bs, p%bs
-		cnt := min(16, bs-off, n-p)
-		for j := range g {
-			sc.lim[j] = int32(min(max(end[j]-p, 0), cnt))
-		}
-		k := keys[blk][off*rl : (off+cnt)*rl]
-		v := vals[blk][off*rl : (off+cnt)*rl]
-		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
-		dequantQ8AVX2(kt, &k[0], cnt*headDim/32, kn)
-		dequantQ8AVX2(vt, &v[0], cnt*headDim/32, vn)
-		attn2Kernel(sc, g, nch, kt, vt, cnt, scale, kt, vt)
-		p += cnt
-	}
-	for j := range g {
-		o := out[qo[j] : qo[j]+headDim]
-		attnOutAVX2(&o[0], &sc.acc[j*8], nch, 32*g, sc.ml[8+j])
-	}
-}
-
 // attn2Scratch is the working memory of one AVX2 pass, on the stack
 // (headDim ≤ 256).
 type attn2Scratch struct {
@@ -326,15 +317,20 @@ type attn2Scratch struct {
 func attendCausal2[T uint16 | float32 | byte](out, q []float32, stride, nt, nq, headDim int, keys, vals [][]T, bs, p0 int, scale float32) {
 	checkCausal(out, q, stride, nt, nq, headDim, len(keys), len(vals), bs, p0)
 	var sc attn2Scratch
+	var q8 *q8Query
+	if rowLen[T](headDim) != headDim {
+		q8 = new(q8Query)
+	}
 	causalPasses(nt, nq, stride, headDim, p0, func(qo, end *[attnMaxNQ]int, g int) {
-		attnPass2(&sc, out, q, qo, end, g, headDim, keys, vals, bs, scale)
+		attnPass2(&sc, q8, out, q, qo, end, g, headDim, keys, vals, bs, scale)
 	})
 }
 
 // attnPass2 runs g ≤ 8 query rows through the cache: row j's query is
 // q[qo[j]:][:headDim], its output out[qo[j]:][:headDim], and it sees
-// positions [0, end[j]) (end[j] ≥ 1).
-func attnPass2[T uint16 | float32 | byte](sc *attn2Scratch, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
+// positions [0, end[j]) (end[j] ≥ 1). Over a q8_0 cache (q8 not nil) each
+// kernel call's scores come from q8ScoresAVX2.
+func attnPass2[T uint16 | float32 | byte](sc *attn2Scratch, q8 *q8Query, out, q []float32, qo, end *[attnMaxNQ]int, g, headDim int, keys, vals [][]T, bs int, scale float32) {
 	nch := headDim / 8
 	rl := rowLen[T](headDim) // stored T of one cached row
 	n := 0
@@ -348,6 +344,9 @@ func attnPass2[T uint16 | float32 | byte](sc *attn2Scratch, out, q []float32, qo
 		n = max(n, end[j])
 	}
 	clear(sc.acc[:g*headDim])
+	if q8 != nil {
+		q8.quantize(q, qo, g, headDim)
+	}
 	for p := 0; p < n; {
 		blk, off := p/bs, p%bs
 		cnt := min(16, bs-off, n-p)
@@ -357,6 +356,12 @@ func attnPass2[T uint16 | float32 | byte](sc *attn2Scratch, out, q []float32, qo
 		k := keys[blk][off*rl : (off+cnt)*rl]
 		v := vals[blk][off*rl : (off+cnt)*rl]
 		kn, vn := nextRows(keys, vals, p+cnt, n, bs, cnt, rl, &k[0], &v[0])
+		if q8 != nil {
+			// Two blocks ahead: the q8_0 kernels prefetch into L2 only.
+			kn, vn = nextRows(keys, vals, p+cnt+16, n, bs, cnt, rl, kn, vn)
+			kp := q8.keys(any(k).([]byte), cnt, headDim)
+			q8ScoresAVX2(&sc.s[0], kp, headDim/32, g, &q8.q[0][0], &q8.m[0][0], scale, &q8.dk[0], &q8.sh[0], any(kn).(*byte))
+		}
 		attn2Kernel(sc, g, nch, &k[0], &v[0], cnt, scale, kn, vn)
 		p += cnt
 	}

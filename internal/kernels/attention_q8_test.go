@@ -50,9 +50,11 @@ func TestWidenQ8(t *testing.T) {
 }
 
 // TestAttendQ8Impls checks AttendQ8_0 of every implementation against the
-// plain-Go twin, and the twin against AttendF32 of the same cache
-// dequantized by dtype: GQA group sizes around the 8-row kernel limit, head
-// sizes of 1…8 blocks, partial cache blocks, large scores.
+// plain-Go twin, and the twin against AttendF32 of the same cache and of
+// the query quantized to q8_0, both dequantized by dtype (the twin's
+// integer scores are those float dot products up to rounding): GQA group
+// sizes around the 8-row kernel limit, head sizes of 1…8 blocks, partial
+// cache blocks, large scores.
 func TestAttendQ8Impls(t *testing.T) {
 	type tc struct{ nq, hd, bs, n int }
 	var cases []tc
@@ -80,7 +82,7 @@ func TestAttendQ8Impls(t *testing.T) {
 				check(t)
 				compareAttn(t, "q8_0 "+name, have, want, qscale)
 				ref := make([]float32, c.nq*c.hd)
-				attendF32Generic(ref, q, c.nq, c.hd, k32, v32, c.bs, c.n, scale)
+				attendF32Generic(ref, dequantQ8(q), c.nq, c.hd, k32, v32, c.bs, c.n, scale)
 				compareAttn(t, "q8_0 twin vs dequantized f32 "+name, want, ref, qscale)
 			}
 		}
@@ -133,4 +135,17 @@ func TestAttendCausalQ8Impls(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dequantQ8 returns x quantized to q8_0 and widened back by dtype.
+func dequantQ8(x []float32) []float32 {
+	q, err := dtype.Quantize(dtype.Q8_0, nil, x)
+	if err != nil {
+		panic(err)
+	}
+	y := make([]float32, len(x))
+	if err := dtype.Dequantize(dtype.Q8_0, y, q); err != nil {
+		panic(err)
+	}
+	return y
 }

@@ -263,6 +263,7 @@ func attendF32AVX512x8(acc *float32, q *float32, ml *float32, nch int, k *byte, 
 // attendQ8AVX512x1 advances the online softmax of 1 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -280,6 +281,7 @@ func attendQ8AVX512x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 // attendQ8AVX512x2 advances the online softmax of 2 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -297,6 +299,7 @@ func attendQ8AVX512x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 // attendQ8AVX512x3 advances the online softmax of 3 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -314,6 +317,7 @@ func attendQ8AVX512x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 // attendQ8AVX512x4 advances the online softmax of 4 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -331,6 +335,7 @@ func attendQ8AVX512x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 // attendQ8AVX512x5 advances the online softmax of 5 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -348,6 +353,7 @@ func attendQ8AVX512x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 // attendQ8AVX512x6 advances the online softmax of 6 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -365,6 +371,7 @@ func attendQ8AVX512x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 // attendQ8AVX512x7 advances the online softmax of 7 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -382,6 +389,7 @@ func attendQ8AVX512x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v
 // attendQ8AVX512x8 advances the online softmax of 8 query rows by cnt (1…16)
 // cached positions: k and v hold cnt rows of 16·nch q8_0 elements.
 // A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).
+// The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.
 // q and acc are chunk-interleaved: element 16i+j of row h is at [(i*nq+h)*16+j].
 // ml holds the running max m[h] at ml[h] and the running sum l[h] at ml[8+h]
 // for h < 8; row h sees only the first lim[h] ≤ cnt positions (lim[h] = 0 for
@@ -652,127 +660,145 @@ func attendF32AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v 
 //go:noescape
 func attendF32AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x1 is attendF16AVX2x1 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x1 is attendF16AVX2x1 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x1(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x2 is attendF16AVX2x2 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x2 is attendF16AVX2x2 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x2(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x3 is attendF16AVX2x3 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x3 is attendF16AVX2x3 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x3(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x4 is attendF16AVX2x4 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x4 is attendF16AVX2x4 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x4(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x5 is attendF16AVX2x5 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x5 is attendF16AVX2x5 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x5(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x6 is attendF16AVX2x6 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x6 is attendF16AVX2x6 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x6(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x7 is attendF16AVX2x7 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x7 is attendF16AVX2x7 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x7(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
 
-// attendQ8AVX2x8 is attendF16AVX2x8 for a q8_0 cache: k and v hold cnt rows
-// of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);
-// nch (the 8-element chunks of a row) is a multiple of 4. For each row h,
-// over p < lim[h]:
+// attendQ8AVX2x8 is attendF16AVX2x8 for a q8_0 cache with the scores given:
+// v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8
+// q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;
+// s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.
+// For each row h, over p < lim[h]:
 //
-//	sc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
+//	m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')
 //	l = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'
 //
 // Every row must see at least one position in its first call (m finite).
-// Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).
+// Meanwhile it prefetches cnt rows of values at vn (the next block).
 //
 //go:noescape
 func attendQ8AVX2x8(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)
-
-// dequantQ8AVX2 sets dst[32b+j] = d_b·q_b[j] for the nblk ≥ 1 ggml block_q8_0
-// at src (34 bytes each: f16 d, 32 int8 q), j < 32, and prefetches nblk·34
-// bytes at next (the following tile).
-//
-//go:noescape
-func dequantQ8AVX2(dst *float32, src *byte, nblk int, next *byte)
 
 // attnOutAVX2 sets out[8i+j] = acc[i*accStride/4+j] / l for i < nch, j < 8
 // (nch ≥ 1; accStride in bytes).
 //
 //go:noescape
 func attnOutAVX2(out *float32, acc *float32, nch int, accStride int, l float32)
+
+// q8ScoresAVX512 sets s[16h+p] = q8Score(query row h, key p) for h < rows ≤ 8 and
+// the 16 key rows p at k, each nb ≤ 8 ggml block_q8_0 (34 bytes); the query
+// rows are laid out as in q8Query (q, m); dk is scratch of 16·nb f16.
+// It prefetches the 16 rows of keys at kn.
+//
+//go:noescape
+func q8ScoresAVX512(s *float32, k *byte, nb int, rows int, q *byte, m *uint32, scale float32, dk *uint16, kn *byte)
+
+// q8ScoresAVX2 sets s[8p+h] = q8Score(query row h, key p) for h < rows ≤ 8 and
+// the 16 key rows p at k, each nb ≤ 8 ggml block_q8_0 (34 bytes) with q in
+// [-127, 127]; the query rows are laid out as in q8Query (q with |q|, m). It
+// writes s[8p+h] for h ≥ rows too (arbitrary values). dk is scratch of 16·nb
+// f16, sh of 16·8 floats. It prefetches the 16 rows of keys at kn.
+//
+//go:noescape
+func q8ScoresAVX2(s *float32, k *byte, nb int, rows int, q *byte, m *uint32, scale float32, dk *uint16, sh *float32, kn *byte)

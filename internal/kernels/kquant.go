@@ -46,7 +46,6 @@ type kActs struct {
 	bsums           []int16   // (batch, nblk·16) K-quants: sums of each 16 quants
 	s               []float32 // (batch, nblk) Q8_1: f16(d·Σq), widened
 	kb              []int16   // block sums in the order a fast kernel wants (kquant_amd64.go), or nil
-	c               []float32 // (batch, nblk) Q5_0 fast kernel: −16·d·Σq per block
 	xt              []byte    // Q4_K tile kernel: the rows tiled by groups of 4 (kquant_amd64.go), or nil
 }
 
@@ -83,7 +82,7 @@ func quantizeKActs(p *Pool, t dtype.Type, x []float32, batch, cols int) *kActs {
 	a.nblk = cols / a.bsz
 	a.q = grow(a.q, batch*cols)
 	a.d = grow(a.d, batch*a.nblk)
-	a.bsums, a.s, a.kb, a.c, a.xt = a.bsums[:0], a.s[:0], a.kb[:0], a.c[:0], a.xt[:0]
+	a.bsums, a.s, a.kb, a.xt = a.bsums[:0], a.s[:0], a.kb[:0], a.xt[:0]
 	if t.IsK() {
 		a.bsums = grow(a.bsums, batch*a.nblk*16)
 	}

@@ -3,11 +3,11 @@
 // K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at
 // load into 16-row tiles and Q2_K/Q3_K into a per-row kernel layout, then
 // multiplied by kquant_amd64.s. Q4_1/Q5_0/Q5_1 weights are repacked and
-// multiplied by legacy_amd64.go (AVX2 and AVX-512 tile kernels); the per-row
-// kernels below that read them in ggml's own layout are no longer reached
-// where AVX2 is. The same AVX2 K-quant kernels serve AVX-512 machines (there
-// are no AVX-512 K-quant kernels yet; on AVX-512 hosts K-quant matmuls
-// therefore run at the AVX2 path's speed, see docs/performance.md).
+// multiplied by legacy_amd64.go (AVX2 and AVX-512 tile kernels), or by the
+// plain-Go kernel without AVX2. The same AVX2 K-quant kernels serve AVX-512
+// machines (there are no AVX-512 K-quant kernels yet; on AVX-512 hosts
+// K-quant matmuls therefore run at the AVX2 path's speed, see
+// docs/performance.md).
 //
 // Tiles (as Q4_0's in matmul_amd64.go): rows in groups of 16 (the last one
 // zero-padded: scale 0), a group's super-blocks follow each other, groups
@@ -48,9 +48,7 @@
 //	      as Q3_K's scales, d, dmin f16.
 //
 // Their kernels take per-16 activation sums reordered like the scales
-// (kActs.kb). The Q4_1/Q5_0/Q5_1 kernels read ggml's blocks as stored, with
-// unsigned quants: Q5_0's offset of 16 becomes the block term −16·d_x·Σq_x
-// (kActs.c).
+// (kActs.kb).
 package kernels
 
 import (
@@ -64,14 +62,6 @@ import (
 )
 
 const kMaxNB = 4 // activation rows per kernel call (see _asm/kquant.go)
-
-type lKernel func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)
-
-var lKernels = map[dtype.Type]*[kMaxNB + 1]lKernel{
-	dtype.Q4_1: {nil, q41AVX2x1, q41AVX2x2, q41AVX2x3, q41AVX2x4},
-	dtype.Q5_0: {nil, q50AVX2x1, q50AVX2x2, q50AVX2x3, q50AVX2x4},
-	dtype.Q5_1: {nil, q51AVX2x1, q51AVX2x2, q51AVX2x3, q51AVX2x4},
-}
 
 type kKernel func(w *byte, nrow, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
@@ -307,16 +297,6 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 				a.kb[i+k23ScaleOrder[k]] = a.bsums[i+k]
 			}
 		}
-	case dtype.Q5_0:
-		// The kernel's unsigned quants need −16·d_x·Σq_x per block.
-		a.c = grow(a.c, batch*a.nblk)
-		for i := range a.c {
-			var sum int32
-			for _, v := range a.q[32*i : 32*i+32] {
-				sum += int32(v)
-			}
-			a.c[i] = -16 * a.d[i] * float32(sum)
-		}
 	}
 }
 
@@ -440,16 +420,6 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 	if legacyRows(w, a, y, ystride, batch, lo, hi, base) { // legacy_amd64.go
 		return true
 	}
-	if lk := lKernels[w.Type]; lk != nil && impl >= implAVX2 {
-		c := a.s // Q4_1/Q5_1: the s of each Q8_1 block
-		if w.Type == dtype.Q5_0 {
-			c = a.c
-		}
-		kTiles(lo, hi, batch, func(r, b0, nb int) {
-			lk[nb](&w.Row(r)[0], a.nblk, &a.q[b0*a.cols], a.cols, &a.d[b0*a.nblk], 4*a.nblk, &c[b0*a.nblk], &y[b0*ystride+r-base], 4*ystride)
-		})
-		return true
-	}
 	pk, _ := w.packed.(*kpacked)
 	if pk == nil || impl < implAVX2 {
 		return false
@@ -488,23 +458,9 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 // prefill. Each output is still one kernel call's sum over all columns.
 const kRowBlock, kBatchChunk = 16, 64
 
-// kTiles calls k(r, b0, nb) for every weight row r in [lo, hi) and every
-// group of nb ≤ kMaxNB activation rows from b0, in cache-blocked order.
-func kTiles(lo, hi, batch int, k func(r, b0, nb int)) {
-	for r0 := lo; r0 < hi; r0 += kRowBlock {
-		for c0 := 0; c0 < batch; c0 += kBatchChunk {
-			c1 := min(batch, c0+kBatchChunk)
-			for r := r0; r < min(hi, r0+kRowBlock); r++ {
-				for b0 := c0; b0 < c1; b0 += kMaxNB {
-					k(r, b0, min(kMaxNB, c1-b0))
-				}
-			}
-		}
-	}
-}
-
-// kRowTiles is kTiles with the rows of a row block in one call: k(r, nr, b0,
-// nb) for weight rows [r, r+nr) and activation rows [b0, b0+nb).
+// kRowTiles calls k(r, nr, b0, nb) for weight rows [r, r+nr) (a row block
+// in [lo, hi)) and every group of nb ≤ kMaxNB activation rows from b0, in
+// cache-blocked order.
 func kRowTiles(lo, hi, batch int, k func(r, nr, b0, nb int)) {
 	for r0 := lo; r0 < hi; r0 += kRowBlock {
 		nr := min(hi, r0+kRowBlock) - r0

@@ -178,7 +178,7 @@ func legacyQuantize(p *Pool, w *Matrix, x []float32, batch int, ref bool) *kActs
 	}
 	a := kActsPool.Get().(*kActs)
 	a.cols, a.bsz, a.nblk = w.Cols, dtype.QK, w.Cols/dtype.QK
-	a.q, a.d, a.bsums, a.s, a.kb, a.c = a.q[:0], a.d[:0], a.bsums[:0], a.s[:0], a.kb[:0], a.c[:0]
+	a.q, a.d, a.bsums, a.s, a.kb = a.q[:0], a.d[:0], a.bsums[:0], a.s[:0], a.kb[:0]
 	nblk, cols := a.nblk, a.cols
 	a.xt = grow(a.xt, batch*nblk*lXBytes)
 	q81 := 1 // Q4_1, Q5_1: s_x; Q5_0: c

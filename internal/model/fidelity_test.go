@@ -37,14 +37,14 @@ const (
 // tolerance is the largest logit difference accepted for a model's weight
 // type: f32 math on exact weights differs from float64 only by rounding; the
 // f16 KV cache adds its rounding, the q8_0 cache its 8-bit rounding of
-// keys and values; Q8_0/Q4_0 also quantize activations to 8 bits, as
-// llama.cpp does.
+// keys and values and of the query for the scores (integer block dots);
+// Q8_0/Q4_0 also quantize activations to 8 bits, as llama.cpp does.
 func tolerance(kv model.KVType) float64 {
 	switch kv {
 	case model.KVF32:
 		return 2e-3
 	case model.KVQ8_0:
-		return 0.5 // measured worst 0.345 over the shipped models (means ≤ 0.06)
+		return 0.75 // measured worst 0.516 over the shipped models (means ≤ 0.063); 0.366 before the query was quantized
 	}
 	return 0.03
 }

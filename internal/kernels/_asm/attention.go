@@ -29,8 +29,9 @@ func genAttention() {
 	for nq := 1; nq <= attnMaxNQ; nq++ {
 		genAttnBlock2Q8(nq)
 	}
-	genDequantQ8()
 	genAttnOut2()
+	genQ8ScoresAVX512()
+	genQ8ScoresAVX2()
 }
 
 // expConsts are Cephes expf: exp(x) = 2^n · (1 + r·(1 + r·P(r))), r = x - n·ln2.
@@ -512,37 +513,32 @@ func genAttnOut2() {
 }
 
 // genAttnBlock2Q8 emits the AVX2 online-softmax update of nq query rows over
-// one block of cnt ≤ 16 cached positions of a q8_0 cache: each row of k and
-// v is headDim/32 ggml block_q8_0 (f16 scale d, 32 int8 q). Elements are
-// widened to exactly the f32 d·q the plain-Go twin computes (VPMOVSXBD,
-// VCVTDQ2PS, one VMULPS by the block's scale), then used as the f32 kernel
-// uses them. Scores: rows in groups of up to 4, P positions of one 32-element
-// block at a time, the query chunks as FMA memory operands; the softmax is
-// attn2Softmax; values: rows in pairs, one block (4 chunks) of the head at
-// a time.
+// one block of cnt ≤ 16 cached positions of a q8_0 cache: each row of v is
+// headDim/32 ggml block_q8_0 (f16 scale d, 32 int8 q). The scores are given
+// in s (q8ScoresAVX2 computed them); the softmax is attn2Softmax; values:
+// rows in groups of up to 4, one block of the head at a time, each element
+// widened once per group to exactly the f32 d·q the plain-Go twin computes
+// (VPMOVSXBD, VCVTDQ2PS, one VMULPS by the block's scale).
 func genAttnBlock2Q8(nq int) {
 	name := fmt.Sprintf("attendQ8AVX2x%d", nq)
 	TEXT(name, NOSPLIT, "func(acc *float32, q *float32, ml *float32, nch int, k *byte, v *byte, cnt int, scale float32, s *float32, lim *int32, kn *byte, vn *byte)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s is attendF16AVX2x%d for a q8_0 cache: k and v hold cnt rows", name, nq),
-		"of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q);",
-		"nch (the 8-element chunks of a row) is a multiple of 4. For each row h,",
-		"over p < lim[h]:",
+	Doc(fmt.Sprintf("%s is attendF16AVX2x%d for a q8_0 cache with the scores given:", name, nq),
+		"v holds cnt rows of nch/4 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8",
+		"q; element d·q); nch (the 8-element chunks of a row) is a multiple of 4;",
+		"s[8p+h] holds the score sc[p] of row h (q8ScoresAVX2); k is not read.",
+		"For each row h, over p < lim[h]:",
 		"",
-		"\tsc[p] = scale·q_h·k_p;  m' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')",
+		"\tm' = max(m, max_p sc[p]);  c = exp(m-m');  w[p] = exp(sc[p]-m')",
 		"\tl = l·c + Σ_p w[p];  acc_h = acc_h·c + Σ_p w[p]·v_p;  m = m'",
 		"",
 		"Every row must see at least one position in its first call (m finite).",
-		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block).")
+		"Meanwhile it prefetches cnt rows of values at vn (the next block).")
 	const blk = 34 // bytes of one block_q8_0
 	RS := reg.R13  // row stride of k and v in bytes
 	Load(Param("nch"), RS)
 	SHRQ(U8(2), RS)
 	IMUL3Q(U8(blk), RS, RS)
-	sc, err := Param("scale").Resolve()
-	if err != nil {
-		panic(err)
-	}
 	// loadD sets d to the block scale at m in every lane; loadQ8 sets y to
 	// the 8 int8 at m times d.
 	loadD := func(m Mem, d reg.VecPhysical) {
@@ -554,104 +550,30 @@ func genAttnBlock2Q8(nq int) {
 		VCVTDQ2PS(y, y)
 		VMULPS(d, y, y)
 	}
-	KN := Load(Param("kn"), reg.R14)
-	KREM := reg.R12
-	Load(Param("cnt"), KREM)
-	IMULQ(RS, KREM)
 	VN := Load(Param("vn"), reg.R10)
 	VREM := reg.RSI
 	Load(Param("cnt"), VREM)
 	IMULQ(RS, VREM)
 
-	Comment("Scores: s[8p+h] = scale · q_h·k_p, rows in groups of up to 4, P positions at a time.")
-	for h0 := 0; h0 < nq; h0 += 4 {
-		R := min(4, nq-h0)
-		P := 4
-		if R > 2 {
-			P = 2
-		}
-		K := Load(Param("k"), reg.RCX)
-		S := Load(Param("s"), reg.RDX)
-		CNT := Load(Param("cnt"), reg.R9)
-		scoreGroup := func(P int, sfx string) {
-			acc := func(p, h int) reg.VecPhysical { return Y(p*R + h) }
-			dreg := func(p int) reg.VecPhysical { return Y(R*P + p) }
-			kz := []reg.VecPhysical{reg.Y14, reg.Y15}
-			for p := range P {
-				for h := range R {
-					VXORPS(acc(p, h), acc(p, h), acc(p, h))
-				}
-			}
-			bases := []reg.Register{reg.RAX, reg.RBX}[:(P+2)/3]
-			for i, r := range bases {
-				if i == 0 {
-					MOVQ(K, r)
-				} else {
-					LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
-					ADDQ(RS, r)
-				}
-			}
-			Load(Param("q"), reg.R8)
-			if h0 > 0 {
-				ADDQ(U32(32*h0), reg.R8)
-			}
-			Load(Param("nch"), reg.R11)
-			SHRQ(U8(2), reg.R11) // blocks per row
-			Label("block" + sfx)
-			prefetch(KN, KREM, 2, "kpf"+sfx)
-			for p := range P {
-				loadD(xRowAddr(bases, RS, p, 0), dreg(p))
-			}
-			for c := range 4 {
-				for p := range P {
-					y := kz[p%2]
-					loadQ8(xRowAddr(bases, RS, p, 2+8*c), dreg(p), y)
-					for h := range R {
-						VFMADD231PS(M(reg.R8, 32*(c*nq+h)), y, acc(p, h))
-					}
-				}
-			}
-			for _, r := range bases {
-				ADDQ(U8(blk), r)
-			}
-			ADDQ(U32(128*nq), reg.R8)
-			DECQ(reg.R11)
-			JNZ(LabelRef("block" + sfx))
-			VBROADCASTSS(sc.Addr, reg.Y15)
-			for p := range P {
-				reduce4(acc, p, R, dreg(0), Y(R*P+1)) // Y(R*P+1): dreg(1), or free for P = 1
-				VMULPS(reg.X15, acc(p, 0).AsX(), acc(p, 0).AsX())
-				VMOVUPS(acc(p, 0).AsX(), M(S, 32*p+4*h0))
-			}
-			ADDQ(U8(32*P), S)
-			for range P {
-				ADDQ(RS, K)
-			}
-		}
-		g := fmt.Sprintf("r%d", h0)
-		Label("group" + g)
-		CMPQ(CNT, U8(P))
-		JL(LabelRef("single" + g))
-		scoreGroup(P, "P"+g)
-		SUBQ(U8(P), CNT)
-		JMP(LabelRef("group" + g))
-		Label("single" + g)
-		TESTQ(CNT, CNT)
-		JZ(LabelRef("scored" + g))
-		scoreGroup(1, "1"+g)
-		DECQ(CNT)
-		JMP(LabelRef("single" + g))
-		Label("scored" + g)
-	}
-
 	S := attn2Softmax()
 
-	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in pairs, one block (4 chunks) of the head at a time.")
-	for h0 := 0; h0 < nq; h0 += 2 {
-		R := min(2, nq-h0)
+	// Rows in groups of up to 4 (pairs when nq ≤ 2) so that each value is
+	// widened once per group: a pair sweeps a block's 4 chunks at once, a
+	// group of 3–4 rows its two halves one after the other.
+	rg := 2
+	if nq > 2 {
+		rg = 4
+	}
+	Comment("acc_h = acc_h·c_h + Σ_p w[8p+h]·v_p, rows in groups of up to 4, C chunks of one block at a time.")
+	for h0 := 0; h0 < nq; h0 += rg {
+		R := min(rg, nq-h0)
+		C := 4 // chunks per sweep over the positions
+		if R > 2 {
+			C = 2
+		}
 		acc := func(c, h int) reg.VecPhysical { return Y(c*R + h) }
-		w := func(h int) reg.VecPhysical { return Y(4*R + h) }
-		d, vz := reg.Y10, []reg.VecPhysical{reg.Y11, reg.Y12}
+		w := func(h int) reg.VecPhysical { return Y(C*R + h) }
+		d, vz := reg.Y13, []reg.VecPhysical{reg.Y14, reg.Y15}
 		ACC := Load(Param("acc"), reg.RDI)
 		if h0 > 0 {
 			ADDQ(U32(32*h0), ACC)
@@ -662,37 +584,40 @@ func genAttnBlock2Q8(nq int) {
 		SHRQ(U8(2), reg.R9) // blocks per row
 		g := fmt.Sprintf("r%d", h0)
 		Label("vblock" + g)
-		for h := range R {
-			VBROADCASTSS(M(S, 32*16+4*(h0+h)), w(h))
-		}
-		for c := range 4 {
+		for c0 := 0; c0 < 4; c0 += C {
+			gc := fmt.Sprintf("%sc%d", g, c0)
 			for h := range R {
-				VMULPS(M(ACC, 32*(c*nq+h)), w(h), acc(c, h))
+				VBROADCASTSS(M(S, 32*16+4*(h0+h)), w(h))
 			}
-		}
-		MOVQ(V, reg.RBX)
-		MOVQ(S, reg.R8)
-		MOVQ(CNT, reg.R12)
-		Label("vpos" + g)
-		prefetch(VN, VREM, 1, "vpf"+g)
-		for h := range R {
-			VBROADCASTSS(M(reg.R8, 4*(h0+h)), w(h))
-		}
-		loadD(M(reg.RBX, 0), d)
-		for c := range 4 {
-			y := vz[c%2]
-			loadQ8(M(reg.RBX, 2+8*c), d, y)
-			for h := range R {
-				VFMADD231PS(w(h), y, acc(c, h))
+			for c := range C {
+				for h := range R {
+					VMULPS(M(ACC, 32*((c0+c)*nq+h)), w(h), acc(c, h))
+				}
 			}
-		}
-		ADDQ(RS, reg.RBX)
-		ADDQ(U8(32), reg.R8)
-		DECQ(reg.R12)
-		JNZ(LabelRef("vpos" + g))
-		for c := range 4 {
+			MOVQ(V, reg.RBX)
+			MOVQ(S, reg.R8)
+			MOVQ(CNT, reg.R12)
+			Label("vpos" + gc)
+			prefetchL2(VN, VREM, 1, "vpf"+gc)
 			for h := range R {
-				VMOVUPS(acc(c, h), M(ACC, 32*(c*nq+h)))
+				VBROADCASTSS(M(reg.R8, 4*(h0+h)), w(h))
+			}
+			loadD(M(reg.RBX, 0), d)
+			for c := range C {
+				y := vz[c%2]
+				loadQ8(M(reg.RBX, 2+8*(c0+c)), d, y)
+				for h := range R {
+					VFMADD231PS(w(h), y, acc(c, h))
+				}
+			}
+			ADDQ(RS, reg.RBX)
+			ADDQ(U8(32), reg.R8)
+			DECQ(reg.R12)
+			JNZ(LabelRef("vpos" + gc))
+			for c := range C {
+				for h := range R {
+					VMOVUPS(acc(c, h), M(ACC, 32*((c0+c)*nq+h)))
+				}
 			}
 		}
 		ADDQ(U32(128*nq), ACC)
@@ -700,40 +625,6 @@ func genAttnBlock2Q8(nq int) {
 		DECQ(reg.R9)
 		JNZ(LabelRef("vblock" + g))
 	}
-	VZEROUPPER()
-	RET()
-}
-
-// genDequantQ8 emits the widening of q8_0 cache rows to f32 for the
-// many-row passes (prefill blocks, large GQA groups), which then run the f32
-// kernel on the widened tile in L1: each element is the twin's d·q, by the
-// same three instructions as genAttnBlock2Q8.
-func genDequantQ8() {
-	TEXT("dequantQ8AVX2", NOSPLIT, "func(dst *float32, src *byte, nblk int, next *byte)")
-	Pragma("noescape")
-	Doc("dequantQ8AVX2 sets dst[32b+j] = d_b·q_b[j] for the nblk ≥ 1 ggml block_q8_0",
-		"at src (34 bytes each: f16 d, 32 int8 q), j < 32, and prefetches nblk·34",
-		"bytes at next (the following tile).")
-	D := Load(Param("dst"), reg.RDI)
-	S := Load(Param("src"), reg.RSI)
-	N := Load(Param("nblk"), reg.RCX)
-	NX := Load(Param("next"), reg.RDX)
-	Label("block")
-	PREFETCHT0(M(NX, 0))
-	VPBROADCASTW(M(S, 0), reg.X0)
-	VCVTPH2PS(reg.X0, reg.Y0)
-	for c := range 4 {
-		y := Y(1 + c)
-		VPMOVSXBD(M(S, 2+8*c), y)
-		VCVTDQ2PS(y, y)
-		VMULPS(reg.Y0, y, y)
-		VMOVUPS(y, M(D, 32*c))
-	}
-	ADDQ(U8(34), S)
-	ADDQ(U8(34), NX)
-	ADDQ(U32(128), D)
-	DECQ(N)
-	JNZ(LabelRef("block"))
 	VZEROUPPER()
 	RET()
 }

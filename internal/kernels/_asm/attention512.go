@@ -21,10 +21,10 @@ import (
 // prefill give the same bits).
 
 // genAttnBlock512 emits attend{F16,F32,Q8}AVX512x<nq> (kind "f16", "f32" or
-// "q8"). The q8_0 kernels widen each cached element to exactly the f32 d·q
-// of dequantQ8AVX2 (VPMOVSXBD, VCVTDQ2PS, one VMULPS by the block's scale)
-// and use it as the f32 kernel uses a widened tile, so they give the f32
-// kernel's bits over a dequantized cache; they step through a row one
+// "q8"). The q8_0 kernels take the scores given, head-major in s
+// (q8ScoresAVX512 computed them as integer block dots), and widen each
+// cached value to exactly the f32 d·q of the plain-Go twin (VPMOVSXBD,
+// VCVTDQ2PS, one VMULPS by the block's scale), stepping through a row one
 // 32-element block (two 16-element chunks) at a time.
 func genAttnBlock512(nq int, kind string) {
 	t, ld, csz, csh := "F32", "f32", 64, uint8(6) // csz: bytes of 16 cached elements, csh its log2
@@ -52,7 +52,8 @@ func genAttnBlock512(nq int, kind string) {
 		"Every row must see at least one position in its first call (m finite).",
 		"Meanwhile it prefetches cnt rows of keys and values at kn and vn (the next block)."}
 	if q8 {
-		doc = slices.Insert(doc, 2, "A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).")
+		doc = slices.Insert(doc, 2, "A row is nch/2 ggml block_q8_0 (34 bytes: f16 scale d, 32 int8 q; element d·q).",
+			"The scores sc[p] of row h are given in s[16h+p] (q8ScoresAVX512); k and kn are not read.")
 	}
 	Doc(doc...)
 	RS := reg.R13 // row stride of k and v in bytes
@@ -95,155 +96,26 @@ func genAttnBlock512(nq int, kind string) {
 	}
 	pfLines := 2 * csz / 16 // 4 (f16) or 8 (f32) lines per iteration
 	if q8 {
-		// Per block of P rows in the score loop (P = 8 for 2 rows: 8
-		// iterations per 16 positions, 40 lines ≥ the 34 of 16 rows of 4
-		// blocks), per position in the value loop.
-		pfLines = 5
+		pfLines = 5 // per position in the value loop (34·nch/2 bytes a row)
 	}
-	KN := Load(Param("kn"), reg.R14)
-	KREM := reg.R10
-	Load(Param("cnt"), KREM)
-	IMULQ(RS, KREM)
 
 	// Up to 4 rows (decode) keep the scores head-major, s[16h+p], and take
 	// the softmax one row at a time over the 16 positions in the lanes;
 	// more rows (prefill passes) keep them position-major, s[nq·p+h], and
 	// take it for all rows at once, rows in the lanes. Both give the same
 	// bits (the same max, exps and order of the sum Σw).
-	headMajor := nq <= 4
+	headMajor := nq <= 4 || q8
 	wOff := func(h int) int { return 4 * h } // weight of row h at the current position
 	wStep := 4 * nq
 	if headMajor {
 		wOff = func(h int) int { return 64 * h }
 		wStep = 4
 	}
-	Comment("Scores: scale · q_h·k_p, P positions × all rows at a time.")
-	K := Load(Param("k"), reg.RCX)
-	S := Load(Param("s"), reg.RDX)
-	CNT := Load(Param("cnt"), reg.R9)
-	Q, NC := reg.R8, reg.R11
-	scoreGroup := func(P int, sfx string) {
-		acc := func(p, h int) reg.VecPhysical { return Z(p*nq + h) }
-		qz := func(h int) reg.VecPhysical { return Z(16 + h) }
-		for p := range P {
-			for h := range nq {
-				VPXORD(acc(p, h), acc(p, h), acc(p, h))
-			}
-		}
-		// Row p of the group is at bases[p/3] + (p%3)·RS.
-		bases := []reg.Register{reg.RAX, reg.RBX, reg.R12}[:(P+2)/3]
-		for i, r := range bases {
-			if i == 0 {
-				MOVQ(K, r)
-			} else {
-				LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
-				ADDQ(RS, r)
-			}
-		}
-		Load(Param("q"), Q)
-		Load(Param("nch"), NC)
-		if q8 {
-			SHRQ(U8(1), NC) // blocks per row
-		}
-		Label("chunk" + sfx)
-		prefetch(KN, KREM, pfLines, "kpf"+sfx)
-		if q8 {
-			dz := func(p int) reg.VecPhysical { return Z(16 + nq + p) } // the P positions' block scales
-			for p := range P {
-				loadD(xRowAddr(bases, RS, p, 0), dz(p))
-			}
-			for c := range 2 {
-				for h := range nq {
-					VMOVUPS(M(Q, 64*(c*nq+h)), qz(h))
-				}
-				for p := range P {
-					kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
-					loadQ8(chunkAddr(xRowAddr(bases, RS, p, 0), c), dz(p), kz)
-					for h := range nq {
-						VFMADD231PS(qz(h), kz, acc(p, h))
-					}
-				}
-			}
-			for _, r := range bases {
-				ADDQ(U8(blk), r)
-			}
-			ADDQ(U32(128*nq), Q)
-		} else {
-			for h := range nq {
-				VMOVUPS(M(Q, 64*h), qz(h))
-			}
-			for p := range P {
-				kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
-				load(xRowAddr(bases, RS, p, 0), kz)
-				for h := range nq {
-					VFMADD231PS(qz(h), kz, acc(p, h))
-				}
-			}
-			for _, r := range bases {
-				ADDQ(U8(csz), r)
-			}
-			ADDQ(U32(64*nq), Q)
-		}
-		DECQ(NC)
-		JNZ(LabelRef("chunk" + sfx))
-		var accs []reg.VecPhysical
-		for p := range P {
-			for h := range nq {
-				accs = append(accs, acc(p, h))
-			}
-		}
-		sum, lane := treeSum(accs, reg.Z24, reg.Z25)
-		VMULPS(reg.Z27, sum, sum)
-		if headMajor {
-			// lane h·P+p = the score of (p, h), stored to s[16h+p].
-			hl := make([]int, 0, len(lane))
-			for h := range nq {
-				for p := range P {
-					hl = append(hl, lane[p*nq+h])
-				}
-			}
-			VMOVDQU32(permConst(hl), reg.Z26)
-			VPERMPS(sum, reg.Z26, reg.Z28)
-			for h := range nq {
-				MOVL(U32(((1<<P)-1)<<(h*P)), reg.EDI)
-				KMOVW(reg.EDI, reg.K2)
-				VMOVUPS(reg.Z28, reg.K2, M(S, 64*h-4*P*h))
-			}
-			ADDQ(U32(4*P), S)
-		} else {
-			VMOVDQU32(permConst(lane), reg.Z26)
-			VPERMPS(sum, reg.Z26, reg.Z28) // lane p·nq+h = the score of (p, h)
-			MOVL(U32(1<<(P*nq)-1), reg.EDI)
-			KMOVW(reg.EDI, reg.K2)
-			VMOVUPS(reg.Z28, reg.K2, M(S, 0))
-			ADDQ(U32(4*nq*P), S)
-		}
-		for range P {
-			ADDQ(RS, K)
-		}
-	}
-	P := attn512Positions(nq)
-	Label("group")
-	CMPQ(CNT, U8(P))
-	JL(LabelRef("rest"))
-	scoreGroup(P, "P")
-	SUBQ(U8(P), CNT)
-	JMP(LabelRef("group"))
-	Label("rest")
-	// Fewer than P positions left: at most one group of each power of two
-	// below P.
-	for g := 8; g >= 1; g /= 2 {
-		if g >= P {
-			continue
-		}
-		skip := fmt.Sprintf("skip%d", g)
-		CMPQ(CNT, U8(g))
-		JL(LabelRef(skip))
-		scoreGroup(g, fmt.Sprintf("g%d", g))
-		SUBQ(U8(g), CNT)
-		Label(skip)
+	if !q8 {
+		scores512(nq, headMajor, RS, load, csz, pfLines)
 	}
 
+	var S reg.Register
 	if headMajor {
 		S = attn512SoftmaxRows(nq)
 	} else {
@@ -251,7 +123,7 @@ func genAttnBlock512(nq int, kind string) {
 	}
 
 	Comment("acc_h = acc_h·c_h + Σ_p w[nq·p+h]·v_p, G 16-element chunks at a time.")
-	CNT = Load(Param("cnt"), reg.RCX)
+	CNT := Load(Param("cnt"), reg.RCX)
 	ACC := Load(Param("acc"), reg.RDI)
 	V := Load(Param("v"), reg.R11)
 	G := attnChunks(nq)
@@ -271,7 +143,11 @@ func genAttnBlock512(nq int, kind string) {
 		MOVQ(S, reg.R8)
 		MOVQ(CNT, reg.R12)
 		Label("vpos" + sfx)
-		prefetch(VN, VREM, pfLines, "vpf"+sfx)
+		if q8 {
+			prefetchL2(VN, VREM, pfLines, "vpf"+sfx)
+		} else {
+			prefetch(VN, VREM, pfLines, "vpf"+sfx)
+		}
 		for h := range nq {
 			VBROADCASTSS(M(reg.R8, wOff(h)), Z(16+h))
 		}
@@ -334,6 +210,119 @@ func genAttnBlock512(nq int, kind string) {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// scores512 emits the score loop of an AVX-512 f16/f32 block update:
+// s = scale · q_h·k_p, P positions × all rows at a time, head-major
+// (s[16h+p]) or position-major (s[nq·p+h]).
+func scores512(nq int, headMajor bool, RS reg.Register, load func(Mem, reg.VecPhysical), csz, pfLines int) {
+	KN := Load(Param("kn"), reg.R14)
+	KREM := reg.R10
+	Load(Param("cnt"), KREM)
+	IMULQ(RS, KREM)
+	Comment("Scores: scale · q_h·k_p, P positions × all rows at a time.")
+	K := Load(Param("k"), reg.RCX)
+	S := Load(Param("s"), reg.RDX)
+	CNT := Load(Param("cnt"), reg.R9)
+	Q, NC := reg.R8, reg.R11
+	scoreGroup := func(P int, sfx string) {
+		acc := func(p, h int) reg.VecPhysical { return Z(p*nq + h) }
+		qz := func(h int) reg.VecPhysical { return Z(16 + h) }
+		for p := range P {
+			for h := range nq {
+				VPXORD(acc(p, h), acc(p, h), acc(p, h))
+			}
+		}
+		// Row p of the group is at bases[p/3] + (p%3)·RS.
+		bases := []reg.Register{reg.RAX, reg.RBX, reg.R12}[:(P+2)/3]
+		for i, r := range bases {
+			if i == 0 {
+				MOVQ(K, r)
+			} else {
+				LEAQ(Mem{Base: bases[i-1], Index: RS, Scale: 2}, r)
+				ADDQ(RS, r)
+			}
+		}
+		Load(Param("q"), Q)
+		Load(Param("nch"), NC)
+		Label("chunk" + sfx)
+		prefetch(KN, KREM, pfLines, "kpf"+sfx)
+		for h := range nq {
+			VMOVUPS(M(Q, 64*h), qz(h))
+		}
+		for p := range P {
+			kz := []reg.VecPhysical{reg.Z30, reg.Z31}[p%2]
+			load(xRowAddr(bases, RS, p, 0), kz)
+			for h := range nq {
+				VFMADD231PS(qz(h), kz, acc(p, h))
+			}
+		}
+		for _, r := range bases {
+			ADDQ(U8(csz), r)
+		}
+		ADDQ(U32(64*nq), Q)
+		DECQ(NC)
+		JNZ(LabelRef("chunk" + sfx))
+		var accs []reg.VecPhysical
+		for p := range P {
+			for h := range nq {
+				accs = append(accs, acc(p, h))
+			}
+		}
+		sum, lane := treeSum(accs, reg.Z24, reg.Z25)
+		VMULPS(reg.Z27, sum, sum)
+		if headMajor {
+			// lane h·P+p = the score of (p, h), stored to s[16h+p].
+			hl := make([]int, 0, len(lane))
+			for h := range nq {
+				for p := range P {
+					hl = append(hl, lane[p*nq+h])
+				}
+			}
+			VMOVDQU32(permConst(hl), reg.Z26)
+			VPERMPS(sum, reg.Z26, reg.Z28)
+			for h := range nq {
+				MOVL(U32(((1<<P)-1)<<(h*P)), reg.EDI)
+				KMOVW(reg.EDI, reg.K2)
+				VMOVUPS(reg.Z28, reg.K2, M(S, 64*h-4*P*h))
+			}
+			ADDQ(U32(4*P), S)
+		} else {
+			VMOVDQU32(permConst(lane), reg.Z26)
+			VPERMPS(sum, reg.Z26, reg.Z28) // lane p·nq+h = the score of (p, h)
+			MOVL(U32(1<<(P*nq)-1), reg.EDI)
+			KMOVW(reg.EDI, reg.K2)
+			VMOVUPS(reg.Z28, reg.K2, M(S, 0))
+			ADDQ(U32(4*nq*P), S)
+		}
+		for range P {
+			ADDQ(RS, K)
+		}
+	}
+	P := attn512Positions(nq)
+	{
+		Label("group")
+		CMPQ(CNT, U8(P))
+		JL(LabelRef("rest"))
+		scoreGroup(P, "P")
+		SUBQ(U8(P), CNT)
+		JMP(LabelRef("group"))
+		Label("rest")
+		// Fewer than P positions left: at most one group of each power of two
+		// below P.
+		for g := 8; g >= 1; g /= 2 {
+			if g >= P {
+				continue
+			}
+			skip := fmt.Sprintf("skip%d", g)
+			CMPQ(CNT, U8(g))
+			JL(LabelRef(skip))
+			scoreGroup(g, fmt.Sprintf("g%d", g))
+			SUBQ(U8(g), CNT)
+			Label(skip)
+		}
+	}
+
 }
 
 // attn512Positions is how many positions the AVX-512 score loop handles at

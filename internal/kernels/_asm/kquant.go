@@ -2,8 +2,9 @@ package main
 
 // AVX2 K-quant kernels (VPMADDUBSW/VPMADDWD) in the kernel layouts of
 // ../kquant_amd64.go: Q4_K/Q5_K/Q6_K on 16-row tiles, Q2_K/Q3_K one weight
-// row at a time, Q4_1/Q5_0/Q5_1 as ggml stores them, against 1…4 activation
-// rows. There are no AVX-512 K-quant kernels: AVX-512 machines run these.
+// row at a time, against 1…4 activation rows. There are no AVX-512 K-quant
+// kernels: AVX-512 machines run these. (Q4_1/Q5_0/Q5_1 have their tile
+// kernels in legacy.go.)
 
 import (
 	"fmt"
@@ -79,125 +80,6 @@ func genKQuant() {
 			genK(nb, t, append(shufK6[:], mask03, mask01))
 		}
 	}
-	// Q5_0/Q5_1: spread qh's 32 bits to 32 bytes (byte i ← byte i/8 of qh, bit i%8).
-	spread := GLOBL("qhSpread", RODATA|NOPTR)
-	for i := range 32 {
-		DATA(i, U8(i/8))
-	}
-	bits := GLOBL("qhBits", RODATA|NOPTR)
-	for i := range 32 {
-		DATA(i, U8(1<<(i%8)))
-	}
-	mask10 := ymmConst("mask10", 0x10101010)
-	for _, t := range []string{"q41", "q50", "q51"} {
-		for nb := 1; nb <= kMaxNB; nb++ {
-			genLegacy(nb, t, spread, bits, mask10)
-		}
-	}
-}
-
-// genLegacy emits the Q4_1/Q5_0/Q5_1 kernel: ggml's 32-weight blocks as
-// stored, unsigned quants against Q8_0 activation quants; per block
-// y += (d·d_x)·Σ q·x + w2·c_x with w2 = m (Q4_1/Q5_1) or d (Q5_0).
-func genLegacy(nb int, t string, spread, bits, mask10 Mem) {
-	name := fmt.Sprintf("%sAVX2x%d", t, nb)
-	bb, qh, qs, w2 := map[string]int{"q41": 20, "q50": 22, "q51": 24}[t], -1, 4, 2
-	switch t {
-	case "q50":
-		qh, qs, w2 = 2, 6, 0
-	case "q51":
-		qh, qs = 4, 8
-	}
-	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *int8, xstride int, xd *float32, dstride int, xc *float32, y *float32, ystride int)")
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s sets y[b·ystride/4], b < %d, to the dot of one %s weight row (nblk blocks", name, nb, map[string]string{"q41": "Q4_1", "q50": "Q5_0", "q51": "Q5_1"}[t]),
-		"as ggml stores them) with Q8_0 activation row b: quants at x + b·xstride, block",
-		"scales at xd + b·dstride and block terms c at xc + b·dstride (strides in bytes).",
-		"Per block it adds (d·d_x)·Σ q·x_q + w2·c with q the unsigned quants and",
-		"w2 the block's m (Q4_1/Q5_1: c = s of Q8_1) or d (Q5_0: c = −16·d_x·Σx_q).")
-	// The block terms c have the scales' stride: BS = DS.
-	k := kRegs{W: reg.RSI, N: reg.RCX, X: reg.RDI, XS: reg.R9, X3: reg.R13, XD: reg.R8, DS: reg.R10, XD3: reg.RDX,
-		XB: reg.R11, BS: reg.R10, XB3: reg.RBX}
-	Load(Param("w"), k.W)
-	Load(Param("nblk"), k.N)
-	Load(Param("x"), k.X)
-	Load(Param("xstride"), k.XS)
-	Load(Param("xd"), k.XD)
-	Load(Param("dstride"), k.DS)
-	Load(Param("xc"), k.XB)
-	k.setRow3()
-	facc := func(b int) reg.VecPhysical { return Y(b) }
-	sacc := func(b int) reg.VecPhysical { return X(4 + b) }
-	for b := range nb {
-		VPXOR(facc(b), facc(b), facc(b))
-		VPXOR(Y(4+b), Y(4+b), Y(4+b))
-	}
-	MOVL(U32(0x0f0f0f0f), reg.EAX)
-	VMOVD(reg.EAX, reg.X15)
-	VPBROADCASTD(reg.X15, reg.Y15) // Y15: 0x0f bytes
-	MOVL(U32(0x00010001), reg.EAX)
-	VMOVD(reg.EAX, reg.X14)
-	VPBROADCASTD(reg.X14, reg.Y14) // Y14: int16 ones
-	xq := func(b int) Mem { return k.row(k.X, k.XS, k.X3, b, 0) }
-	xd := func(b int) Mem { return k.row(k.XD, k.DS, k.XD3, b, 0) }
-	xc := func(b int) Mem { return k.row(k.XB, k.DS, k.XB3, b, 0) }
-	Label("block")
-	Comment("weights 0…15 from the low nibbles, 16…31 from the high nibbles")
-	VMOVDQU(M(k.W, qs), reg.X13)
-	VPSRLW(U8(4), reg.X13, reg.X12)
-	VINSERTI128(U8(1), reg.X12, reg.Y13, reg.Y13)
-	VPAND(reg.Y15, reg.Y13, reg.Y13)
-	if qh >= 0 {
-		Comment("5th bits: bit i of qh → 0x10 in byte i")
-		VPBROADCASTD(M(k.W, qh), reg.Y12)
-		VPSHUFB(spread, reg.Y12, reg.Y12)
-		VPAND(bits, reg.Y12, reg.Y12)
-		VPCMPEQB(bits, reg.Y12, reg.Y12) // 0xff where the bit is set
-		VPAND(mask10, reg.Y12, reg.Y12)
-		VPOR(reg.Y12, reg.Y13, reg.Y13)
-	}
-	MOVWLZX(M(k.W, 0), reg.EAX)
-	VMOVD(reg.EAX, reg.X10)
-	VCVTPH2PS(reg.X10, reg.X10) // d
-	MOVWLZX(M(k.W, w2), reg.EAX)
-	VMOVD(reg.EAX, reg.X9)
-	VCVTPH2PS(reg.X9, reg.X9) // w2
-	for b := range nb {
-		VPMADDUBSW(xq(b), reg.Y13, reg.Y12)
-		VPMADDWD(reg.Y14, reg.Y12, reg.Y12)
-		VCVTDQ2PS(reg.Y12, reg.Y12)
-		VMULSS(xd(b), reg.X10, reg.X11)
-		VBROADCASTSS(reg.X11, reg.Y11)
-		VFMADD231PS(reg.Y11, reg.Y12, facc(b))
-		VFMADD231SS(xc(b), reg.X9, sacc(b))
-	}
-	ADDQ(U32(bb), k.W)
-	ADDQ(U32(32), k.X)
-	ADDQ(U32(32), k.X3)
-	ADDQ(U8(4), k.XD)
-	ADDQ(U8(4), k.XD3)
-	ADDQ(U8(4), k.XB)
-	ADDQ(U8(4), k.XB3)
-	DECQ(k.N)
-	JNZ(LabelRef("block"))
-	Yp := Load(Param("y"), reg.RAX)
-	YS := Load(Param("ystride"), reg.R9)
-	for b := range nb {
-		fx := X(b)
-		VEXTRACTF128(U8(1), facc(b), reg.X8)
-		VADDPS(reg.X8, fx, fx)
-		VMOVHLPS(fx, reg.X8, reg.X8)
-		VADDPS(reg.X8, fx, fx)
-		VMOVSHDUP(fx, reg.X8)
-		VADDSS(reg.X8, fx, fx)
-		VADDSS(sacc(b), fx, fx)
-		VMOVSS(fx, M(Yp, 0))
-		if b+1 < nb {
-			ADDQ(YS, Yp)
-		}
-	}
-	VZEROUPPER()
-	RET()
 }
 
 // kRegs are the general registers of a K-quant kernel: row b of the
