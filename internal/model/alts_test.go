@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/draftd/draftd/internal/cputime"
 	"github.com/draftd/draftd/internal/model"
 )
 
@@ -94,7 +95,8 @@ func TestAlts(t *testing.T) {
 
 // BenchmarkDecodeAlts is one decode step of batch sequences (a context of
 // 256 each, or half the model's context) without and with Seq.Alts: what pre-drafting adds to a step.
-// The shipped tiny model, or the GGUF in $DRAFTD_BENCH_MODEL.
+// The shipped tiny model, or the GGUF in $DRAFTD_BENCH_MODEL. cpu-ms/op is
+// the process CPU time per step (steadier than wall time on a shared host).
 func BenchmarkDecodeAlts(b *testing.B) {
 	path := os.Getenv("DRAFTD_BENCH_MODEL")
 	if path == "" {
@@ -128,10 +130,14 @@ func BenchmarkDecodeAlts(b *testing.B) {
 				for _, s := range seqs {
 					s.Tokens, s.Pos, s.Alts = []int{s.Next}, ctxLen, alts
 				}
+				cpu0 := cputime.Process()
 				for b.Loop() {
 					if err := m.Forward(seqs); err != nil {
 						b.Fatal(err)
 					}
+				}
+				if cpu := cputime.Process() - cpu0; cpu > 0 {
+					b.ReportMetric(float64(cpu)/1e6/float64(b.N), "cpu-ms/op")
 				}
 			})
 		}
