@@ -35,6 +35,8 @@ func SetImpl(name string) error {
 
 func argmax(x []float32) int { return argmaxGeneric(x) }
 
+func sumExp(x []float32, m float32) float64 { return sumExpGeneric(x, m) }
+
 func siluMul(out, gate, up []float32) { siluMulGeneric(out, gate, up) }
 
 func f32ToF16(dst []uint16, src []float32) { f32ToF16Generic(dst, src) }
