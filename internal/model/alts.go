@@ -9,14 +9,10 @@ package model
 
 import (
 	"math"
-)
+	"slices"
 
-// altSpan: logits more than altSpan below the maximum are left out of the
-// softmax sum. Each is below e^-altSpan ≈ 2e-9 of the largest term, so with
-// the 152k-id vocabulary of Qwen the sum (and the probabilities) are off by
-// less than 3e-4 relative — enough to rank branches — and only the few
-// logits near the top cost an exp.
-const altSpan = 20
+	"github.com/draftd/draftd/internal/kernels"
+)
 
 // altRows returns, for each of the R LM-head rows of seqs (outRows each, in
 // order), nil or the row of sc.altY the argmax kernel stores that row's
@@ -72,46 +68,32 @@ func (m *Model) alts(seqs []*Seq, ids []int, V int) {
 }
 
 // altOf returns the most likely id other than next (ties to the lowest id)
-// of the logits y (over ids, nil: the identity) and the softmax
-// probabilities of next and of it. A vocabulary of one id has no runner-up:
-// −1, p(next) = 1.
+// of the logits y (over ids, ascending; nil: the identity) and the softmax
+// probabilities of next and of it. next must be the argmax of y (as the
+// kernel chose it), so y[next] is the maximum and no pass looks for it;
+// the runner-up is the argmax with next's logit set to -Inf for the
+// moment (y is restored). A vocabulary of one id, or one whose other
+// logits are all -Inf or NaN, has no runner-up: −1, p(next) = 1; so does a
+// maximum that is not finite (no meaningful softmax).
 func altOf(y []float32, ids []int, next int) (alt int, pNext, pAlt float32) {
-	id := func(j int) int {
-		if ids == nil {
-			return j
-		}
-		return ids[j]
+	jn := next
+	if ids != nil {
+		jn, _ = slices.BinarySearch(ids, next)
 	}
-	mx := float32(math.Inf(-1))
-	best, bestJ := float32(math.Inf(-1)), -1
-	yNext := float32(math.Inf(-1))
-	for j, v := range y {
-		if v > mx {
-			mx = v
-		}
-		if id(j) == next {
-			yNext = v
-			continue
-		}
-		if v > best || (v == best && bestJ >= 0 && id(j) < id(bestJ)) {
-			best, bestJ = v, j
-		}
-	}
-	if bestJ < 0 {
+	mx := y[jn]
+	if math.IsInf(float64(mx), 0) || mx != mx {
 		return -1, 1, 0
 	}
-	lo := mx - altSpan
-	var sum float64
-	for _, v := range y {
-		if v >= lo {
-			sum += math.Exp(float64(v - mx))
-		}
+	y[jn] = float32(math.Inf(-1))
+	ja := kernels.Argmax(y)
+	y[jn] = mx
+	if ja == jn || !(y[ja] > float32(math.Inf(-1))) {
+		return -1, 1, 0
 	}
-	p := func(v float32) float32 {
-		if v < lo {
-			return 0
-		}
-		return float32(math.Exp(float64(v-mx)) / sum)
+	sum := kernels.SumExp(y, mx)
+	alt = ja
+	if ids != nil {
+		alt = ids[ja]
 	}
-	return id(bestJ), p(yNext), p(best)
+	return alt, float32(1 / sum), float32(math.Exp(float64(y[ja]-mx)) / sum)
 }
