@@ -16,8 +16,9 @@ import (
 // ForwardLogits (every row, the plain product) and a float64 softmax over
 // the head's ids. Alt is the best id other than Next (ties to the lowest),
 // PNext and PAlt the probabilities within 1e-5; sequences that ask ride in
-// one batch with sequences that do not, and every greedy id stays that of
-// the batch without Alts. Each head type the argmax kernel takes (Q8_0,
+// one batch with sequences that do not, every greedy id stays that of the
+// batch without Alts, and a sequence alone gets the same four results bit
+// for bit as in the batch. Each head type the argmax kernel takes (Q8_0,
 // Q4_0, BF16, F32, and K-quant and Q4_1 through the K-quant path), with the
 // whole head and with a trimmed draft head (SetDraftVocab).
 func TestAlts(t *testing.T) {
@@ -76,6 +77,13 @@ func testAlts(t *testing.T, path string, trimmed bool) {
 			return seqs
 		}
 		plain, with := run(false), run(true)
+		alone := &model.Seq{Tokens: ctxs[0], Blocks: blocks(len(ctxs[0])), Alts: true}
+		if err := m.Forward([]*model.Seq{alone}); err != nil {
+			t.Fatal(err)
+		}
+		if a, b := alone, with[0]; a.Next != b.Next || a.Alt != b.Alt || math.Float32bits(a.PNext) != math.Float32bits(b.PNext) || math.Float32bits(a.PAlt) != math.Float32bits(b.PAlt) {
+			t.Fatalf("trial %d seq 0: alone %d %d %g %g; in the batch %d %d %g %g", trial, a.Next, a.Alt, a.PNext, a.PAlt, b.Next, b.Alt, b.PNext, b.PAlt)
+		}
 		for i, c := range ctxs {
 			if plain[i].Next != with[i].Next {
 				t.Fatalf("trial %d seq %d: Next %d with Alts in the batch, %d without", trial, i, with[i].Next, plain[i].Next)
