@@ -359,7 +359,7 @@ type Item struct {
 	Tokens   []int          // (L) the context
 	N        int            // draft tokens wanted
 	Strategy draft.Strategy // nil: Options.Strategy
-	Alts     bool           // also return Result.Alts (costs a second LM-head product per step)
+	Alts     bool           // also return Result.Alts (the argmax kernel keeps the row's logits: an argmax and a Σexp over the head per step)
 	// Background, when set, makes this (the call's only) item pre-draft
 	// work: it waits in a queue of its own (no queue timeout; it leaves
 	// when ctx ends), is admitted only when no request waits, is taken out

@@ -112,6 +112,22 @@ func argmax(x []float32) int {
 	return i
 }
 
+func sumExp(x []float32, m float32) float64 {
+	var n int
+	var s float64
+	switch impl {
+	case implAVX512:
+		if n = len(x) &^ 31; n > 0 {
+			s = sumExpAVX512(&x[0], n, m)
+		}
+	case implAVX2:
+		if n = len(x) &^ 7; n > 0 {
+			s = sumExpAVX2(&x[0], n, m)
+		}
+	}
+	return s + sumExpGeneric(x[n:], m)
+}
+
 func siluMul(out, gate, up []float32) {
 	w := vecWidth()
 	if w == 0 || len(gate) < w {

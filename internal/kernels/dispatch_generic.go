@@ -14,8 +14,8 @@ func matmul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 // matmuls runs MatMuls' shared-quantization path where there is one.
 func matmuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) bool { return false }
 
-func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
-	matmulArgmaxRef(p, ids, w, x, batch)
+func matmulArgmax(p *Pool, ids []int, keep [][]float32, w *Matrix, x []float32, batch int) {
+	matmulArgmaxRef(p, ids, keep, w, x, batch)
 }
 
 // Impl names the implementation in use, for logs and /v1/info.
@@ -34,6 +34,8 @@ func SetImpl(name string) error {
 }
 
 func argmax(x []float32) int { return argmaxGeneric(x) }
+
+func sumExp(x []float32, m float32) float64 { return sumExpGeneric(x, m) }
 
 func siluMul(out, gate, up []float32) { siluMulGeneric(out, gate, up) }
 

@@ -354,3 +354,76 @@ func TestMatMuls(t *testing.T) {
 		}
 	})
 }
+
+// TestMatMulArgmaxKeep checks the logits MatMulArgmaxKeep stores for the
+// rows that ask, on every implementation and weight type: bit for bit
+// those of MatMul (the full product, written straight by the kernels), and
+// within rounding of the plain-Go reference (matmulRef); the greedy ids are
+// Argmax of the kept rows and those of MatMulArgmax without keep; guard
+// values around each kept row catch writes past it. Row counts cross the
+// 512-row chunks of the assembly path and the 4096-row chunks of the
+// K-quant path, and leave partial tiles.
+func TestMatMulArgmaxKeep(t *testing.T) {
+	pool := NewPool(3)
+	defer pool.Close()
+	types := append(append([]dtype.Type{}, dtype.Types...), dtype.KTypes...)
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(31, 32))
+		for _, typ := range types {
+			const cols = 256
+			for _, rows := range []int{1, 45, 1061, 4133} {
+				if testing.Short() && rows > 1061 {
+					continue
+				}
+				m, _ := randMatrix(t, r, typ, rows, cols)
+				for _, batch := range []int{1, 3, 13, 70} {
+					if batch > 13 && rows > 1061 {
+						continue
+					}
+					what := fmt.Sprintf("%v rows=%d B=%d", typ, rows, batch)
+					x := randVec(r, batch*cols, 1)
+					y := make([]float32, batch*rows)
+					MatMul(pool, y, m, x, batch)
+					want := make([]float32, batch*rows)
+					matmulRef(nil, want, m, x, batch)
+					plain := make([]int, batch)
+					MatMulArgmax(pool, plain, m, x, batch)
+
+					keep := make([][]float32, batch)
+					checks := make([]func(*testing.T), batch)
+					for b := range batch {
+						if b%3 == 0 || b == batch-1 {
+							keep[b], checks[b] = guarded(rows)
+						}
+					}
+					ids := make([]int, batch)
+					MatMulArgmaxKeep(pool, ids, keep, m, x, batch)
+					var have, ref, xk []float32 // the kept rows, for compare
+					for b := range batch {
+						if ids[b] != plain[b] {
+							t.Fatalf("%s: row %d argmax %d with keep; %d without", what, b, ids[b], plain[b])
+						}
+						if keep[b] == nil {
+							continue
+						}
+						checks[b](t)
+						if have := argmaxGeneric(keep[b]); have != ids[b] {
+							t.Fatalf("%s: row %d: Argmax of the kept logits is %d; the kernel chose %d", what, b, have, ids[b])
+						}
+						for i, v := range keep[b] {
+							if math.Float32bits(v) != math.Float32bits(y[b*rows+i]) {
+								t.Fatalf("%s: kept logit [%d][%d] = %g; MatMul %g", what, b, i, v, y[b*rows+i])
+							}
+						}
+						have = append(have, keep[b]...)
+						ref = append(ref, want[b*rows:(b+1)*rows]...)
+						xk = append(xk, x[b*cols:(b+1)*cols]...)
+					}
+					if rows <= 1061 && batch <= 13 { // beyond: bit-identical to MatMul, which TestMatMulImpls covers
+						compare(t, what, have, ref, m, xk, len(xk)/cols)
+					}
+				}
+			}
+		}
+	})
+}

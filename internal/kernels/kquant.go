@@ -167,8 +167,9 @@ func s8_1(sum int, x []float32) float32 {
 	return dtype.F16ToF32(dtype.F32ToF16(float32(sum) * (amax / 127)))
 }
 
-// kmatmul is MatMul (ids == nil) or MatMulArgmax for the types of this file.
-func kmatmul(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int, ref bool) {
+// kmatmul is MatMul (ids == nil) or MatMulArgmaxKeep for the types of this
+// file.
+func kmatmul(p *Pool, y []float32, ids []int, keep [][]float32, w *Matrix, x []float32, batch int, ref bool) {
 	a := legacyQuantize(p, w, x, batch, ref) // legacy_amd64.go: Q4_1/Q5_0/Q5_1 tiles, or nil
 	if a == nil {
 		a = quantizeKActs(p, w.Type, x, batch, w.Cols)
@@ -205,6 +206,9 @@ func kmatmul(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int,
 		rows(ys, hi-lo, lo, hi)
 		for b := range batch {
 			row := ys[b*(hi-lo) : (b+1)*(hi-lo)]
+			if keep != nil && keep[b] != nil {
+				copy(keep[b][lo:hi], row)
+			}
 			i := argmax(row)
 			if v := row[i]; v > best[b].v || (v == best[b].v && lo+i < best[b].i) {
 				best[b] = maxAt{v, lo + i}

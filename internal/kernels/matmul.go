@@ -65,7 +65,7 @@ func MatMul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 	x = x[:batch*w.Cols]
 	y = y[:batch*w.Rows]
 	if kType(w.Type) {
-		kmatmul(p, y, nil, w, x, batch, false) // kquant.go
+		kmatmul(p, y, nil, nil, w, x, batch, false) // kquant.go
 		return
 	}
 	matmul(p, y, w, x, batch)
@@ -102,32 +102,60 @@ func MatMuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) {
 // never chosen, as in Argmax), for b < batch, without storing the product:
 // the LM head of a decode step that needs only the greedy token.
 func MatMulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
+	MatMulArgmaxKeep(p, ids, nil, w, x, batch)
+}
+
+// MatMulArgmaxKeep is MatMulArgmax that also stores row b of the product
+// into keep[b] (w.Rows floats) for each b < batch with keep[b] != nil: the
+// very values the argmax compared, so ids[b] is Argmax(keep[b]) bit for bit
+// and the ids do not depend on which rows are kept. keep is nil or has at
+// least batch entries. This is for a caller that needs more than the
+// greedy id of a few rows (the runner-up and softmax of pre-drafting)
+// without a second product.
+func MatMulArgmaxKeep(p *Pool, ids []int, keep [][]float32, w *Matrix, x []float32, batch int) {
 	if batch <= 0 {
 		return
 	}
-	if len(x) < batch*w.Cols || len(ids) < batch {
-		panic(fmt.Sprintf("kernels.MatMulArgmax: x has %d floats, ids %d for batch %d of (%d, %d)", len(x), len(ids), batch, w.Rows, w.Cols))
+	if len(x) < batch*w.Cols || len(ids) < batch || (keep != nil && len(keep) < batch) {
+		panic(fmt.Sprintf("kernels.MatMulArgmaxKeep: x has %d floats, ids %d, keep %d for batch %d of (%d, %d)", len(x), len(ids), len(keep), batch, w.Rows, w.Cols))
+	}
+	if keep != nil {
+		keep = keep[:batch]
+		kept := false
+		for b, k := range keep {
+			if k != nil && len(k) < w.Rows {
+				panic(fmt.Sprintf("kernels.MatMulArgmaxKeep: keep[%d] has %d floats for %d rows", b, len(k), w.Rows))
+			}
+			kept = kept || k != nil
+		}
+		if !kept {
+			keep = nil
+		}
 	}
 	if kType(w.Type) {
-		kmatmul(p, nil, ids[:batch], w, x[:batch*w.Cols], batch, false)
+		kmatmul(p, nil, ids[:batch], keep, w, x[:batch*w.Cols], batch, false)
 		return
 	}
-	matmulArgmax(p, ids[:batch], w, x[:batch*w.Cols], batch)
+	matmulArgmax(p, ids[:batch], keep, w, x[:batch*w.Cols], batch)
 }
 
-// matmulArgmaxRef is MatMulArgmax by way of the full product.
-func matmulArgmaxRef(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
+// matmulArgmaxRef is MatMulArgmaxKeep by way of the full product.
+func matmulArgmaxRef(p *Pool, ids []int, keep [][]float32, w *Matrix, x []float32, batch int) {
 	y := make([]float32, batch*w.Rows)
 	matmulRef(p, y, w, x, batch)
 	for b := range batch {
-		ids[b] = argmaxGeneric(y[b*w.Rows : (b+1)*w.Rows])
+		row := y[b*w.Rows : (b+1)*w.Rows]
+		ids[b] = argmaxGeneric(row)
+		if keep != nil && keep[b] != nil {
+			copy(keep[b], row)
+		}
 	}
 }
 
 // matmulRef is MatMul on the plain-Go reference kernel.
 func matmulRef(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 	if kType(w.Type) {
-		kmatmul(p, y, nil, w, x, batch, true)
+		kmatmul(p, y, nil, nil, w, x, batch, true)
 		return
 	}
 	var xq []byte

@@ -239,8 +239,9 @@ type mmJob struct {
 	bt       []int  // batch tile starts, then batch
 	bblk     int    // batch tiles per cache block (see run)
 	scratch  [][]float32
-	ids      []int   // MatMulArgmax: per-row result; y is not written
-	best     []maxAt // MatMulArgmax: (worker, batch) running maxima
+	ids      []int       // MatMulArgmax: per-row result; y is not written
+	keep     [][]float32 // MatMulArgmaxKeep: (batch) nil or (Rows) logits to store
+	best     []maxAt     // MatMulArgmax: (worker, batch) running maxima
 	tiles    int
 	chunk    int
 	next     atomic.Int64
@@ -260,15 +261,15 @@ func matmul(p *Pool, y []float32, w *Matrix, x []float32, batch int) {
 		matmulRef(p, y, w, x, batch)
 		return
 	}
-	matmulAsm(p, y, nil, w, x, batch)
+	matmulAsm(p, y, nil, nil, w, x, batch)
 }
 
-func matmulArgmax(p *Pool, ids []int, w *Matrix, x []float32, batch int) {
+func matmulArgmax(p *Pool, ids []int, keep [][]float32, w *Matrix, x []float32, batch int) {
 	if pk, _ := w.packed.(*packed); impl == implGeneric || pk == nil || !pk.fits(w.Type, impl) {
-		matmulArgmaxRef(p, ids, w, x, batch)
+		matmulArgmaxRef(p, ids, keep, w, x, batch)
 		return
 	}
-	matmulAsm(p, nil, ids, w, x, batch)
+	matmulAsm(p, nil, ids, keep, w, x, batch)
 }
 
 // Cache blocking for large batches (prefill): a worker's chunk of weight
@@ -299,22 +300,23 @@ func matmuls(p *Pool, ys [][]float32, ws []*Matrix, x []float32, batch int) bool
 	p, lent := holdPool(p)
 	defer releasePool(p, lent)
 	for i, w := range ws {
-		matmulLocked(p, ys[i][:batch*w.Rows], nil, w, x, batch, i > 0)
+		matmulLocked(p, ys[i][:batch*w.Rows], nil, nil, w, x, batch, i > 0)
 	}
 	return true
 }
 
-// matmulAsm runs MatMul (ids == nil) or MatMulArgmax on the assembly kernels.
-func matmulAsm(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int) {
+// matmulAsm runs MatMul (ids == nil) or MatMulArgmaxKeep on the assembly
+// kernels.
+func matmulAsm(p *Pool, y []float32, ids []int, keep [][]float32, w *Matrix, x []float32, batch int) {
 	p, lent := holdPool(p)
 	defer releasePool(p, lent)
-	matmulLocked(p, y, ids, w, x, batch, false)
+	matmulLocked(p, y, ids, keep, w, x, batch, false)
 }
 
 // matmulLocked is matmulAsm with p held. quantized: the arena already holds
 // x quantized for this batch and a matrix of w's type and width (MatMuls'
 // previous matrix), so the quantization is skipped.
-func matmulLocked(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch int, quantized bool) {
+func matmulLocked(p *Pool, y []float32, ids []int, keep [][]float32, w *Matrix, x []float32, batch int, quantized bool) {
 	pk := w.packed.(*packed)
 	j, _ := p.arena.job.(*mmJob)
 	if j == nil {
@@ -330,7 +332,7 @@ func matmulLocked(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch
 	}
 	j.next.Store(0)
 	j.quantize = false
-	j.ids = ids
+	j.ids, j.keep = ids, keep
 	if ids != nil {
 		// Each worker keeps the logits of one claimed chunk (≤ 512 rows)
 		// and a running argmax per activation row.
@@ -422,7 +424,7 @@ func matmulLocked(p *Pool, y []float32, ids []int, w *Matrix, x []float32, batch
 			ids[b] = best.i
 		}
 	}
-	j.w, j.pk, j.y, j.x, j.ids = nil, nil, nil, nil, nil
+	j.w, j.pk, j.y, j.x, j.ids, j.keep = nil, nil, nil, nil, nil, nil
 }
 
 // quantizeRow quantizes activation row b. Block i of row b goes to
@@ -516,6 +518,9 @@ func (j *mmJob) run(worker int) {
 			n := min(end*32, rows) - t0*32
 			best := j.best[worker*j.batch : (worker+1)*j.batch]
 			for b := range j.batch {
+				if j.keep != nil && j.keep[b] != nil {
+					copy(j.keep[b][t0*32:t0*32+n], scratch[b*32*j.chunk:b*32*j.chunk+n])
+				}
 				i := argmax(scratch[b*32*j.chunk : b*32*j.chunk+n])
 				if v := scratch[b*32*j.chunk+i]; v > best[b].v || (v == best[b].v && t0*32+i < best[b].i) {
 					best[b] = maxAt{v, t0*32 + i}

@@ -1,5 +1,5 @@
 // Small vector kernels of the decoder: RMSNorm, RoPE, SiLU·mul, f32→f16,
-// argmax. The API and plain-Go references are here; the dispatch files
+// argmax, the softmax sum Σexp. The API and plain-Go references are here; the dispatch files
 // choose vector versions (which for RMSNorm and RoPE give the same bits).
 // They are per token, so a prefill of thousands of tokens feels them.
 package kernels
@@ -142,4 +142,22 @@ func argmaxGeneric(x []float32) int {
 		}
 	}
 	return bi
+}
+
+// SumExp returns Σ exp(x[i] - m) in float64, for m ≥ every x[i] (the
+// maximum: the softmax denominator of a row of logits). NaNs and terms
+// below exp(-87.3) (f32 underflow) add nothing in the reference and about
+// 1e-38 each in the assembly versions, whose f32 exp is accurate to about
+// 2 ulp; each sums in its own order, so implementations agree to about
+// 1e-7 relative, not bit for bit.
+func SumExp(x []float32, m float32) float64 { return sumExp(x, m) }
+
+func sumExpGeneric(x []float32, m float32) float64 {
+	var s float64
+	for _, v := range x {
+		if d := float64(v - m); d >= -87.3 { // false for NaN
+			s += math.Exp(d)
+		}
+	}
+	return s
 }

@@ -123,6 +123,78 @@ loop:
 	VZEROUPPER
 	RET
 
+// func sumExpAVX512(x *float32, n int, m float32) float64
+// Requires: AVX, AVX512DQ, AVX512F, SSE2
+TEXT ·sumExpAVX512(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS m+16(FP), Z31
+	VXORPD       Z0, Z0, Z0
+	VXORPD       Z1, Z1, Z1
+	VXORPD       Z2, Z2, Z2
+	VXORPD       Z3, Z3, Z3
+
+loop:
+	VMOVUPS           (SI), Z4
+	VSUBPS            Z31, Z4, Z4
+	VMAXPS.BCST       exp_min<>+0(SB), Z4, Z4
+	VMULPS.BCST       exp_log2e<>+0(SB), Z4, Z5
+	VRNDSCALEPS       $0x00, Z5, Z5
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z5, Z4
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z5, Z4
+	VBROADCASTSS      exp_p0<>+0(SB), Z6
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z4, Z6
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z4, Z6
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z4, Z6
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z4, Z6
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z4, Z6
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z4, Z6
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VEXTRACTF32X8     $0x01, Z4, Y5
+	VCVTPS2PD         Y4, Z6
+	VCVTPS2PD         Y5, Z5
+	VADDPD            Z6, Z0, Z0
+	VADDPD            Z5, Z1, Z1
+	VMOVUPS           64(SI), Z7
+	VSUBPS            Z31, Z7, Z7
+	VMAXPS.BCST       exp_min<>+0(SB), Z7, Z7
+	VMULPS.BCST       exp_log2e<>+0(SB), Z7, Z8
+	VRNDSCALEPS       $0x00, Z8, Z8
+	VFNMADD231PS.BCST exp_c1<>+0(SB), Z8, Z7
+	VFNMADD231PS.BCST exp_c2<>+0(SB), Z8, Z7
+	VBROADCASTSS      exp_p0<>+0(SB), Z9
+	VFMADD213PS.BCST  exp_p1<>+0(SB), Z7, Z9
+	VFMADD213PS.BCST  exp_p2<>+0(SB), Z7, Z9
+	VFMADD213PS.BCST  exp_p3<>+0(SB), Z7, Z9
+	VFMADD213PS.BCST  exp_p4<>+0(SB), Z7, Z9
+	VFMADD213PS.BCST  exp_p5<>+0(SB), Z7, Z9
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z7, Z9
+	VFMADD213PS.BCST  exp_one<>+0(SB), Z7, Z9
+	VSCALEFPS         Z8, Z9, Z7
+	VEXTRACTF32X8     $0x01, Z7, Y8
+	VCVTPS2PD         Y7, Z9
+	VCVTPS2PD         Y8, Z8
+	VADDPD            Z9, Z2, Z2
+	VADDPD            Z8, Z3, Z3
+	ADDQ              $0x80, SI
+	SUBQ              $0x20, CX
+	JNZ               loop
+
+	// (Z0+Z1)+(Z2+Z3), then the 8 lanes
+	VADDPD        Z1, Z0, Z0
+	VADDPD        Z3, Z2, Z2
+	VADDPD        Z2, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPD        X1, X0, X0
+	VPERMILPD     $0x01, X0, X1
+	VADDSD        X1, X0, X0
+	MOVSD         X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
 DATA exp_max<>+0(SB)/4, $0x42c80000
 GLOBL exp_max<>(SB), RODATA|NOPTR, $4
 
@@ -249,6 +321,73 @@ loop:
 	ADDQ      $0x10, DI
 	SUBQ      $0x08, CX
 	JNZ       loop
+	VZEROUPPER
+	RET
+
+// func sumExpAVX2(x *float32, n int, m float32) float64
+// Requires: AVX, AVX2, FMA3, SSE2
+TEXT ·sumExpAVX2(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y15
+	VXORPD       Y0, Y0, Y0
+	VXORPD       Y1, Y1, Y1
+
+loop:
+	VMOVUPS      (SI), Y4
+	VSUBPS       Y15, Y4, Y4
+	VBROADCASTSS exp_min<>+0(SB), Y7
+	VMAXPS       Y7, Y4, Y4
+	VBROADCASTSS exp_max<>+0(SB), Y7
+	VMINPS       Y7, Y4, Y4
+	VBROADCASTSS exp_log2e<>+0(SB), Y7
+	VMULPS       Y7, Y4, Y5
+	VROUNDPS     $0x00, Y5, Y5
+	VBROADCASTSS exp_c1<>+0(SB), Y7
+	VFNMADD231PS Y7, Y5, Y4
+	VBROADCASTSS exp_c2<>+0(SB), Y7
+	VFNMADD231PS Y7, Y5, Y4
+	VBROADCASTSS exp_p0<>+0(SB), Y6
+	VBROADCASTSS exp_p1<>+0(SB), Y7
+	VFMADD213PS  Y7, Y4, Y6
+	VBROADCASTSS exp_p2<>+0(SB), Y7
+	VFMADD213PS  Y7, Y4, Y6
+	VBROADCASTSS exp_p3<>+0(SB), Y7
+	VFMADD213PS  Y7, Y4, Y6
+	VBROADCASTSS exp_p4<>+0(SB), Y7
+	VFMADD213PS  Y7, Y4, Y6
+	VBROADCASTSS exp_p5<>+0(SB), Y7
+	VFMADD213PS  Y7, Y4, Y6
+	VBROADCASTSS exp_one<>+0(SB), Y7
+	VFMADD213PS  Y7, Y4, Y6
+	VFMADD213PS  Y7, Y4, Y6
+
+	// x = t · 2^(n>>1) · 2^(n - n>>1); c holds 1.0, whose bits are 127<<23
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VEXTRACTF128 $0x01, Y4, X5
+	VCVTPS2PD    X4, Y6
+	VCVTPS2PD    X5, Y7
+	VADDPD       Y6, Y0, Y0
+	VADDPD       Y7, Y1, Y1
+	ADDQ         $0x20, SI
+	SUBQ         $0x08, CX
+	JNZ          loop
+
+	// Y0+Y1, then the 4 lanes
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X0
+	VPERMILPD    $0x01, X0, X1
+	VADDSD       X1, X0, X0
+	MOVSD        X0, ret+24(FP)
 	VZEROUPPER
 	RET
 

@@ -16,6 +16,13 @@ func siluMulAVX512(out *float32, gate *float32, up *float32, n int)
 //go:noescape
 func f32ToF16AVX512(dst *uint16, src *float32, n int)
 
+// sumExpAVX512 returns Σ exp(x[i] - m) for i < n (n a positive multiple of 32)
+// in float64, with the f32 polynomial exp of vexp (about 2 ulp): terms below
+// exp(-87.3), NaNs included, add about 1e-38 each.
+//
+//go:noescape
+func sumExpAVX512(x *float32, n int, m float32) float64
+
 // siluMulAVX2 is siluMulAVX512 on AVX2, for n a positive multiple of 8.
 //
 //go:noescape
@@ -25,6 +32,11 @@ func siluMulAVX2(out *float32, gate *float32, up *float32, n int)
 //
 //go:noescape
 func f32ToF16AVX2(dst *uint16, src *float32, n int)
+
+// sumExpAVX2 is sumExpAVX512 on AVX2, for n a positive multiple of 8.
+//
+//go:noescape
+func sumExpAVX2(x *float32, n int, m float32) float64
 
 // sumSquaresAVX2 is sumSquares16Generic on AVX2 (n a positive multiple of 16),
 // with the same partial sums in the same order, so the same float64 bits.

@@ -33,10 +33,9 @@ type Seq struct {
 
 	// Alts asks for the runner-up after the last new token (not with
 	// ArgmaxAll): Alt is the most likely id other than Next, and PNext and
-	// PAlt are the softmax probabilities of Next and Alt. They come from a
-	// second LM-head product over the same hidden row (alts.go); Next stays
-	// the greedy id of the argmax kernel, so asking for them never changes
-	// a draft.
+	// PAlt are the softmax probabilities of Next and Alt. They come from the
+	// logits the LM-head argmax kernel compared to choose Next (alts.go), so
+	// asking for them never changes a draft.
 	Alts  bool
 	Alt   int
 	PNext float32
@@ -49,18 +48,18 @@ var ErrInput = errors.New("model: bad forward input")
 
 // scratch holds the activations of one step, grown as needed.
 type scratch struct {
-	x, xb    []float32 // (T, hidden)
-	q, att   []float32 // (T, heads·headDim)
-	k, v     []float32 // (T, kvHeads·headDim)
-	gate, up []float32 // (T, intermediate)
-	out      []float32 // (R, hidden) last token of each sequence
-	tokSeq   []int     // (T) sequence of each token
-	tokPos   []int     // (T) absolute position of each token
-	ids      []int     // (R) greedy ids
-	altX     []float32 // (A, hidden) output rows of the Alts sequences
-	altY     []float32 // (A, head rows) their logits
-	row      []float32 // (hidden) embedding row
-	ap       attnPlan  // attention tasks and cache views (prefill.go)
+	x, xb    []float32   // (T, hidden)
+	q, att   []float32   // (T, heads·headDim)
+	k, v     []float32   // (T, kvHeads·headDim)
+	gate, up []float32   // (T, intermediate)
+	out      []float32   // (R, hidden) last token of each sequence
+	tokSeq   []int       // (T) sequence of each token
+	tokPos   []int       // (T) absolute position of each token
+	ids      []int       // (R) greedy ids
+	altY     []float32   // (A, head rows) logits of the last row of each Alts sequence
+	keep     [][]float32 // (R) nil, or the row of altY an output row's logits go to
+	row      []float32   // (hidden) embedding row
+	ap       attnPlan    // attention tasks and cache views (prefill.go)
 }
 
 func grow(s []float32, n int) []float32 {
@@ -218,13 +217,15 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		kernels.RMSNorm(sc.out[r*c.Hidden:(r+1)*c.Hidden], sc.x[r*c.Hidden:(r+1)*c.Hidden], m.OutNorm, c.RMSEps)
 	}
 	sc.ids = growInt(sc.ids, R)
+	head := m.Output
 	if m.draftHead != nil {
-		kernels.MatMulArgmax(m.pool, sc.ids, m.draftHead, sc.out, R)
+		head = m.draftHead
+	}
+	kernels.MatMulArgmaxKeep(m.pool, sc.ids, m.altRows(seqs, R, head.Rows), head, sc.out, R)
+	if m.draftHead != nil {
 		for i, j := range sc.ids {
 			sc.ids[i] = m.draftIDs[j]
 		}
-	} else {
-		kernels.MatMulArgmax(m.pool, sc.ids, m.Output, sc.out, R)
 	}
 	r := 0
 	for _, s := range seqs {
@@ -235,7 +236,7 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		r += n
 		s.Next = sc.ids[r-1]
 	}
-	m.alts(seqs)
+	m.alts(seqs, m.draftIDs, head.Rows)
 	return nil
 }
 

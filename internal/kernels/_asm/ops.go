@@ -12,9 +12,11 @@ func genOps() {
 	initExpConsts()
 	genSiLUMul512()
 	genF32ToF16512()
+	genSumExp512() // sumexp.go
 	expMax = ConstData("exp_max", U32(math.Float32bits(100)))
 	genSiLUMul2()
 	genF32ToF162()
+	genSumExp2()
 	genSumSquares2()
 	genScaleMul2()
 	genRoPE2()
