@@ -2,9 +2,9 @@
 
 Builds real prompts (code completion cut from Go and Python standard-library
 sources at a line boundary, chat-templated coding instructions, prose picked by
-`draftd dataset --source prose`) and runs the *target* model greedily in Hugging
-Face transformers (float32, dequantized from the GGUF file) to produce each
-continuation. Writes docs/evaluation.md dataset lines {"id","prompt","continuation"} and a
+`draftd dataset --source prose`) and runs the *target* model greedily in llama.cpp
+(node-llama-cpp's prebuilt build, scripts/realtau's default) or Hugging Face transformers
+(float32, dequantized from the GGUF file) to produce each continuation. Writes docs/evaluation.md dataset lines {"id","prompt","continuation"} and a
 manifest (engine, versions, threads, sources with sha256, dropped samples,
 padding check). It is not draftd: draftd never runs here, except `draftd
 dataset` to pick prose prompts (token ids only).
@@ -15,7 +15,7 @@ output. A candidate whose greedy output reaches an end token (<|im_end|> or
 candidate of the same source takes its place, so no continuation holds an EOS
 and none is padded.
 
-Run by `scripts/realtau gen`; see docs/incoming/realtau.md.
+Run by `scripts/realtau gen`; see docs/evaluation.md (real τ).
 """
 
 from __future__ import annotations
