@@ -192,13 +192,7 @@ func genSumSquares2() {
 	VADDPD(reg.Y1, reg.Y0, reg.Y0)
 	VADDPD(reg.Y3, reg.Y2, reg.Y2)
 	VADDPD(reg.Y2, reg.Y0, reg.Y0)
-	VEXTRACTF128(U8(1), reg.Y0, reg.X1)
-	VADDPD(reg.X1, reg.X0, reg.X0)
-	VPERMILPD(U8(1), reg.X0, reg.X1)
-	VADDSD(reg.X1, reg.X0, reg.X0)
-	Store(reg.X0, ReturnIndex(0))
-	VZEROUPPER()
-	RET()
+	returnSumY0PD()
 }
 
 func genScaleMul2() {
@@ -262,6 +256,18 @@ func genRoPE2() {
 	LEAQ(Mem{Base: Xp, Index: hb, Scale: 2}, Xp)
 	DECQ(NH)
 	JNZ(LabelRef("head"))
+	VZEROUPPER()
+	RET()
+}
+
+// returnSumY0PD returns the sum of Y0's four float64 lanes as the function's
+// float64 result, in the order (l0+l2)+(l1+l3), and returns.
+func returnSumY0PD() {
+	VEXTRACTF128(U8(1), reg.Y0, reg.X1)
+	VADDPD(reg.X1, reg.X0, reg.X0)
+	VPERMILPD(U8(1), reg.X0, reg.X1)
+	VADDSD(reg.X1, reg.X0, reg.X0)
+	Store(reg.X0, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }

@@ -44,13 +44,7 @@ func genSumExp512() {
 	VADDPD(reg.Z2, reg.Z0, reg.Z0)
 	VEXTRACTF64X4(U8(1), reg.Z0, reg.Y1)
 	VADDPD(reg.Y1, reg.Y0, reg.Y0)
-	VEXTRACTF128(U8(1), reg.Y0, reg.X1)
-	VADDPD(reg.X1, reg.X0, reg.X0)
-	VPERMILPD(U8(1), reg.X0, reg.X1)
-	VADDSD(reg.X1, reg.X0, reg.X0)
-	Store(reg.X0, ReturnIndex(0))
-	VZEROUPPER()
-	RET()
+	returnSumY0PD()
 }
 
 // genSumExp2 is genSumExp512 on AVX2: 8 elements per iteration, widened to
@@ -78,13 +72,7 @@ func genSumExp2() {
 	JNZ(LabelRef("loop"))
 	Comment("Y0+Y1, then the 4 lanes")
 	VADDPD(reg.Y1, reg.Y0, reg.Y0)
-	VEXTRACTF128(U8(1), reg.Y0, reg.X1)
-	VADDPD(reg.X1, reg.X0, reg.X0)
-	VPERMILPD(U8(1), reg.X0, reg.X1)
-	VADDSD(reg.X1, reg.X0, reg.X0)
-	Store(reg.X0, ReturnIndex(0))
-	VZEROUPPER()
-	RET()
+	returnSumY0PD()
 }
 
 // paramAddr is the stack address of the named argument.
