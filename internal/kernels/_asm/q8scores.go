@@ -153,14 +153,7 @@ func genQ8ScoresAVX512() {
 		VADDPS(Mem{Base: r.s, Index: r.h, Scale: 1}, reg.Z17, reg.Z17)
 		VMOVUPS(reg.Z17, Mem{Base: r.s, Index: r.h, Scale: 1})
 	})
-	for _, b := range r.bases {
-		ADDQ(U8(34), b)
-	}
-	ADDQ(U8(32), r.qq)
-	ADDQ(U8(8), r.qd)
-	ADDQ(U8(32), r.dk)
-	DECQ(r.nb)
-	JNZ(LabelRef("block"))
+	q8ScoreNextBlock()
 
 	sc, err := Param("scale").Resolve()
 	if err != nil {
@@ -247,14 +240,7 @@ func genQ8ScoresAVX2() {
 			VMOVUPS(reg.Y4, Mem{Base: r.s, Index: r.h, Scale: 1, Disp: 32 * half})
 		})
 	}
-	for _, b := range r.bases {
-		ADDQ(U8(34), b)
-	}
-	ADDQ(U8(32), r.qq)
-	ADDQ(U8(8), r.qd)
-	ADDQ(U8(32), r.dk)
-	DECQ(r.nb)
-	JNZ(LabelRef("block"))
+	q8ScoreNextBlock()
 
 	Comment("s[8p+h] = scale·sh[16h+p], 8 positions at a time.")
 	sc, err := Param("scale").Resolve()
@@ -275,4 +261,19 @@ func genQ8ScoresAVX2() {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// q8ScoreNextBlock advances both score kernels' pointers (the K rows, the
+// query's bytes and scales, the K scales) to the next 32-element block and
+// loops to "block" while blocks remain.
+func q8ScoreNextBlock() {
+	r := q8ScoreRegs
+	for _, b := range r.bases {
+		ADDQ(U8(34), b)
+	}
+	ADDQ(U8(32), r.qq)
+	ADDQ(U8(8), r.qd)
+	ADDQ(U8(32), r.dk)
+	DECQ(r.nb)
+	JNZ(LabelRef("block"))
 }
