@@ -80,7 +80,9 @@ func (o *sizeObserver) Step(batch, prefill, decode int) {
 	o.sizes = append(o.sizes, batch)
 	o.mu.Unlock()
 }
-func (o *sizeObserver) CacheHit(int) {}
+func (o *sizeObserver) CacheHit(int)                 {}
+func (o *sizeObserver) StepTime(time.Duration, bool) {}
+func (o *sizeObserver) BackgroundWait(time.Duration) {}
 
 func TestDraftBatchAdmittedTogether(t *testing.T) {
 	m := loadModel(t, tinyModel)

@@ -76,6 +76,15 @@ type Observer interface {
 	// CacheHit is called on admission of a request with a cached prefix of
 	// tokens > 0 positions.
 	CacheHit(tokens int)
+	// StepTime is called after each forward step with its duration;
+	// background is true for a step that held only background (pre-draft)
+	// sequences.
+	StepTime(d time.Duration, background bool)
+	// BackgroundWait is called, once per draft, on admission of a request
+	// that was queued while a step holding only background sequences ran:
+	// d is the time from its queueing to that step's end, what pre-drafting
+	// added to its latency (at most that one step).
+	BackgroundWait(d time.Duration)
 }
 
 // Result is the answer to one Draft call.
@@ -232,6 +241,7 @@ type request struct {
 	alts   bool        // record Result.Alts
 	bg     *Background // non-nil: background work (lowq)
 	reply  chan reply
+	enq    time.Time     // when it was queued (Observer.BackgroundWait)
 	elem   *list.Element // its place in the queue; nil once popped or withdrawn (guarded by queue.mu)
 	// members are the drafts of one DraftBatch call, queued as this one
 	// entry (each with its own reply) and admitted one after the other at
@@ -473,6 +483,7 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 	if len(members) > 1 {
 		entry = &request{ctx: ctx, members: members}
 	}
+	entry.enq = time.Now()
 	q, queued := e.queue, &e.queued
 	if bg != nil {
 		q, queued = e.lowq, &e.lowQueued

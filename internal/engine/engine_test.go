@@ -337,7 +337,9 @@ func (o *blockingObserver) Step(batch, prefill, decode int) {
 		<-o.release
 	})
 }
-func (o *blockingObserver) CacheHit(int) {}
+func (o *blockingObserver) CacheHit(int)                 {}
+func (o *blockingObserver) StepTime(time.Duration, bool) {}
+func (o *blockingObserver) BackgroundWait(time.Duration) {}
 
 func TestQueueFullAndClose(t *testing.T) {
 	m := loadModel(t, tinyModel)
@@ -403,7 +405,9 @@ func (o *gateObserver) Step(batch, prefill, decode int) {
 		<-o.release
 	}
 }
-func (o *gateObserver) CacheHit(int) {}
+func (o *gateObserver) CacheHit(int)                 {}
+func (o *gateObserver) StepTime(time.Duration, bool) {}
+func (o *gateObserver) BackgroundWait(time.Duration) {}
 
 func TestCancellation(t *testing.T) {
 	m := loadModel(t, tinyModel)

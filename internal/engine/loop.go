@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"time"
 
 	"github.com/draftd/draftd/internal/kvcache"
 	"github.com/draftd/draftd/internal/model"
@@ -39,6 +40,9 @@ type loopState struct {
 	active []*seq     // in the batch
 	parked []*seq     // background sequences taken out of the batch for a request, KV kept
 	pend   []*request // taken from the queue, not yet admitted (see loop)
+	// bgStart, bgEnd: the last step that held only background sequences
+	// (zero: none yet); a request queued within it waited for it.
+	bgStart, bgEnd time.Time
 }
 
 func (st *loopState) idle() bool {
@@ -142,7 +146,14 @@ func (e *Engine) iterate(st *loopState) {
 	st.parked = e.dropCancelled(st.parked)
 	e.gauges(st) // as the step about to run sees them
 	if len(st.active) > 0 {
+		bg := !slices.ContainsFunc(st.active, func(s *seq) bool { return !s.low() })
+		t0 := time.Now()
 		st.active = e.step(st.active)
+		t1 := time.Now()
+		e.observe(func(o Observer) { o.StepTime(t1.Sub(t0), bg) })
+		if bg {
+			st.bgStart, st.bgEnd = t0, t1
+		}
 	}
 }
 
@@ -176,6 +187,12 @@ func (e *Engine) admit(st *loopState) {
 			r := e.queue.pop()
 			if r == nil {
 				break
+			}
+			if r.enq.After(st.bgStart) && r.enq.Before(st.bgEnd) {
+				w := st.bgEnd.Sub(r.enq)
+				for range r.size() {
+					e.observe(func(o Observer) { o.BackgroundWait(w) })
+				}
 			}
 			st.pend = expand(st.pend, r)
 		}

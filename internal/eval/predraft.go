@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -33,6 +34,18 @@ type Predraft struct {
 	HitAnswerMS     float64 `json:"hit_answer_ms"`
 	PartialAnswerMS float64 `json:"partial_answer_ms"`
 	MissAnswerMS    float64 `json:"miss_answer_ms"`
+	// WaitedRequests: draft requests queued while a step holding only
+	// pre-draft work ran; WaitMS their mean wait for it (what pre-drafting
+	// added to their latency), WaitMaxBucketMS the upper bound of the
+	// highest histogram bucket any of them reached
+	// (draftd_predraft_request_wait_seconds).
+	WaitedRequests  int64   `json:"waited_requests"`
+	WaitMS          float64 `json:"wait_ms"`
+	WaitMaxBucketMS float64 `json:"wait_max_bucket_ms"`
+	// Mean duration of the engine's steps that held a request and of those
+	// that held only pre-draft work (draftd_step_seconds).
+	RequestStepMS    float64 `json:"request_step_ms"`
+	BackgroundStepMS float64 `json:"background_step_ms"`
 }
 
 // Metrics is one read of GET /metrics: sample name with its labels as
@@ -60,7 +73,7 @@ func FetchMetrics(ctx context.Context, hc *http.Client, base string) (Metrics, e
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "draftd_predraft_") {
+		if !strings.HasPrefix(line, "draftd_predraft_") && !strings.HasPrefix(line, "draftd_step_seconds") {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')
@@ -98,5 +111,45 @@ func PredraftDelta(before, after Metrics) *Predraft {
 		return 1e3 * d(`draftd_predraft_answer_seconds_sum{outcome="`+o+`"}`) / n
 	}
 	p.HitAnswerMS, p.PartialAnswerMS, p.MissAnswerMS = mean("hit"), mean("partial_hit"), mean("miss")
+	meanOf := func(name, labels string) float64 {
+		n := d(name + "_count" + labels)
+		if n == 0 {
+			return 0
+		}
+		return 1e3 * d(name+"_sum"+labels) / n
+	}
+	p.WaitedRequests = int64(d("draftd_predraft_request_wait_seconds_count"))
+	p.WaitMS = meanOf("draftd_predraft_request_wait_seconds", "")
+	p.WaitMaxBucketMS = maxBucket(before, after, "draftd_predraft_request_wait_seconds_bucket")
+	p.RequestStepMS = meanOf("draftd_step_seconds", `{kind="request"}`)
+	p.BackgroundStepMS = meanOf("draftd_step_seconds", `{kind="background"}`)
 	return p
+}
+
+// maxBucket is the upper bound, in ms, of the lowest bucket of a histogram
+// (name_bucket{le="…"}) that holds every sample added between the reads; 0
+// with none added, -1 when a sample is above every finite bucket.
+func maxBucket(before, after Metrics, name string) float64 {
+	total := after[name+`{le="+Inf"}`] - before[name+`{le="+Inf"}`]
+	if total == 0 {
+		return 0
+	}
+	best := math.Inf(1)
+	for k, v := range after {
+		le, ok := strings.CutPrefix(k, name+`{le="`)
+		if !ok {
+			continue
+		}
+		b, err := strconv.ParseFloat(strings.TrimSuffix(le, `"}`), 64)
+		if err != nil || math.IsInf(b, 1) {
+			continue
+		}
+		if v-before[k] == total && b < best {
+			best = b
+		}
+	}
+	if math.IsInf(best, 1) {
+		return -1
+	}
+	return 1e3 * best
 }

@@ -191,6 +191,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	if p := r.Predraft; p != nil {
 		fmt.Fprintf(&b, "  pre-drafting     hit rate %.1f%% (%d hits, %d partial, %d misses, %d without branches), %d branches, %d tokens wasted; server answer %.3f ms hit, %.3f ms partial, %.3f ms miss\n",
 			100*p.HitRate, p.Hits, p.PartialHits, p.Misses, p.None, p.Branches, p.WastedTokens, p.HitAnswerMS, p.PartialAnswerMS, p.MissAnswerMS)
+		fmt.Fprintf(&b, "  pre-draft wait   %d requests queued during a pre-draft-only step waited %.3f ms on average for it (all ≤ %.3f ms); steps: %.3f ms with a request, %.3f ms pre-draft only (means)\n",
+			p.WaitedRequests, p.WaitMS, p.WaitMaxBucketMS, p.RequestStepMS, p.BackgroundStepMS)
 	}
 	if r.Failures > 0 {
 		fmt.Fprintf(&b, "  failure kinds    %s\n  first error      %s\n", formatKinds(r.FailureKinds), r.FirstError)

@@ -40,6 +40,8 @@ type metrics struct {
 	predraftBranches *prometheus.CounterVec   // state: started, finished
 	predraftWasted   prometheus.Counter       // tokens drafted ahead that no request used
 	predraftAnswer   *prometheus.HistogramVec // outcome: server-side time to a session draft
+	predraftWait     prometheus.Histogram     // what a request waited for the pre-draft step in flight
+	stepTime         *prometheus.HistogramVec // kind: forward step durations, request or background
 }
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
@@ -118,6 +120,16 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		Namespace: ns, Name: "predraft_answer_seconds", Help: "Server-side time from a session request's resolution to its draft, by pre-draft outcome (hit, partial_hit, miss, none).",
 		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24), // 10 µs … 84 s
 	}, []string{"outcome"})
+	m.predraftWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: ns, Name: "predraft_request_wait_seconds", Help: "Per draft request queued while a step holding only pre-draft work ran: the time from its queueing to that step's end, the latency pre-drafting added to it (at most that one step).",
+		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24),
+	})
+	m.stepTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "step_seconds", Help: "Duration of each engine forward step, by kind: request (holds at least one request) or background (pre-draft sequences only).",
+		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24),
+	}, []string{"kind"})
+	m.stepTime.WithLabelValues("request")
+	m.stepTime.WithLabelValues("background")
 	for _, o := range []string{predraftHit, predraftPartial, predraftMiss, predraftNone} {
 		m.predraftReqs.WithLabelValues(o)
 		m.predraftAnswer.WithLabelValues(o)
@@ -140,7 +152,7 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		m.requests, m.latency, m.draftTokens, m.reqPrefill, m.panics,
 		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup, m.bySource, m.proposals,
 		m.parse, m.batchItems, m.sessionReqs,
-		m.predraftReqs, m.predraftBranches, m.predraftWasted, m.predraftAnswer,
+		m.predraftReqs, m.predraftBranches, m.predraftWasted, m.predraftAnswer, m.predraftWait, m.stepTime,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: ns, Name: "predraft_tokens_total", Help: "Draft tokens made by pre-draft branches while below requests in priority.",
 		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundTokens) })),
@@ -208,6 +220,18 @@ func (o observer) Step(batchSize, prefillTokens, decodeTokens int) {
 
 // CacheHit implements engine.Observer.
 func (o observer) CacheHit(tokens int) { o.m.cacheHit.Add(float64(tokens)) }
+
+// StepTime implements engine.Observer.
+func (o observer) StepTime(d time.Duration, background bool) {
+	kind := "request"
+	if background {
+		kind = "background"
+	}
+	o.m.stepTime.WithLabelValues(kind).Observe(d.Seconds())
+}
+
+// BackgroundWait implements engine.Observer.
+func (o observer) BackgroundWait(d time.Duration) { o.m.predraftWait.Observe(d.Seconds()) }
 
 // sources counts where the tokens of one draft came from.
 func (m *metrics) sources(res engine.Result) {

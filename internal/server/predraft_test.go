@@ -421,7 +421,9 @@ func TestPredraftNeverAheadOfRequests(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	g.gate <- struct{}{}
+	seen := time.Now()   // the request was queued before this
+	g.gate <- struct{}{} // the branch's step ends after this send
+	held := time.Now()
 	for i := range n {
 		st := <-g.stepped
 		if st[0] != 1 || (i == 0 && st[1] != 37) || (i > 0 && (st[1] != 0 || st[2] != 1)) {
@@ -436,6 +438,22 @@ func TestPredraftNeverAheadOfRequests(t *testing.T) {
 	}
 	if s := g.eng.Stats(); s.Preemptions < 1 {
 		t.Errorf("preemptions %d; want ≥ 1", s.Preemptions)
+	}
+	// The wait metric: exactly this request waited for a pre-draft step, at
+	// least from when the test saw it queued to the release of the held
+	// step, and at most as long as the background steps took.
+	if c := metricOf(t, pre, "draftd_predraft_request_wait_seconds_count"); c != 1 {
+		t.Fatalf("requests that waited for a pre-draft step: %g; want 1", c)
+	}
+	w := metricOf(t, pre, "draftd_predraft_request_wait_seconds_sum")
+	if lo := held.Sub(seen).Seconds(); w < lo {
+		t.Errorf("wait %g s; the step was held %g s after the request was queued", w, lo)
+	}
+	if bg := metricOf(t, pre, "draftd_step_seconds_sum", "kind", "background"); w > bg {
+		t.Errorf("wait %g s; longer than all background steps together (%g s)", w, bg)
+	}
+	if c := metricOf(t, pre, "draftd_step_seconds_count", "kind", "request"); c < n {
+		t.Errorf("request steps %g; want ≥ %d", c, n)
 	}
 }
 

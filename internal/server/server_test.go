@@ -528,9 +528,17 @@ func scrape(t testing.TB, ts *testServer) map[string]*dto.MetricFamily {
 	return fams
 }
 
-// value sums a family's samples whose labels include match.
+// value sums the samples of one family whose labels match the name/value
+// pairs of match; a histogram's sample count, or with name's "_sum" suffix
+// its sample sum ("_count" is the same as no suffix).
 func value(fams map[string]*dto.MetricFamily, name string, match ...string) (float64, bool) {
 	f, ok := fams[name]
+	hsum := false
+	if base, cut := strings.CutSuffix(name, "_sum"); !ok && cut {
+		f, ok, hsum = fams[base], fams[base] != nil, true
+	} else if base, cut := strings.CutSuffix(name, "_count"); !ok && cut {
+		f, ok = fams[base]
+	}
 	if !ok {
 		return 0, false
 	}
@@ -553,6 +561,8 @@ next:
 			sum += m.GetCounter().GetValue()
 		case m.Gauge != nil:
 			sum += m.GetGauge().GetValue()
+		case m.Histogram != nil && hsum:
+			sum += m.GetHistogram().GetSampleSum()
 		case m.Histogram != nil:
 			sum += float64(m.GetHistogram().GetSampleCount())
 		}
@@ -605,5 +615,21 @@ func TestMetrics(t *testing.T) {
 		if v < c.min {
 			t.Errorf("%s%v = %v; want ≥ %v", c.name, c.match, v, c.min)
 		}
+	}
+	// Every step held a request (no pre-drafting here): one request-step
+	// time per step the batch-size histogram counted, no background step,
+	// no request that waited for one.
+	steps, _ := value(fams, "draftd_batch_size")
+	if v, _ := value(fams, "draftd_step_seconds", "kind", "request"); v != steps {
+		t.Errorf("request step times %g; steps %g", v, steps)
+	}
+	if v, _ := value(fams, "draftd_step_seconds_sum", "kind", "request"); !(v > 0) {
+		t.Errorf("request step time sum %g; want > 0", v)
+	}
+	if v, ok := value(fams, "draftd_step_seconds", "kind", "background"); !ok || v != 0 {
+		t.Errorf("background steps %g (present %v); want 0", v, ok)
+	}
+	if v, ok := value(fams, "draftd_predraft_request_wait_seconds"); !ok || v != 0 {
+		t.Errorf("requests that waited for a pre-draft step %g (present %v); want 0", v, ok)
 	}
 }
