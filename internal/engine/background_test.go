@@ -3,7 +3,8 @@
 // request is admitted at the first step boundary after it arrives ahead of
 // background work (by the order of forward steps, never by time), a
 // request that needs the KV a background sequence holds ends it, and a
-// promoted background draft goes ahead of queued requests.
+// promoted background draft goes ahead of queued requests, and a step of
+// background work is stopped between layers for a request and run again.
 package engine
 
 import (
@@ -30,7 +31,9 @@ func gatedEngine(t *testing.T, m *model.Model, opt Options) (e *Engine, started 
 	if opt.QueueTimeout == 0 {
 		opt.QueueTimeout = MaxQueueTimeout
 	}
-	e, err := newWithForward(m, opt, func(seqs []*model.Seq) error {
+	// The gated forward never stops a step (these tests are about step
+	// boundaries; TestBackgroundStepStopped stops one).
+	e, err := newWithForward(m, opt, func(seqs []*model.Seq, _ func() bool) error {
 		var si stepInfo
 		for _, s := range seqs {
 			si.pos, si.n = append(si.pos, s.Pos), append(si.n, len(s.Tokens))
@@ -249,5 +252,77 @@ func TestBackgroundPromoted(t *testing.T) {
 	}
 	if len(prefills) != 2 || prefills[0] != 60 || prefills[1] != 100 {
 		t.Errorf("prefills after A: %v; want [60 100] (the promoted draft before B)", prefills)
+	}
+}
+
+// TestBackgroundStepStopped: a background draft (context 100, 32 tokens)
+// runs alone; in its step k (k = 1: the prefill; k = 4: a decode step) the
+// forward is held at its second check (after layer 0 wrote its K/V) while a request
+// (context 30, n 8) is queued, then goes on. The step must stop there
+// (ErrStopped, counted in Stats), the very next forward step must be the
+// request's prefill, and both drafts must equal model.Generate: a stopped
+// step's partial K/V writes change nothing when it is run again.
+func TestBackgroundStepStopped(t *testing.T) {
+	for _, k := range []int{1, 4} {
+		t.Run(fmt.Sprintf("step-%d", k), func(t *testing.T) { testBackgroundStepStopped(t, k) })
+	}
+}
+
+func testBackgroundStepStopped(t *testing.T, k int) {
+	m := loadModel(t, tinyModel)
+	r := rand.New(rand.NewPCG(37, 38))
+	lowCtx, reqCtx := randTokens(r, 100, m.Vocab), randTokens(r, 30, m.Vocab)
+	reached, resume := make(chan struct{}), make(chan struct{})
+	type call struct {
+		pos, n    int
+		stoppable bool
+		err       error
+	}
+	var calls []call // only the engine goroutine appends; read after both drafts end
+	e, err := newWithForward(m, Options{MaxBatch: 4, QueueTimeout: MaxQueueTimeout}, func(seqs []*model.Seq, stop func() bool) error {
+		c := call{pos: seqs[0].Pos, n: len(seqs[0].Tokens), stoppable: stop != nil}
+		var err error
+		if len(calls) == k-1 {
+			checks := 0
+			err = m.ForwardStop(seqs, func() bool {
+				if checks++; checks == 2 {
+					reached <- struct{}{}
+					<-resume
+				}
+				return stop != nil && stop()
+			})
+		} else {
+			err = m.ForwardStop(seqs, stop)
+		}
+		c.err = err
+		calls = append(calls, c)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	low := goDraft(e, Item{Tokens: lowCtx, N: 32, Background: NewBackground()})
+	<-reached
+	req := goDraft(e, Item{Tokens: reqCtx, N: 8})
+	waitFor(t, "the request to be queued", func() bool { return e.Stats().QueueDepth == 1 })
+	close(resume)
+	lowRes, reqRes := <-low, <-req
+	if reqRes.err != nil || lowRes.err != nil {
+		t.Fatalf("request: %v; background: %v", reqRes.err, lowRes.err)
+	}
+	checkDraft(t, m, reqCtx, 8, reqRes.res.Draft)
+	checkDraft(t, m, lowCtx, 32, lowRes.res.Draft)
+	if len(calls) <= k {
+		t.Fatalf("%d forward calls", len(calls))
+	}
+	if c := calls[k-1]; !c.stoppable || !errors.Is(c.err, model.ErrStopped) {
+		t.Fatalf("step %d: stoppable %v, error %v; want a stopped background step", k, c.stoppable, c.err)
+	}
+	if c := calls[k]; c.pos != 0 || c.n != 30 || c.stoppable {
+		t.Fatalf("step after the stopped one: position %d, %d tokens, stoppable %v; want the request's prefill (0, 30, false)", c.pos, c.n, c.stoppable)
+	}
+	if s := e.Stats(); s.BackgroundStops != 1 || s.BackgroundTokens != 32 {
+		t.Errorf("stopped steps %d, background tokens %d; want 1, 32", s.BackgroundStops, s.BackgroundTokens)
 	}
 }

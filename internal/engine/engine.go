@@ -133,6 +133,7 @@ type Stats struct {
 	BackgroundTokens uint64 // draft tokens made by background sequences
 	Preemptions      uint64 // background sequences taken out of the batch for a request
 	BackgroundEvicts uint64 // background sequences ended to free KV for a request
+	BackgroundStops  uint64 // background-only steps stopped between layers for a request (run again later)
 }
 
 var (
@@ -218,7 +219,7 @@ type Engine struct {
 	once    sync.Once     // closes closing
 	abortMu sync.Once     // closes abort
 
-	fwd func([]*model.Seq) error // the model's Forward (tests wrap it, through newEngine)
+	fwd func([]*model.Seq, func() bool) error // the model's ForwardStop (tests wrap it, through newWithForward)
 
 	// Owned by the loop goroutine, reused across steps.
 	batch []*seq       // sequences in the current step
@@ -229,7 +230,7 @@ type Engine struct {
 	queued, active                        atomic.Int64
 	requests, steps, prefill, decode, hit atomic.Uint64
 	lowQueued, lowActive                  atomic.Int64
-	bgTokens, preempts, bgEvicts          atomic.Uint64
+	bgTokens, preempts, bgEvicts, bgStops atomic.Uint64
 }
 
 // request is one Draft call on its way through the engine.
@@ -270,11 +271,12 @@ func New(m *model.Model, opt Options) (*Engine, error) {
 	if m == nil {
 		return nil, errors.New("engine: nil model")
 	}
-	return newWithForward(m, opt, m.Forward)
+	return newWithForward(m, opt, m.ForwardStop)
 }
 
-// newWithForward is New with the forward step given (tests wrap m.Forward).
-func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq) error) (*Engine, error) {
+// newWithForward is New with the forward step given (tests wrap
+// m.ForwardStop).
+func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq, func() bool) error) (*Engine, error) {
 	switch {
 	case opt.MaxBatch < 0 || opt.MaxBatch > MaxMaxBatch:
 		return nil, fmt.Errorf("engine: max batch %d outside [1, %d]", opt.MaxBatch, MaxMaxBatch)
@@ -605,5 +607,6 @@ func (e *Engine) Stats() Stats {
 		BackgroundTokens: e.bgTokens.Load(),
 		Preemptions:      e.preempts.Load(),
 		BackgroundEvicts: e.bgEvicts.Load(),
+		BackgroundStops:  e.bgStops.Load(),
 	}
 }

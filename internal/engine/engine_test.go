@@ -462,7 +462,7 @@ func TestCancellation(t *testing.T) {
 func TestForwardPanicIsRecovered(t *testing.T) {
 	m := loadModel(t, tinyModel)
 	var fired atomic.Bool
-	e, err := newWithForward(m, Options{}, func(seqs []*model.Seq) error {
+	e, err := newWithForward(m, Options{}, func(seqs []*model.Seq, _ func() bool) error {
 		if fired.CompareAndSwap(false, true) {
 			panic("injected")
 		}

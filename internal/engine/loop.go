@@ -413,7 +413,18 @@ func (e *Engine) step(active []*seq) []*seq {
 			seqs = append(seqs, &s.ms)
 		}
 	}
-	if err := e.forward(seqs); err != nil {
+	// A step of pre-draft sequences only is stopped between layers when a
+	// request arrives, so that the request waits for at most one layer of
+	// it, not the whole step. Not with strategy proposals: their state
+	// would have to be undone.
+	var stop func() bool
+	if bgOnly(batch) {
+		stop = func() bool { return !e.queue.empty() }
+	}
+	if err := e.forward(seqs, stop); errors.Is(err, model.ErrStopped) {
+		e.bgStops.Add(1)
+		return active // nothing advanced: the next step runs them again
+	} else if err != nil {
 		e.log.Error("forward step failed; failing its requests", "err", err, "batch", len(batch))
 		out := active[:0]
 		for _, s := range active {
@@ -457,18 +468,32 @@ func (e *Engine) step(active []*seq) []*seq {
 }
 
 // forward runs the model, turning a panic into an error.
-func (e *Engine) forward(seqs []*model.Seq) (err error) {
+func (e *Engine) forward(seqs []*model.Seq, stop func() bool) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.log.Error("panic in forward", "panic", p, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%w: panic in forward step: %v", ErrInternal, p)
 		}
 	}()
-	if err := e.fwd(seqs); err != nil {
+	if err := e.fwd(seqs, stop); err != nil {
+		if errors.Is(err, model.ErrStopped) {
+			return err
+		}
 		// model.ErrInput here is the engine's own bug: keep the chain.
 		return fmt.Errorf("%w: %w", ErrInternal, err)
 	}
 	return nil
+}
+
+// bgOnly reports whether every sequence of a step's batch is background
+// work without strategy proposals (a step that may be stopped).
+func bgOnly(batch []*seq) bool {
+	for _, s := range batch {
+		if !s.low() || s.nprop != 0 {
+			return false
+		}
+	}
+	return len(batch) > 0
 }
 
 // finish answers a sequence that has its n tokens and keeps the KV of its

@@ -107,7 +107,19 @@ func (m *Model) check(seqs []*Seq) (total, end int, err error) {
 }
 
 // Forward runs one step over seqs (see Seq).
-func (m *Model) Forward(seqs []*Seq) error { return m.forward(seqs, nil) }
+func (m *Model) Forward(seqs []*Seq) error { return m.forward(seqs, nil, nil) }
+
+// ErrStopped is ForwardStop's answer when its stop function ended the step.
+var ErrStopped = errors.New("model: forward step stopped")
+
+// ForwardStop is Forward that asks stop before each layer and before the LM
+// head, and ends the step with ErrStopped as soon as stop reports true (the
+// engine stops pre-draft steps this way when a request arrives). A stopped
+// step sets no result in seqs; the K/V it wrote at [Pos, Pos+n) for the
+// layers it ran are the values any step over the same tokens writes there,
+// so running the same step again later gives the same bits as if it had
+// never been stopped.
+func (m *Model) ForwardStop(seqs []*Seq, stop func() bool) error { return m.forward(seqs, nil, stop) }
 
 // ForwardLogits runs one step over seqs like Forward, but instead of greedy
 // ids it writes the logits of every new token of every sequence into logits,
@@ -119,11 +131,11 @@ func (m *Model) ForwardLogits(seqs []*Seq, logits []float32) error {
 	if logits == nil {
 		return fmt.Errorf("%w: ForwardLogits without a logits buffer", ErrInput)
 	}
-	return m.forward(seqs, logits)
+	return m.forward(seqs, logits, nil)
 }
 
 // forward runs one step; allLogits selects ForwardLogits's output.
-func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
+func (m *Model) forward(seqs []*Seq, allLogits []float32, stop func() bool) error {
 	T, end, err := m.check(seqs)
 	if err != nil || T == 0 {
 		return err
@@ -177,6 +189,9 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 	m.planAttention(seqs)
 	compacted := R == T
 	for li := range m.Layer {
+		if stop != nil && stop() {
+			return ErrStopped
+		}
 		l := &m.Layer[li]
 		m.rmsNormRows(sc.xb, sc.x, l.AttnNorm, T)
 		qkvY, qkvW := [3][]float32{sc.q, sc.k, sc.v}, [3]*kernels.Matrix{l.Q, l.K, l.V}
@@ -209,6 +224,9 @@ func (m *Model) forward(seqs []*Seq, allLogits []float32) error {
 		}
 		kernels.MatMul(m.pool, allLogits, m.Output, sc.x, T)
 		return nil
+	}
+	if stop != nil && stop() {
+		return ErrStopped
 	}
 	// Final norm and LM head on the output rows; greedy ids only: the LM
 	// head never materialises the logits.

@@ -160,6 +160,9 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			Namespace: ns, Name: "predraft_preemptions_total", Help: "Pre-draft sequences taken out of the batch at a step boundary for a request's slot (resumed later).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.Preemptions) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "predraft_stopped_steps_total", Help: "Steps of pre-draft sequences only that were stopped between layers because a request arrived (their sequences run that step again later).",
+		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundStops) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: ns, Name: "predraft_evictions_total", Help: "Pre-draft sequences ended to free KV cache for a request.",
 		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundEvicts) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
