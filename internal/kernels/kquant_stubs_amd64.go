@@ -268,3 +268,383 @@ func q2kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, d
 //
 //go:noescape
 func q2kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q4ktAVX512x1 is q4ktAVX2x1 (the same sums in the same order, bit for bit) for
+// 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 1 rows (288 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x2 is q4ktAVX2x2 (the same sums in the same order, bit for bit) for
+// 2 activation rows, with AVX-512 VNNI: 16 rows × 2 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 2 rows (576 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x3 is q4ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 3 activation rows, with AVX-512 VNNI: 16 rows × 3 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 3 rows (864 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x4 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 4 activation rows, with AVX-512 VNNI: 16 rows × 4 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 4 rows (1152 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x5 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 5 activation rows, with AVX-512 VNNI: 16 rows × 5 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 5 rows (1440 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x6 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 6 activation rows, with AVX-512 VNNI: 16 rows × 6 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 6 rows (1728 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x7 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 7 activation rows, with AVX-512 VNNI: 16 rows × 7 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 7 rows (2016 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x8 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 8 activation rows, with AVX-512 VNNI: 16 rows × 8 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 8 rows (2304 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x9 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 9 activation rows, with AVX-512 VNNI: 16 rows × 9 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 9 rows (2592 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x10 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 10 activation rows, with AVX-512 VNNI: 16 rows × 10 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 10 rows (2880 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x1 is q5ktAVX2x1 (the same sums in the same order, bit for bit) for
+// 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 1 rows (288 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x2 is q5ktAVX2x2 (the same sums in the same order, bit for bit) for
+// 2 activation rows, with AVX-512 VNNI: 16 rows × 2 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 2 rows (576 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x3 is q5ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 3 activation rows, with AVX-512 VNNI: 16 rows × 3 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 3 rows (864 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x4 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 4 activation rows, with AVX-512 VNNI: 16 rows × 4 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 4 rows (1152 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x5 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 5 activation rows, with AVX-512 VNNI: 16 rows × 5 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 5 rows (1440 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x6 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 6 activation rows, with AVX-512 VNNI: 16 rows × 6 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 6 rows (1728 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x7 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 7 activation rows, with AVX-512 VNNI: 16 rows × 7 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 7 rows (2016 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x8 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 8 activation rows, with AVX-512 VNNI: 16 rows × 8 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 8 rows (2304 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x9 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 9 activation rows, with AVX-512 VNNI: 16 rows × 9 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 9 rows (2592 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x10 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 10 activation rows, with AVX-512 VNNI: 16 rows × 10 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 10 rows (2880 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x1 is q6ktAVX2x1 (the same sums in the same order, bit for bit) for
+// 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 1 rows (336 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x2 is q6ktAVX2x2 (the same sums in the same order, bit for bit) for
+// 2 activation rows, with AVX-512 VNNI: 16 rows × 2 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 2 rows (672 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x3 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 3 activation rows, with AVX-512 VNNI: 16 rows × 3 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 3 rows (1008 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x4 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 4 activation rows, with AVX-512 VNNI: 16 rows × 4 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 4 rows (1344 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x5 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 5 activation rows, with AVX-512 VNNI: 16 rows × 5 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 5 rows (1680 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x6 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 6 activation rows, with AVX-512 VNNI: 16 rows × 6 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 6 rows (2016 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x7 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 7 activation rows, with AVX-512 VNNI: 16 rows × 7 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 7 rows (2352 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x8 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 8 activation rows, with AVX-512 VNNI: 16 rows × 8 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 8 rows (2688 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x9 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 9 activation rows, with AVX-512 VNNI: 16 rows × 9 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 9 rows (3024 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x10 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 10 activation rows, with AVX-512 VNNI: 16 rows × 10 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 10 rows (3360 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
+// bytes), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
