@@ -37,8 +37,9 @@
 // kTile): the tile of rows [b0, b0+nb) starts at byte b0·nblk·xb and holds
 // per super-block the nb rows' 256 quants, then xb − 256 bytes per row: d_x
 // f32 at 0 and at 16 the 8 per-32 quant sums (Q4_K, Q5_K; xb = 288) or the
-// 16 per-16 ones (Q6_K AVX2; xb = 304), int16, or (Q6_K AVX-512; xb = 336)
-// the 16 c_j = −32·(per-16 sum), int32.
+// 16 per-16 ones (Q6_K AVX2; xb = 304), int16, or (Q6_K AVX-512; xb = 400)
+// for sub-block j and step s, c_js = −32·(the sum of the quants of weights
+// 16j+4s+t and 16j+8+4s+t, t < 4), int32.
 //
 // Row layouts (one row's blocks are contiguous, rows follow each other):
 //
@@ -78,11 +79,14 @@ var (
 	q6ktK = [...]k4tKernel{nil, q6ktAVX2x1, q6ktAVX2x2, q6ktAVX2x3}
 	q6kuK = [...]k6uKernel{nil, q6kuAVX2x1, q6kuAVX2x2, q6kuAVX2x3}
 	q4kzK = [...]k4tKernel{nil, q4ktAVX512x1, q4ktAVX512x2, q4ktAVX512x3, q4ktAVX512x4, q4ktAVX512x5,
-		q4ktAVX512x6, q4ktAVX512x7, q4ktAVX512x8, q4ktAVX512x9, q4ktAVX512x10}
+		q4ktAVX512x6, q4ktAVX512x7, q4ktAVX512x8, q4ktAVX512x9, q4ktAVX512x10, q4ktAVX512x11,
+		q4ktAVX512x12, q4ktAVX512x13, q4ktAVX512x14, q4ktAVX512x15, q4ktAVX512x16}
 	q5kzK = [...]k4tKernel{nil, q5ktAVX512x1, q5ktAVX512x2, q5ktAVX512x3, q5ktAVX512x4, q5ktAVX512x5,
-		q5ktAVX512x6, q5ktAVX512x7, q5ktAVX512x8, q5ktAVX512x9, q5ktAVX512x10}
+		q5ktAVX512x6, q5ktAVX512x7, q5ktAVX512x8, q5ktAVX512x9, q5ktAVX512x10, q5ktAVX512x11,
+		q5ktAVX512x12, q5ktAVX512x13, q5ktAVX512x14, q5ktAVX512x15, q5ktAVX512x16}
 	q6kzK = [...]k4tKernel{nil, q6ktAVX512x1, q6ktAVX512x2, q6ktAVX512x3, q6ktAVX512x4, q6ktAVX512x5,
-		q6ktAVX512x6, q6ktAVX512x7, q6ktAVX512x8, q6ktAVX512x9, q6ktAVX512x10}
+		q6ktAVX512x6, q6ktAVX512x7, q6ktAVX512x8, q6ktAVX512x9, q6ktAVX512x10, q6ktAVX512x11,
+		q6ktAVX512x12, q6ktAVX512x13, q6ktAVX512x14, q6ktAVX512x15, q6ktAVX512x16}
 )
 
 // kTileKernels are the kernels of one tile type.
@@ -101,9 +105,9 @@ type kTileKernels struct {
 type kMeta int
 
 const (
-	kMeta32  kMeta = iota // 8 per-32 quant sums, int16 (Q4_K, Q5_K)
-	kMeta16               // 16 per-16 quant sums, int16 (Q6_K AVX2)
-	kMetaC16              // 16 c_j = −32·(per-16 sum), int32 (Q6_K AVX-512)
+	kMeta32 kMeta = iota // 8 per-32 quant sums, int16 (Q4_K, Q5_K)
+	kMeta16              // 16 per-16 quant sums, int16 (Q6_K AVX2)
+	kMetaC8              // 32 c_js = −32·(sum of a tile step's 8 quants), int32 (Q6_K AVX-512)
 )
 
 // Unpacking once pays for Q6_K from 4 calls per group (batch ≥ 10; measured
@@ -117,7 +121,7 @@ var (
 	// AVX-512 VNNI: the whole group, up to kzMaxNB rows, near-equal tiles.
 	q4kTilesZ = kTileKernels{fused: q4kzK[:], g: kzMaxNB, equal: true, xb: k4tX, meta: kMeta32}
 	q5kTilesZ = kTileKernels{fused: q5kzK[:], g: kzMaxNB, equal: true, xb: k4tX, meta: kMeta32}
-	q6kTilesZ = kTileKernels{fused: q6kzK[:], g: kzMaxNB, equal: true, xb: k6zX, meta: kMetaC16}
+	q6kTilesZ = kTileKernels{fused: q6kzK[:], g: kzMaxNB, equal: true, xb: k6zX, meta: kMetaC8}
 )
 
 // kTiles is the tile kernels of Q4_K/Q5_K/Q6_K for the implementation in
@@ -173,8 +177,8 @@ const (
 	k6tX     = 304  // Q6_K tiled activation bytes per row and super-block
 	k6tMaxNB = 3    // Q6_K activation rows per kernel call
 	k6uBlock = 4096 // unpacked quants per 16-row group and super-block
-	kzMaxNB  = 10   // AVX-512 tile kernels: activation rows per call
-	k6zX     = 336  // Q6_K AVX-512 tiled activation bytes per row and super-block
+	kzMaxNB  = 16   // AVX-512 tile kernels: activation rows per call
+	k6zX     = 400  // Q6_K AVX-512 tiled activation bytes per row and super-block
 )
 
 // kpacked is a K-quant matrix in the kernel layout.
@@ -385,9 +389,15 @@ func tileKActs(a *kActs, batch int, k *kTileKernels) {
 					for k, v := range bs {
 						le.PutUint16(meta[16+2*k:], uint16(v))
 					}
-				case kMetaC16:
-					for k, v := range bs {
-						le.PutUint32(meta[16+4*k:], uint32(-32*int32(v)))
+				case kMetaC8:
+					xq := a.q[b*a.cols+256*i:][:256] // (256) the super-block's quants
+					for js := range 32 {
+						e := 16*(js/2) + 4*(js%2)
+						var c int32
+						for t := range 4 {
+							c += int32(xq[e+t]) + int32(xq[e+8+t])
+						}
+						le.PutUint32(meta[16+4*js:], uint32(-32*c))
 					}
 				}
 			}

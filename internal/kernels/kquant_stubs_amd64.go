@@ -389,6 +389,78 @@ func q4ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
+// q4ktAVX512x11 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 11 activation rows, with AVX-512 VNNI: 16 rows × 11 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 11 rows (3168 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x12 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 12 activation rows, with AVX-512 VNNI: 16 rows × 12 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 12 rows (3456 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x13 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 13 activation rows, with AVX-512 VNNI: 16 rows × 13 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 13 rows (3744 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x14 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 14 activation rows, with AVX-512 VNNI: 16 rows × 14 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 14 rows (4032 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x15 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 15 activation rows, with AVX-512 VNNI: 16 rows × 15 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 15 rows (4320 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x16 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 16 activation rows, with AVX-512 VNNI: 16 rows × 16 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 16 rows (4608 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
 // q5ktAVX512x1 is q5ktAVX2x1 (the same sums in the same order, bit for bit) for
 // 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
@@ -509,14 +581,86 @@ func q5ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
+// q5ktAVX512x11 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 11 activation rows, with AVX-512 VNNI: 16 rows × 11 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 11 rows (3168 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x12 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 12 activation rows, with AVX-512 VNNI: 16 rows × 12 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 12 rows (3456 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x13 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 13 activation rows, with AVX-512 VNNI: 16 rows × 13 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 13 rows (3744 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x14 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 14 activation rows, with AVX-512 VNNI: 16 rows × 14 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 14 rows (4032 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x15 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 15 activation rows, with AVX-512 VNNI: 16 rows × 15 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 15 rows (4320 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x16 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
+// 16 activation rows, with AVX-512 VNNI: 16 rows × 16 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 16 rows (4608 bytes per super-block at x), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
 // q6ktAVX512x1 is q6ktAVX2x1 (the same sums in the same order, bit for bit) for
 // 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 1 rows (336 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 1 rows (400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -526,11 +670,11 @@ func q6ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x2 is q6ktAVX2x2 (the same sums in the same order, bit for bit) for
 // 2 activation rows, with AVX-512 VNNI: 16 rows × 2 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 2 rows (672 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 2 rows (800 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -540,11 +684,11 @@ func q6ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x3 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 3 activation rows, with AVX-512 VNNI: 16 rows × 3 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 3 rows (1008 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 3 rows (1200 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -554,11 +698,11 @@ func q6ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x4 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 4 activation rows, with AVX-512 VNNI: 16 rows × 4 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 4 rows (1344 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 4 rows (1600 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -568,11 +712,11 @@ func q6ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x5 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 5 activation rows, with AVX-512 VNNI: 16 rows × 5 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 5 rows (1680 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 5 rows (2000 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -582,11 +726,11 @@ func q6ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x6 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 6 activation rows, with AVX-512 VNNI: 16 rows × 6 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 6 rows (2016 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 6 rows (2400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -596,11 +740,11 @@ func q6ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x7 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 7 activation rows, with AVX-512 VNNI: 16 rows × 7 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 7 rows (2352 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 7 rows (2800 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -610,11 +754,11 @@ func q6ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x8 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 8 activation rows, with AVX-512 VNNI: 16 rows × 8 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 8 rows (2688 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 8 rows (3200 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -624,11 +768,11 @@ func q6ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x9 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 9 activation rows, with AVX-512 VNNI: 16 rows × 9 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 9 rows (3024 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 9 rows (3600 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
@@ -638,13 +782,97 @@ func q6ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 // q6ktAVX512x10 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
 // 10 activation rows, with AVX-512 VNNI: 16 rows × 10 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
-// activations tiled for 10 rows (3360 bytes per super-block at x: the rows' 256 quants
-// each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta
-// bytes), from 0:
+// activations tiled for 10 rows (4000 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
 //
-//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
 // with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
 //
 //go:noescape
 func q6ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x11 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 11 activation rows, with AVX-512 VNNI: 16 rows × 11 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 11 rows (4400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x12 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 12 activation rows, with AVX-512 VNNI: 16 rows × 12 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 12 rows (4800 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x13 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 13 activation rows, with AVX-512 VNNI: 16 rows × 13 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 13 rows (5200 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x14 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 14 activation rows, with AVX-512 VNNI: 16 rows × 14 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 14 rows (5600 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x15 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 15 activation rows, with AVX-512 VNNI: 16 rows × 15 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 15 rows (6000 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x16 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
+// 16 activation rows, with AVX-512 VNNI: 16 rows × 16 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 16 rows (6400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)

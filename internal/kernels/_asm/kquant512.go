@@ -5,14 +5,15 @@ package main
 // a whole 16-row group per call (one zmm lane per row) against 1…kzMaxNB
 // activation rows. VPDPBUSD multiplies the unsigned quants by the signed
 // activation quants (broadcast from memory by the instruction itself) into
-// int32 sub-block sums; the per-row sub-block scales are then applied in
-// int32, so the integers and the f32 operations (their order included) are
+// int32 sums; the per-row sub-block scales are then applied in int32
+// (VPDPWSSD where two sums fit a word each, else VPMULLD), so the integers and the f32 operations (their order included) are
 // those of the AVX2 kernels: both paths agree bit for bit. Q2_K/Q3_K have
 // no AVX-512 kernels (their AVX2 row kernels serve AVX-512 machines).
 
 import (
 	"fmt"
 
+	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/operand"
@@ -20,20 +21,33 @@ import (
 )
 
 const (
-	kzMaxNB = 10  // activation rows per call: an int32 and an f32 accumulator each, 12 working registers (mirrored in kquant_amd64.go)
-	k6zX    = 336 // Q6_K tiled activation bytes per row and super-block: 256 quants, then d_x f32 at +0 and 16 int32 c_j = −32·bsum_j at +16 of 80 meta bytes
+	kzMaxNB = 16  // activation rows per call: an int32 accumulator each, 12 working registers (mirrored in kquant_amd64.go)
+	kzRegNB = 10  // up to this many rows the f32 accumulators are registers too, else on the stack
+	k6zX    = 400 // Q6_K tiled activation bytes per row and super-block: 256 quants, then d_x f32 at +0 and 32 int32 c_js at +16 of 144 meta bytes
 )
 
 func genKQuant512() {
-	for nb := 1; nb <= kzMaxNB; nb++ {
-		genQ4KTile512(nb, false)
+	// kzDupLo: VPSHUFB control giving each dword its low word twice.
+	dup := GLOBL("kzDupLo", RODATA|NOPTR)
+	for i := range 64 {
+		DATA(i, U8(i%16/4*4+i%2))
 	}
 	for nb := 1; nb <= kzMaxNB; nb++ {
-		genQ4KTile512(nb, true)
+		genQ4KTile512(nb, false, dup)
 	}
 	for nb := 1; nb <= kzMaxNB; nb++ {
-		genQ6KTile512(nb)
+		genQ4KTile512(nb, true, dup)
 	}
+	for nb := 1; nb <= kzMaxNB; nb++ {
+		genQ6KTile512(nb, dup)
+	}
+}
+
+// kzPairMask sets K1 to the high words of every dword (bytes 2 and 3):
+// VPSHUFB kzDupLo under it puts a sum's low word into another's high word.
+func kzPairMask() {
+	MOVQ(U64(0xcccccccccccccccc), reg.RAX)
+	KMOVQ(reg.RAX, reg.K1)
 }
 
 // vnniOp emits a VNNI instruction (VPDPBUSD, VPDPWSSD) src, b, acc; with
@@ -67,14 +81,72 @@ func kzScales(lo, hi Mem, z reg.VecPhysical, signed bool) {
 	}
 }
 
-// kzStore ends a kernel: it stores each activation row's 16 results
-// facc(b) to y + b·ystride, then VZEROUPPER, RET.
-func kzStore(nb int, facc func(b int) reg.VecPhysical) {
+// kzFacc is the f32 accumulators of a tile kernel's nb activation rows:
+// Z(12+kzRegNB+b) for nb ≤ kzRegNB, else 64 bytes each on the stack (they
+// change once per super-block).
+type kzFacc struct {
+	nb    int
+	stack Mem
+}
+
+func newKzFacc(nb int) kzFacc {
+	f := kzFacc{nb: nb}
+	if nb > kzRegNB {
+		f.stack = AllocLocal(64 * nb)
+	}
+	return f
+}
+
+func (f kzFacc) inReg() bool { return f.nb <= kzRegNB }
+
+// kzTextFlags is NOSPLIT for kernels whose accumulators are registers; the
+// others' stack frames exceed what a NOSPLIT function may take, so they get
+// the stack-growth check.
+func kzTextFlags(nb int) attr.Attribute {
+	if nb <= kzRegNB {
+		return NOSPLIT
+	}
+	return 0
+}
+
+// zero clears the accumulators (tmp: a scratch register).
+func (f kzFacc) zero(tmp reg.VecPhysical) {
+	if !f.inReg() {
+		VPXORD(tmp, tmp, tmp)
+	}
+	for b := range f.nb {
+		if f.inReg() {
+			VPXORD(Z(12+kzRegNB+b), Z(12+kzRegNB+b), Z(12+kzRegNB+b))
+		} else {
+			VMOVUPS(tmp, f.stack.Offset(64*b))
+		}
+	}
+}
+
+// get is accumulator b in a register: its own, or tmp loaded from the stack.
+func (f kzFacc) get(b int, tmp reg.VecPhysical) reg.VecPhysical {
+	if f.inReg() {
+		return Z(12 + kzRegNB + b)
+	}
+	VMOVUPS(f.stack.Offset(64*b), tmp)
+	return tmp
+}
+
+// put stores accumulator b back from v (got from get).
+func (f kzFacc) put(b int, v reg.VecPhysical) {
+	if !f.inReg() {
+		VMOVUPS(v, f.stack.Offset(64*b))
+	}
+}
+
+// store ends a kernel: it stores each activation row's 16 results to
+// y + b·ystride (tmp: scratch), then VZEROUPPER, RET.
+func (f kzFacc) store(tmp reg.VecPhysical) {
 	Yp := Load(Param("y"), reg.RAX)
 	YS := Load(Param("ystride"), reg.RBX)
-	for b := range nb {
-		VMOVUPS(facc(b), M(Yp, 0))
-		if b+1 < nb {
+	for b := range f.nb {
+		VMOVUPS(f.get(b, tmp), M(Yp, 0))
+		if b+1 < f.nb {
 			ADDQ(YS, Yp)
 		}
 	}
@@ -86,20 +158,20 @@ func kzStore(nb int, facc func(b int) reg.VecPhysical) {
 // Per sub-block j (32 weights) and activation row b:
 //
 //	Q4_K: A = Σ over the low-nibble weights (16 products, ≤ 16·15·127 < 2¹⁵),
-//	      B likewise over the high ones; both fit the low word of their lane,
-//	      so isum += VPDPWSSD with the scale as the word pair (sc, 0), once
-//	      for A and once for B: no 32-bit multiply.
+//	      B likewise over the high ones; both fit a word, so VPSHUFB (under
+//	      K1) puts B's low word into A's high word and one VPDPWSSD with the
+//	      scale as the word pair (sc, sc) adds sc·(A + B): no 32-bit multiply.
 //	Q5_K: one int32 sum of the 32 products (≤ 32·31·127, too wide for a
 //	      word), times the scale by VPMULLD.
 //
 // The min term Σ_j m_j·bsum_j and the f32 update are the AVX2 kernel's.
-func genQ4KTile512(nb int, q5 bool) {
+func genQ4KTile512(nb int, q5 bool, dup Mem) {
 	pre, T, bb := "q4k", "Q4_K", k4tBlock
 	if q5 {
 		pre, T, bb = "q5k", "Q5_K", k5tBlock
 	}
 	name := fmt.Sprintf("%stAVX512x%d", pre, nb)
-	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
+	TEXT(name, kzTextFlags(nb), "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s is %stAVX2x%d (the same sums in the same order, bit for bit) for", name, pre, min(nb, kMaxNB)),
 		fmt.Sprintf("%d activation rows, with AVX-512 VNNI: 16 rows × %d activation rows of y = x·Wᵀ for", nb, nb),
@@ -121,18 +193,18 @@ func genQ4KTile512(nb int, q5 bool) {
 	sc, accA, accB, m0f := reg.Z8, reg.Z9, reg.Z10, reg.Z11
 	m10 := accB // Q5_K: one accumulator, Z10 holds 0x10 bytes
 	isum := func(b int) reg.VecPhysical { return Z(12 + b) }
-	facc := func(b int) reg.VecPhysical { return Z(12 + kzMaxNB + b) }
-	Comment("Z0-Z3/Z4-Z7 low/high-nibble quants of a sub-block's 4 steps, Z8 its scales (dwords),",
+	facc := newKzFacc(nb)
+	Comment("Z0-Z3/Z4-Z7 low/high-nibble quants of a sub-block's 4 steps, Z8 its scales (Q4_K word pairs, Q5_K dwords),",
 		"Z9/Z10 sub-block sums (Q5_K: Z9 the sum, Z10 0x10 bytes), Z11 0x0f bytes,",
-		fmt.Sprintf("Z12+b int32 super-block sums, Z%d+b f32 accumulators of activation row b.", 12+kzMaxNB))
-	for b := range nb {
-		VPXORD(facc(b), facc(b), facc(b))
-	}
+		fmt.Sprintf("Z12+b int32 super-block sums, Z%d+b (nb ≤ %d; else the stack) f32 accumulators of activation row b.", 12+kzRegNB, kzRegNB))
+	facc.zero(accA)
 	MOVL(U32(0x0f0f0f0f), reg.EAX)
 	VPBROADCASTD(reg.EAX, m0f)
 	if q5 {
 		MOVL(U32(0x10101010), reg.EAX)
 		VPBROADCASTD(reg.EAX, m10)
+	} else {
+		kzPairMask()
 	}
 	Label("block")
 	for b := range nb {
@@ -160,6 +232,9 @@ func genQ4KTile512(nb int, q5 bool) {
 			}
 		}
 		kzScales(M(W, k4tSc+8*j), M(W, k4tSc+64+8*j), sc, false)
+		if !q5 {
+			VPSHUFB(dup, sc, sc) // (sc, sc)
+		}
 		for b := range nb {
 			xq := func(disp int) Mem { return M(Xp, 256*b+32*j+disp) }
 			VPXORD(accA, accA, accA)
@@ -177,13 +252,13 @@ func genQ4KTile512(nb int, q5 bool) {
 				vnniOp("VPDPBUSD", true, xq(4*m), lo[m], accA)
 				vnniOp("VPDPBUSD", true, xq(16+4*m), hi[m], accB)
 			}
+			VPSHUFB(dup, accB, reg.K1, accA) // (A, B) as words
 			vnniOp("VPDPWSSD", false, sc, accA, isum(b))
-			vnniOp("VPDPWSSD", false, sc, accB, isum(b))
 		}
 	}
 	Comment("facc += (d·d_x)·float(isum) − (dmin·d_x)·float(Σ_j m_j·bsum_j), mins as word pairs (m[2k], m[2k+1])")
 	mins := lo
-	d, dm, msum, t := hi[0], hi[1], hi[2], hi[3]
+	d, dm, msum, t, fa := hi[0], hi[1], hi[2], hi[3], sc
 	for k := range 4 {
 		VPMOVZXBW(M(W, k4tMin+16*k), mins[k].AsY())
 		VPMOVZXBW(M(W, k4tMin+64+16*k), t.AsY())
@@ -199,37 +274,41 @@ func genQ4KTile512(nb int, q5 bool) {
 		}
 		VMULPS_BCST(M(Xp, meta+32*b), d, t)
 		VCVTDQ2PS(isum(b), isum(b))
-		VFMADD231PS(t, isum(b), facc(b))
+		f := facc.get(b, fa)
+		VFMADD231PS(t, isum(b), f)
 		VMULPS_BCST(M(Xp, meta+32*b), dm, t)
 		VCVTDQ2PS(msum, msum)
-		VFNMADD231PS(t, msum, facc(b))
+		VFNMADD231PS(t, msum, f)
+		facc.put(b, f)
 	}
 	ADDQ(U32(bb), W)
 	ADDQ(U32(k4tX*nb), Xp)
 	pfs.advance()
 	DECQ(N)
 	JNZ(LabelRef("block"))
-	kzStore(nb, facc)
+	facc.store(accA)
 }
 
 // genQ6KTile512 emits the AVX-512 Q6_K tile kernel. Per 16-weight sub-block
-// j and activation row b the int32 sum starts at c_j = −32·bsum_j (from the
-// activation meta) and adds the 16 products of the unsigned quants: it is
-// Σ q·x with q = u − 32 the signed quant; VPMULLD by the sign-extended scale
-// and an add take it into the super-block sum. The integers are those of
-// q6ktAVX2 (which subtracts the same 32·Σ_j sc_j·bsum_j at the end).
-func genQ6KTile512(nb int) {
+// j, step s and activation row b an int32 sum starts at c_js = −32·(the sum
+// of the step's 8 activation quants, from the activation meta) and adds the
+// step's 8 products of the unsigned quants: it is Σ q·x with q = u − 32 the
+// signed quant, |Σ q·x| ≤ 8·32·127 < 2¹⁵. VPSHUFB (under K1) puts step 1's
+// word into step 0's high word and one VPDPWSSD with the scale as the word
+// pair (sc, sc) adds sc·(A + B) to the super-block sum. The integers are
+// those of q6ktAVX2 (which subtracts the same 32·Σ_j sc_j·bsum_j at the end).
+func genQ6KTile512(nb int, dup Mem) {
 	name := fmt.Sprintf("q6ktAVX512x%d", nb)
-	TEXT(name, NOSPLIT, "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
+	TEXT(name, kzTextFlags(nb), "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s is q6ktAVX2x%d (the same sums in the same order, bit for bit) for", name, min(nb, k6tMaxNB)),
 		fmt.Sprintf("%d activation rows, with AVX-512 VNNI: 16 rows × %d activation rows of y = x·Wᵀ for", nb, nb),
 		fmt.Sprintf("one 16-row group of a Q6_K tile (nblk super-blocks of %d bytes at w) and Q8_K", k6tBlock),
 		fmt.Sprintf("activations tiled for %d rows (%d bytes per super-block at x: the rows' 256 quants", nb, k6zX*nb),
-		"each, then per row d_x f32 at +0 and the 16 c_j = −32·bsum_j int32 at +16 of its 80 meta",
-		"bytes), from 0:",
+		"each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j",
+		"and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:",
 		"",
-		"\ty[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j)",
+		"\ty[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)",
 		"",
 		"with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).")
 	W := Load(Param("w"), reg.RSI)
@@ -245,19 +324,21 @@ func genQ6KTile512(nb int) {
 	acc := [2]reg.VecPhysical{reg.Z8, reg.Z9}
 	d, dx := reg.Z10, reg.Z11
 	isum := func(b int) reg.VecPhysical { return Z(12 + b) }
-	facc := func(b int) reg.VecPhysical { return Z(12 + kzMaxNB + b) }
+	facc := newKzFacc(nb)
 	Comment("Z0/Z2, Z1/Z3 unsigned quants (low/high side) of a sub-block's 2 steps, Z4 its scales",
-		"(sign-extended dwords), Z5 scratch, Z6 0x0f bytes, Z7 0x30 bytes, Z8/Z9 sub-block sums,",
-		fmt.Sprintf("Z12+b int32 super-block sums, Z%d+b f32 accumulators of activation row b.", 12+kzMaxNB))
-	for b := range nb {
-		VPXORD(facc(b), facc(b), facc(b))
-	}
+		"(word pairs), Z5 scratch, Z6 0x0f bytes, Z7 0x30 bytes, Z8/Z9 the steps' sums,",
+		fmt.Sprintf("Z12+b int32 super-block sums, Z%d+b (nb ≤ %d; else the stack) f32 accumulators of activation row b.", 12+kzRegNB, kzRegNB))
+	facc.zero(t)
 	MOVL(U32(0x0f0f0f0f), reg.EAX)
 	VPBROADCASTD(reg.EAX, m0f)
 	MOVL(U32(0x30303030), reg.EAX)
 	VPBROADCASTD(reg.EAX, m30)
+	kzPairMask()
 	meta := 256 * nb
 	Label("block")
+	for b := range nb {
+		VPXORD(isum(b), isum(b), isum(b))
+	}
 	for j := range 16 {
 		Commentf("sub-block %d: step s holds weights 16·%d+4s+t (low nibbles) and 16·%d+8+4s+t (high)", j, j, j)
 		for s := range 2 {
@@ -283,32 +364,30 @@ func genQ6KTile512(nb int) {
 			}
 		}
 		kzScales(M(W, k6tSc+8*j), M(W, k6tSc+128+8*j), sc, true)
+		VPSHUFB(dup, sc, sc) // (sc, sc)
 		for b := range nb {
-			a := acc[b%2]
-			VPBROADCASTD(M(Xp, meta+80*b+16+4*j), a)
 			for s := range 2 {
-				vnniOp("VPDPBUSD", true, M(Xp, 256*b+16*j+4*s), lo[s], a)
-				vnniOp("VPDPBUSD", true, M(Xp, 256*b+16*j+8+4*s), hi[s], a)
+				VPBROADCASTD(M(Xp, meta+144*b+16+8*j+4*s), acc[s])
+				vnniOp("VPDPBUSD", true, M(Xp, 256*b+16*j+4*s), lo[s], acc[s])
+				vnniOp("VPDPBUSD", true, M(Xp, 256*b+16*j+8+4*s), hi[s], acc[s])
 			}
-			if j == 0 {
-				VPMULLD(sc, a, isum(b))
-			} else {
-				VPMULLD(sc, a, a)
-				VPADDD(a, isum(b), isum(b))
-			}
+			VPSHUFB(dup, acc[1], reg.K1, acc[0]) // (A, B) as words
+			vnniOp("VPDPWSSD", false, sc, acc[0], isum(b))
 		}
 	}
 	Comment("facc += (d·d_x)·float(isum)")
 	VCVTPH2PS(M(W, k6tD), d)
 	for b := range nb {
-		VMULPS_BCST(M(Xp, meta+80*b), d, dx)
+		VMULPS_BCST(M(Xp, meta+144*b), d, dx)
 		VCVTDQ2PS(isum(b), isum(b))
-		VFMADD231PS(dx, isum(b), facc(b))
+		f := facc.get(b, t)
+		VFMADD231PS(dx, isum(b), f)
+		facc.put(b, f)
 	}
 	ADDQ(U32(k6tBlock), W)
 	ADDQ(U32(k6zX*nb), Xp)
 	pfs.advance()
 	DECQ(N)
 	JNZ(LabelRef("block"))
-	kzStore(nb, facc)
+	facc.store(t)
 }
