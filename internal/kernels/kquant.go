@@ -172,6 +172,9 @@ func s8_1(sum int, x []float32) float32 {
 func kmatmul(p *Pool, y []float32, ids []int, keep [][]float32, w *Matrix, x []float32, batch int, ref bool) {
 	a := legacyQuantize(p, w, x, batch, ref) // legacy_amd64.go: Q4_1/Q5_0/Q5_1 tiles, or nil
 	if a == nil {
+		a = kTileQuantize(p, w, x, batch, ref) // kquant_amd64.go: K-quant AVX-512 tiles, or nil
+	}
+	if a == nil {
 		a = quantizeKActs(p, w.Type, x, batch, w.Cols)
 	}
 	defer kActsPool.Put(a)

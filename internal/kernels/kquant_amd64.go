@@ -349,7 +349,8 @@ func kpack(m *Matrix) any {
 func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
 	case dtype.Q4_K, dtype.Q5_K, dtype.Q6_K:
-		if k := kTiles(t); k != nil {
+		// The AVX-512 tiles are filled by kTileQuantize instead.
+		if k := kTiles(t); k != nil && impl == implAVX2 {
 			tileKActs(a, batch, k)
 		}
 	case dtype.Q3_K, dtype.Q2_K:
@@ -362,9 +363,40 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 	}
 }
 
-// tileKActs fills a.xt for the tile kernels k (see the file comment): rows
-// in k's batch tiles, k.xb bytes per row and super-block (256 quants, then
-// d_x f32 and at meta byte 16 the sums k.meta says).
+// kTileQuantize quantizes the (batch, Cols) rows of x for w straight into
+// the tiled layout of the AVX-512 tile kernels (a.xt; a.q, a.d and a.bsums
+// stay empty), the batch tiles split over p; nil when w does not run on them
+// (ref: the plain-Go kernel is wanted; no tiles; AVX-512 not in use).
+func kTileQuantize(p *Pool, w *Matrix, x []float32, batch int, ref bool) *kActs {
+	pk, _ := w.packed.(*kpacked)
+	if ref || pk == nil || pk.groupBytes == 0 || impl != implAVX512 {
+		return nil
+	}
+	k := kTiles(w.Type)
+	a := kActsPool.Get().(*kActs)
+	a.cols, a.bsz, a.nblk = w.Cols, dtype.QKK, w.Cols/dtype.QKK
+	a.q, a.d, a.bsums, a.s, a.kb = a.q[:0], a.d[:0], a.bsums[:0], a.s[:0], a.kb[:0]
+	nblk, xb, cols := a.nblk, k.xb, a.cols
+	a.xt = grow(a.xt, batch*nblk*xb) // (batch tiles, nblk, tile rows, xb) bytes
+	c8 := 0
+	if k.meta == kMetaC8 {
+		c8 = 1
+	}
+	p.For((batch+k.g-1)/k.g, 1, func(lo, hi int) {
+		for ti := lo; ti < hi; ti++ {
+			b0, nb := k.kTile(ti, batch)
+			for t := range nb {
+				quantQ8KAVX512(&x[(b0+t)*cols], nblk, &a.xt[b0*nblk*xb+256*t], xb*nb, 256*(nb-t)+(xb-256)*t, c8)
+			}
+		}
+	})
+	return a
+}
+
+// tileKActs fills a.xt for the AVX2 tile kernels k (see the file comment)
+// from the quantized rows: rows in k's batch tiles, k.xb bytes per row and
+// super-block (256 quants, then d_x f32 and at meta byte 16 the sums k.meta
+// says, kMeta32 or kMeta16).
 func tileKActs(a *kActs, batch int, k *kTileKernels) {
 	nblk, xb := a.nblk, k.xb
 	a.xt = grow(a.xt, batch*nblk*xb) // (batch tiles, nblk, tile rows, xb) bytes
@@ -388,16 +420,6 @@ func tileKActs(a *kActs, batch int, k *kTileKernels) {
 				case kMeta16:
 					for k, v := range bs {
 						le.PutUint16(meta[16+2*k:], uint16(v))
-					}
-				case kMetaC8:
-					xq := a.q[b*a.cols+256*i:][:256] // (256) the super-block's quants
-					for js := range 32 {
-						e := 16*(js/2) + 4*(js%2)
-						var c int32
-						for t := range 4 {
-							c += int32(xq[e+t]) + int32(xq[e+8+t])
-						}
-						le.PutUint32(meta[16+4*js:], uint32(-32*c))
 					}
 				}
 			}

@@ -140,3 +140,85 @@ func rawKMatrix(t *testing.T, r *rand.Rand, typ dtype.Type, rows, cols int) *Mat
 	}
 	return m
 }
+
+// TestQuantQ8KExact checks quantQ8KAVX512 bit for bit against quantQ8K and
+// the sums the tile kernels read (tileKActs), in both meta formats: ties in
+// magnitude of opposite sign, zero, tiny and huge blocks, values landing on
+// .5 after scaling; bytes outside a block's quants and meta stay untouched.
+func TestQuantQ8KExact(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(33, 34))
+	const nblk = 8
+	x := randVec(r, nblk*256, 3)
+	clear(x[256:512])    // zero block
+	for i := range 256 { // values landing exactly on .5 after scaling, largest magnitude first negative
+		x[512+i] = float32(i%64-32) * 0.5
+	}
+	x[512+7], x[512+200] = -127, 127
+	for i := range 256 {
+		x[768+i] *= 1e-30
+		x[1024+i] *= 1e30
+	}
+	x[1280+3], x[1280+100] = 50, -50 // a tie: the first (positive) one sets the sign
+	x[1536+9], x[1536+10] = -50, 50
+	le := binary.LittleEndian
+	for _, c8 := range []int{0, 1} {
+		const stride, moff = 480, 256 // quants, then up to 144 meta bytes; the rest must stay untouched
+		metaLen := 32
+		if c8 != 0 {
+			metaLen = 144
+		}
+		buf := make([]byte, nblk*stride)
+		for i := range buf {
+			buf[i] = 0xa5
+		}
+		quantQ8KAVX512(&x[0], nblk, &buf[0], stride, moff, c8)
+		for i := range nblk {
+			var q [256]int8
+			var d float32
+			var bs [16]int16
+			quantQ8K(x[256*i:256*i+256], q[:], &d, bs[:])
+			blk := buf[i*stride:]
+			for j := range 256 {
+				if int8(blk[j]) != q[j] {
+					t.Fatalf("c8=%d block %d quant %d: have %d; want %d", c8, i, j, int8(blk[j]), q[j])
+				}
+			}
+			meta := blk[moff:]
+			if have := math.Float32frombits(le.Uint32(meta)); math.Float32bits(have) != math.Float32bits(d) {
+				t.Fatalf("c8=%d block %d: d = %g; want %g", c8, i, have, d)
+			}
+			for k := range 8 {
+				if c8 == 0 {
+					if have, want := int16(le.Uint16(meta[16+2*k:])), bs[2*k]+bs[2*k+1]; have != want {
+						t.Fatalf("block %d: per-32 sum %d = %d; want %d", i, k, have, want)
+					}
+				}
+			}
+			if c8 != 0 {
+				for js := range 32 {
+					e := 16*(js/2) + 4*(js%2)
+					var c int32
+					for tt := range 4 {
+						c += int32(q[e+tt]) + int32(q[e+8+tt])
+					}
+					if have := int32(le.Uint32(meta[16+4*js:])); have != -32*c {
+						t.Fatalf("block %d: c_%d = %d; want %d", i, js, have, -32*c)
+					}
+				}
+			}
+			for j := moff + metaLen; j < stride; j++ {
+				if blk[j] != 0xa5 {
+					t.Fatalf("c8=%d block %d: byte %d written", c8, i, j)
+				}
+			}
+			for j := moff + 4; j < moff+16; j++ {
+				if blk[j] != 0xa5 {
+					t.Fatalf("c8=%d block %d: byte %d written", c8, i, j)
+				}
+			}
+		}
+	}
+}

@@ -876,3 +876,14 @@ func q6ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //
 //go:noescape
 func q6ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// quantQ8KAVX512 quantizes nblk blocks of 256 floats of x to Q8_K exactly as quantQ8K
+// does (mx the first value of largest magnitude, iscale = −127/mx, q = min(127,
+// round-half-even(iscale·x)), d = 1/iscale; all zero for a zero block). Block i writes
+// its 256 quants to q[i*stride:] and at q[i*stride+moff:] the float32 d, then at +16
+// the 8 per-32 quant sums as int16 (c8 == 0, the Q4_K/Q5_K tiles) or for j < 16,
+// s < 2 the int32 c_js = −32·Σ q over quants 16j+4s+t and 16j+8+4s+t, t < 4 (c8 != 0,
+// the Q6_K AVX-512 tiles).
+//
+//go:noescape
+func quantQ8KAVX512(x *float32, nblk int, q *byte, stride int, moff int, c8 int)

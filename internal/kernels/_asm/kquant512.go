@@ -41,6 +41,7 @@ func genKQuant512() {
 	for nb := 1; nb <= kzMaxNB; nb++ {
 		genQ6KTile512(nb, dup)
 	}
+	genQuantQ8K512()
 }
 
 // kzPairMask sets K1 to the high words of every dword (bytes 2 and 3):
@@ -390,4 +391,166 @@ func genQ6KTile512(nb int, dup Mem) {
 	DECQ(N)
 	JNZ(LabelRef("block"))
 	facc.store(t)
+}
+
+// genQuantQ8K512 emits quantQ8KAVX512, the Q8_K quantizer of the AVX-512
+// tile kernels: quantQ8K's quants and d, written straight into the tiled
+// activation layout with the sums the kernels read.
+func genQuantQ8K512() {
+	// qkIdx: VPERMI2D indices. 0/1: the even and odd dwords of two
+	// registers (pair sums); 2/3: dwords 4j+s and 4j+2+s (j < 8, s < 2),
+	// Q6_K's step sums.
+	var idx [4]Mem
+	for k := range 4 {
+		idx[k] = GLOBL(fmt.Sprintf("qkIdx%d", k), RODATA|NOPTR)
+		for i := range 16 {
+			v := 2*i + k
+			if k >= 2 {
+				v = 4*(i/2) + i%2 + 2*(k-2)
+			}
+			DATA(4*i, U32(v))
+		}
+	}
+	TEXT("quantQ8KAVX512", NOSPLIT, "func(x *float32, nblk int, q *byte, stride int, moff int, c8 int)")
+	Pragma("noescape")
+	Doc("quantQ8KAVX512 quantizes nblk blocks of 256 floats of x to Q8_K exactly as quantQ8K",
+		"does (mx the first value of largest magnitude, iscale = −127/mx, q = min(127,",
+		"round-half-even(iscale·x)), d = 1/iscale; all zero for a zero block). Block i writes",
+		"its 256 quants to q[i*stride:] and at q[i*stride+moff:] the float32 d, then at +16",
+		"the 8 per-32 quant sums as int16 (c8 == 0, the Q4_K/Q5_K tiles) or for j < 16,",
+		"s < 2 the int32 c_js = −32·Σ q over quants 16j+4s+t and 16j+8+4s+t, t < 4 (c8 != 0,",
+		"the Q6_K AVX-512 tiles).")
+	Xp := Load(Param("x"), reg.RSI)
+	N := Load(Param("nblk"), reg.RCX)
+	Q := Load(Param("q"), reg.RDI)
+	QS := Load(Param("stride"), reg.R9)
+	MO := Load(Param("moff"), reg.R10)
+	C8 := Load(Param("c8"), reg.R11)
+	meta := func(disp int) Mem { return Mem{Base: Q, Index: MO, Scale: 1, Disp: disp} }
+	absm, i127, ones, zero := reg.Z31, reg.Z30, reg.Z29, reg.Z28
+	Comment("Z0-Z15 the block, Z31 |x| mask, Z30 int 127, Z29 0x01 bytes, Z28 zero, X27 −127.0, X26 1.0")
+	MOVL(U32(0x7fffffff), reg.EAX)
+	VPBROADCASTD(reg.EAX, absm)
+	MOVL(U32(127), reg.EAX)
+	VPBROADCASTD(reg.EAX, i127)
+	MOVL(U32(0x01010101), reg.EAX)
+	VPBROADCASTD(reg.EAX, ones)
+	VPXORD(zero, zero, zero)
+	MOVL(U32(0xc2fe0000), reg.EAX) // −127.0
+	VMOVD(reg.EAX, reg.X27)
+	MOVL(U32(0x3f800000), reg.EAX) // 1.0
+	VMOVD(reg.EAX, reg.X26)
+	Label("block")
+	for r := range 16 {
+		VMOVUPS(M(Xp, 64*r), Z(r))
+	}
+	Comment("amax in every lane of Z16")
+	for r := range 16 {
+		if r < 4 {
+			VANDPS(absm, Z(r), Z(16+r))
+		} else {
+			VANDPS(absm, Z(r), reg.Z20)
+			VMAXPS(reg.Z20, Z(16+r%4), Z(16+r%4))
+		}
+	}
+	VMAXPS(reg.Z17, reg.Z16, reg.Z16)
+	VMAXPS(reg.Z19, reg.Z18, reg.Z18)
+	VMAXPS(reg.Z18, reg.Z16, reg.Z16)
+	VSHUFF32X4(U8(0x4e), reg.Z16, reg.Z16, reg.Z17)
+	VMAXPS(reg.Z17, reg.Z16, reg.Z16)
+	VSHUFF32X4(U8(0xb1), reg.Z16, reg.Z16, reg.Z17)
+	VMAXPS(reg.Z17, reg.Z16, reg.Z16)
+	VPERMILPS(U8(0x4e), reg.Z16, reg.Z17)
+	VMAXPS(reg.Z17, reg.Z16, reg.Z16)
+	VPERMILPS(U8(0xb1), reg.Z16, reg.Z17)
+	VMAXPS(reg.Z17, reg.Z16, reg.Z16)
+	VUCOMISS(zero.AsX(), reg.X16)
+	JE(LabelRef("zero"))
+	Comment("mx: the first value whose magnitude is amax")
+	MOVQ(Xp, reg.R8)
+	Label("find")
+	VANDPS(M(reg.R8, 0), absm, reg.Z17)
+	VCMPPS(U8(0), reg.Z16, reg.Z17, reg.K1)
+	KMOVW(reg.K1, reg.EAX)
+	TESTL(reg.EAX, reg.EAX)
+	JNZ(LabelRef("found"))
+	ADDQ(U8(64), reg.R8)
+	JMP(LabelRef("find"))
+	Label("found")
+	TZCNTL(reg.EAX, reg.EAX)
+	VMOVSS(Mem{Base: reg.R8, Index: reg.RAX, Scale: 4}, reg.X17)
+	Comment("iscale = −127/mx, d = 1/iscale")
+	VDIVSS(reg.X17, reg.X27, reg.X18)
+	VDIVSS(reg.X18, reg.X26, reg.X19)
+	VMOVSS(reg.X19, meta(0))
+	VBROADCASTSS(reg.X18, reg.Z18)
+	Comment("q = min(127, round-half-even(iscale·x)), packed to bytes: Z20-Z23")
+	for r := range 16 {
+		VMULPS(reg.Z18, Z(r), Z(r))
+		VCVTPS2DQ(Z(r), Z(r))
+		VPMINSD(i127, Z(r), Z(r))
+	}
+	for g := range 4 {
+		dst := Z(20 + g)
+		VPMOVDB(Z(4*g), dst.AsX())
+		for t := 1; t < 4; t++ {
+			VPMOVDB(Z(4*g+t), reg.X24)
+			VINSERTI32X4(U8(t), reg.X24, dst, dst)
+		}
+		VMOVDQU64(dst, M(Q, 64*g))
+	}
+	Comment("S4: the sums of each 4 quants, Z0-Z3")
+	for g := range 4 {
+		VPXORD(Z(g), Z(g), Z(g))
+		vnniOp("VPDPBUSD", false, Z(20+g), ones, Z(g))
+	}
+	// pairs sets dst to the sums of the dwords idx[a] and idx[b] pick
+	// from the 32 of lo, hi.
+	pairs := func(lo, hi reg.VecPhysical, a, b int, dst reg.VecPhysical) {
+		VMOVDQU32(idx[a], reg.Z24)
+		VPERMI2D(hi, lo, reg.Z24)
+		VMOVDQU32(idx[b], dst)
+		VPERMI2D(hi, lo, dst)
+		VPADDD(reg.Z24, dst, dst)
+	}
+	CMPQ(C8, U8(0))
+	JNE(LabelRef("c8"))
+	Comment("per-32 sums: pairs of pairs of pairs of S4, as int16")
+	pairs(reg.Z0, reg.Z1, 0, 1, reg.Z4)
+	pairs(reg.Z2, reg.Z3, 0, 1, reg.Z5)
+	pairs(reg.Z4, reg.Z5, 0, 1, reg.Z6)
+	pairs(reg.Z6, reg.Z6, 0, 1, reg.Z7)
+	VPMOVDW(reg.Y7, meta(16))
+	JMP(LabelRef("next"))
+	Label("c8")
+	Comment("c_js = −32·(S4[4j+s] + S4[4j+2+s])")
+	pairs(reg.Z0, reg.Z1, 2, 3, reg.Z4)
+	pairs(reg.Z2, reg.Z3, 2, 3, reg.Z5)
+	VPSLLD(U8(5), reg.Z4, reg.Z4)
+	VPSLLD(U8(5), reg.Z5, reg.Z5)
+	VPSUBD(reg.Z4, zero, reg.Z4)
+	VPSUBD(reg.Z5, zero, reg.Z5)
+	VMOVDQU32(reg.Z4, meta(16))
+	VMOVDQU32(reg.Z5, meta(80))
+	JMP(LabelRef("next"))
+	Label("zero")
+	Comment("a zero block: quants, d and sums 0")
+	for g := range 4 {
+		VMOVDQU64(zero, M(Q, 64*g))
+	}
+	MOVL(U32(0), meta(0))
+	CMPQ(C8, U8(0))
+	JNE(LabelRef("zc8"))
+	VMOVDQU32(zero.AsX(), meta(16))
+	JMP(LabelRef("next"))
+	Label("zc8")
+	VMOVDQU32(zero, meta(16))
+	VMOVDQU32(zero, meta(80))
+	Label("next")
+	ADDQ(U32(1024), Xp)
+	ADDQ(QS, Q)
+	DECQ(N)
+	JNZ(LabelRef("block"))
+	VZEROUPPER()
+	RET()
 }
