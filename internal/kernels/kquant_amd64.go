@@ -101,7 +101,8 @@ type kTileKernels struct {
 	meta   kMeta                            // what follows the quants and d_x in the tiled activations
 }
 
-// kMeta is the activation sums a tile kernel reads after d_x (see tileKActs).
+// kMeta is the activation sums a tile kernel reads after d_x (see tileKActs,
+// quantQ8KAVX512).
 type kMeta int
 
 const (
