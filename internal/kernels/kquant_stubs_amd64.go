@@ -269,10 +269,11 @@ func q2kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, d
 //go:noescape
 func q2kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
 
-// q4ktAVX512x1 is q4ktAVX2x1 (the same sums in the same order, bit for bit) for
-// 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
+// q4ktAVX512x1 computes with AVX-512 VNNI 16 rows × 1 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 1 rows (288 bytes per super-block at x), from 0:
+// activations tiled for 1 rows (288 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -281,10 +282,11 @@ func q2kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, d
 //go:noescape
 func q4ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x2 is q4ktAVX2x2 (the same sums in the same order, bit for bit) for
-// 2 activation rows, with AVX-512 VNNI: 16 rows × 2 activation rows of y = x·Wᵀ for
+// q4ktAVX512x2 computes with AVX-512 VNNI 16 rows × 2 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 2 rows (576 bytes per super-block at x), from 0:
+// activations tiled for 2 rows (576 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -293,10 +295,11 @@ func q4ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x3 is q4ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 3 activation rows, with AVX-512 VNNI: 16 rows × 3 activation rows of y = x·Wᵀ for
+// q4ktAVX512x3 computes with AVX-512 VNNI 16 rows × 3 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 3 rows (864 bytes per super-block at x), from 0:
+// activations tiled for 3 rows (864 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -305,10 +308,11 @@ func q4ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x4 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 4 activation rows, with AVX-512 VNNI: 16 rows × 4 activation rows of y = x·Wᵀ for
+// q4ktAVX512x4 computes with AVX-512 VNNI 16 rows × 4 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 4 rows (1152 bytes per super-block at x), from 0:
+// activations tiled for 4 rows (1152 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -317,10 +321,11 @@ func q4ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x5 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 5 activation rows, with AVX-512 VNNI: 16 rows × 5 activation rows of y = x·Wᵀ for
+// q4ktAVX512x5 computes with AVX-512 VNNI 16 rows × 5 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 5 rows (1440 bytes per super-block at x), from 0:
+// activations tiled for 5 rows (1440 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -329,10 +334,11 @@ func q4ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x6 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 6 activation rows, with AVX-512 VNNI: 16 rows × 6 activation rows of y = x·Wᵀ for
+// q4ktAVX512x6 computes with AVX-512 VNNI 16 rows × 6 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 6 rows (1728 bytes per super-block at x), from 0:
+// activations tiled for 6 rows (1728 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -341,10 +347,11 @@ func q4ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x7 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 7 activation rows, with AVX-512 VNNI: 16 rows × 7 activation rows of y = x·Wᵀ for
+// q4ktAVX512x7 computes with AVX-512 VNNI 16 rows × 7 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 7 rows (2016 bytes per super-block at x), from 0:
+// activations tiled for 7 rows (2016 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -353,10 +360,11 @@ func q4ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x8 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 8 activation rows, with AVX-512 VNNI: 16 rows × 8 activation rows of y = x·Wᵀ for
+// q4ktAVX512x8 computes with AVX-512 VNNI 16 rows × 8 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 8 rows (2304 bytes per super-block at x), from 0:
+// activations tiled for 8 rows (2304 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -365,10 +373,11 @@ func q4ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x9 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 9 activation rows, with AVX-512 VNNI: 16 rows × 9 activation rows of y = x·Wᵀ for
+// q4ktAVX512x9 computes with AVX-512 VNNI 16 rows × 9 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 9 rows (2592 bytes per super-block at x), from 0:
+// activations tiled for 9 rows (2592 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -377,10 +386,11 @@ func q4ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x10 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 10 activation rows, with AVX-512 VNNI: 16 rows × 10 activation rows of y = x·Wᵀ for
+// q4ktAVX512x10 computes with AVX-512 VNNI 16 rows × 10 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 10 rows (2880 bytes per super-block at x), from 0:
+// activations tiled for 10 rows (2880 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -389,10 +399,11 @@ func q4ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q4ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x11 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 11 activation rows, with AVX-512 VNNI: 16 rows × 11 activation rows of y = x·Wᵀ for
+// q4ktAVX512x11 computes with AVX-512 VNNI 16 rows × 11 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 11 rows (3168 bytes per super-block at x), from 0:
+// activations tiled for 11 rows (3168 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -401,10 +412,11 @@ func q4ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q4ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x12 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 12 activation rows, with AVX-512 VNNI: 16 rows × 12 activation rows of y = x·Wᵀ for
+// q4ktAVX512x12 computes with AVX-512 VNNI 16 rows × 12 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 12 rows (3456 bytes per super-block at x), from 0:
+// activations tiled for 12 rows (3456 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -413,10 +425,11 @@ func q4ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q4ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x13 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 13 activation rows, with AVX-512 VNNI: 16 rows × 13 activation rows of y = x·Wᵀ for
+// q4ktAVX512x13 computes with AVX-512 VNNI 16 rows × 13 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 13 rows (3744 bytes per super-block at x), from 0:
+// activations tiled for 13 rows (3744 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -425,10 +438,11 @@ func q4ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q4ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x14 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 14 activation rows, with AVX-512 VNNI: 16 rows × 14 activation rows of y = x·Wᵀ for
+// q4ktAVX512x14 computes with AVX-512 VNNI 16 rows × 14 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 14 rows (4032 bytes per super-block at x), from 0:
+// activations tiled for 14 rows (4032 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -437,10 +451,11 @@ func q4ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q4ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x15 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 15 activation rows, with AVX-512 VNNI: 16 rows × 15 activation rows of y = x·Wᵀ for
+// q4ktAVX512x15 computes with AVX-512 VNNI 16 rows × 15 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 15 rows (4320 bytes per super-block at x), from 0:
+// activations tiled for 15 rows (4320 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -449,10 +464,11 @@ func q4ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q4ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q4ktAVX512x16 is q4ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 16 activation rows, with AVX-512 VNNI: 16 rows × 16 activation rows of y = x·Wᵀ for
+// q4ktAVX512x16 computes with AVX-512 VNNI 16 rows × 16 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
-// activations tiled for 16 rows (4608 bytes per super-block at x), from 0:
+// activations tiled for 16 rows (4608 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -461,10 +477,11 @@ func q4ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q4ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x1 is q5ktAVX2x1 (the same sums in the same order, bit for bit) for
-// 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
+// q5ktAVX512x1 computes with AVX-512 VNNI 16 rows × 1 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 1 rows (288 bytes per super-block at x), from 0:
+// activations tiled for 1 rows (288 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -473,10 +490,11 @@ func q4ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q5ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x2 is q5ktAVX2x2 (the same sums in the same order, bit for bit) for
-// 2 activation rows, with AVX-512 VNNI: 16 rows × 2 activation rows of y = x·Wᵀ for
+// q5ktAVX512x2 computes with AVX-512 VNNI 16 rows × 2 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 2 rows (576 bytes per super-block at x), from 0:
+// activations tiled for 2 rows (576 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -485,10 +503,11 @@ func q5ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x3 is q5ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 3 activation rows, with AVX-512 VNNI: 16 rows × 3 activation rows of y = x·Wᵀ for
+// q5ktAVX512x3 computes with AVX-512 VNNI 16 rows × 3 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 3 rows (864 bytes per super-block at x), from 0:
+// activations tiled for 3 rows (864 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -497,10 +516,11 @@ func q5ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x4 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 4 activation rows, with AVX-512 VNNI: 16 rows × 4 activation rows of y = x·Wᵀ for
+// q5ktAVX512x4 computes with AVX-512 VNNI 16 rows × 4 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 4 rows (1152 bytes per super-block at x), from 0:
+// activations tiled for 4 rows (1152 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -509,10 +529,11 @@ func q5ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x5 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 5 activation rows, with AVX-512 VNNI: 16 rows × 5 activation rows of y = x·Wᵀ for
+// q5ktAVX512x5 computes with AVX-512 VNNI 16 rows × 5 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 5 rows (1440 bytes per super-block at x), from 0:
+// activations tiled for 5 rows (1440 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -521,10 +542,11 @@ func q5ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x6 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 6 activation rows, with AVX-512 VNNI: 16 rows × 6 activation rows of y = x·Wᵀ for
+// q5ktAVX512x6 computes with AVX-512 VNNI 16 rows × 6 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 6 rows (1728 bytes per super-block at x), from 0:
+// activations tiled for 6 rows (1728 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -533,10 +555,11 @@ func q5ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x7 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 7 activation rows, with AVX-512 VNNI: 16 rows × 7 activation rows of y = x·Wᵀ for
+// q5ktAVX512x7 computes with AVX-512 VNNI 16 rows × 7 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 7 rows (2016 bytes per super-block at x), from 0:
+// activations tiled for 7 rows (2016 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -545,10 +568,11 @@ func q5ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x8 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 8 activation rows, with AVX-512 VNNI: 16 rows × 8 activation rows of y = x·Wᵀ for
+// q5ktAVX512x8 computes with AVX-512 VNNI 16 rows × 8 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 8 rows (2304 bytes per super-block at x), from 0:
+// activations tiled for 8 rows (2304 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -557,10 +581,11 @@ func q5ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x9 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 9 activation rows, with AVX-512 VNNI: 16 rows × 9 activation rows of y = x·Wᵀ for
+// q5ktAVX512x9 computes with AVX-512 VNNI 16 rows × 9 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 9 rows (2592 bytes per super-block at x), from 0:
+// activations tiled for 9 rows (2592 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -569,10 +594,11 @@ func q5ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x10 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 10 activation rows, with AVX-512 VNNI: 16 rows × 10 activation rows of y = x·Wᵀ for
+// q5ktAVX512x10 computes with AVX-512 VNNI 16 rows × 10 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 10 rows (2880 bytes per super-block at x), from 0:
+// activations tiled for 10 rows (2880 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -581,10 +607,11 @@ func q5ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q5ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x11 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 11 activation rows, with AVX-512 VNNI: 16 rows × 11 activation rows of y = x·Wᵀ for
+// q5ktAVX512x11 computes with AVX-512 VNNI 16 rows × 11 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 11 rows (3168 bytes per super-block at x), from 0:
+// activations tiled for 11 rows (3168 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -593,10 +620,11 @@ func q5ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q5ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x12 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 12 activation rows, with AVX-512 VNNI: 16 rows × 12 activation rows of y = x·Wᵀ for
+// q5ktAVX512x12 computes with AVX-512 VNNI 16 rows × 12 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 12 rows (3456 bytes per super-block at x), from 0:
+// activations tiled for 12 rows (3456 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -605,10 +633,11 @@ func q5ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q5ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x13 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 13 activation rows, with AVX-512 VNNI: 16 rows × 13 activation rows of y = x·Wᵀ for
+// q5ktAVX512x13 computes with AVX-512 VNNI 16 rows × 13 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 13 rows (3744 bytes per super-block at x), from 0:
+// activations tiled for 13 rows (3744 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -617,10 +646,11 @@ func q5ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q5ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x14 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 14 activation rows, with AVX-512 VNNI: 16 rows × 14 activation rows of y = x·Wᵀ for
+// q5ktAVX512x14 computes with AVX-512 VNNI 16 rows × 14 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 14 rows (4032 bytes per super-block at x), from 0:
+// activations tiled for 14 rows (4032 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -629,10 +659,11 @@ func q5ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q5ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x15 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 15 activation rows, with AVX-512 VNNI: 16 rows × 15 activation rows of y = x·Wᵀ for
+// q5ktAVX512x15 computes with AVX-512 VNNI 16 rows × 15 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 15 rows (4320 bytes per super-block at x), from 0:
+// activations tiled for 15 rows (4320 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -641,10 +672,11 @@ func q5ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q5ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q5ktAVX512x16 is q5ktAVX2x4 (the same sums in the same order, bit for bit) for
-// 16 activation rows, with AVX-512 VNNI: 16 rows × 16 activation rows of y = x·Wᵀ for
+// q5ktAVX512x16 computes with AVX-512 VNNI 16 rows × 16 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
-// activations tiled for 16 rows (4608 bytes per super-block at x), from 0:
+// activations tiled for 16 rows (4608 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
 //
@@ -653,12 +685,12 @@ func q5ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q5ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x1 is q6ktAVX2x1 (the same sums in the same order, bit for bit) for
-// 1 activation rows, with AVX-512 VNNI: 16 rows × 1 activation rows of y = x·Wᵀ for
+// q6ktAVX512x1 computes with AVX-512 VNNI 16 rows × 1 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 1 rows (400 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -667,12 +699,12 @@ func q5ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q6ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x2 is q6ktAVX2x2 (the same sums in the same order, bit for bit) for
-// 2 activation rows, with AVX-512 VNNI: 16 rows × 2 activation rows of y = x·Wᵀ for
+// q6ktAVX512x2 computes with AVX-512 VNNI 16 rows × 2 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 2 rows (800 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -681,12 +713,12 @@ func q6ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x3 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 3 activation rows, with AVX-512 VNNI: 16 rows × 3 activation rows of y = x·Wᵀ for
+// q6ktAVX512x3 computes with AVX-512 VNNI 16 rows × 3 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 3 rows (1200 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -695,12 +727,12 @@ func q6ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x4 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 4 activation rows, with AVX-512 VNNI: 16 rows × 4 activation rows of y = x·Wᵀ for
+// q6ktAVX512x4 computes with AVX-512 VNNI 16 rows × 4 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 4 rows (1600 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -709,12 +741,12 @@ func q6ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x5 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 5 activation rows, with AVX-512 VNNI: 16 rows × 5 activation rows of y = x·Wᵀ for
+// q6ktAVX512x5 computes with AVX-512 VNNI 16 rows × 5 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 5 rows (2000 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -723,12 +755,12 @@ func q6ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x6 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 6 activation rows, with AVX-512 VNNI: 16 rows × 6 activation rows of y = x·Wᵀ for
+// q6ktAVX512x6 computes with AVX-512 VNNI 16 rows × 6 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 6 rows (2400 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -737,12 +769,12 @@ func q6ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x7 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 7 activation rows, with AVX-512 VNNI: 16 rows × 7 activation rows of y = x·Wᵀ for
+// q6ktAVX512x7 computes with AVX-512 VNNI 16 rows × 7 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 7 rows (2800 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -751,12 +783,12 @@ func q6ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x8 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 8 activation rows, with AVX-512 VNNI: 16 rows × 8 activation rows of y = x·Wᵀ for
+// q6ktAVX512x8 computes with AVX-512 VNNI 16 rows × 8 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 8 rows (3200 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -765,12 +797,12 @@ func q6ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x9 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 9 activation rows, with AVX-512 VNNI: 16 rows × 9 activation rows of y = x·Wᵀ for
+// q6ktAVX512x9 computes with AVX-512 VNNI 16 rows × 9 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 9 rows (3600 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -779,12 +811,12 @@ func q6ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x10 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 10 activation rows, with AVX-512 VNNI: 16 rows × 10 activation rows of y = x·Wᵀ for
+// q6ktAVX512x10 computes with AVX-512 VNNI 16 rows × 10 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 10 rows (4000 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -793,12 +825,12 @@ func q6ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte,
 //go:noescape
 func q6ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x11 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 11 activation rows, with AVX-512 VNNI: 16 rows × 11 activation rows of y = x·Wᵀ for
+// q6ktAVX512x11 computes with AVX-512 VNNI 16 rows × 11 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 11 rows (4400 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -807,12 +839,12 @@ func q6ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q6ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x12 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 12 activation rows, with AVX-512 VNNI: 16 rows × 12 activation rows of y = x·Wᵀ for
+// q6ktAVX512x12 computes with AVX-512 VNNI 16 rows × 12 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 12 rows (4800 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -821,12 +853,12 @@ func q6ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q6ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x13 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 13 activation rows, with AVX-512 VNNI: 16 rows × 13 activation rows of y = x·Wᵀ for
+// q6ktAVX512x13 computes with AVX-512 VNNI 16 rows × 13 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 13 rows (5200 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -835,12 +867,12 @@ func q6ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q6ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x14 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 14 activation rows, with AVX-512 VNNI: 16 rows × 14 activation rows of y = x·Wᵀ for
+// q6ktAVX512x14 computes with AVX-512 VNNI 16 rows × 14 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 14 rows (5600 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -849,12 +881,12 @@ func q6ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q6ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x15 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 15 activation rows, with AVX-512 VNNI: 16 rows × 15 activation rows of y = x·Wᵀ for
+// q6ktAVX512x15 computes with AVX-512 VNNI 16 rows × 15 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 15 rows (6000 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //
@@ -863,12 +895,12 @@ func q6ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte
 //go:noescape
 func q6ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
 
-// q6ktAVX512x16 is q6ktAVX2x3 (the same sums in the same order, bit for bit) for
-// 16 activation rows, with AVX-512 VNNI: 16 rows × 16 activation rows of y = x·Wᵀ for
+// q6ktAVX512x16 computes with AVX-512 VNNI 16 rows × 16 activation rows of y = x·Wᵀ for
 // one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
 // activations tiled for 16 rows (6400 bytes per super-block at x: the rows' 256 quants
 // each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
-// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
 //
 //	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
 //

@@ -174,10 +174,11 @@ func genQ4KTile512(nb int, q5 bool, dup Mem) {
 	name := fmt.Sprintf("%stAVX512x%d", pre, nb)
 	TEXT(name, kzTextFlags(nb), "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s is %stAVX2x%d (the same sums in the same order, bit for bit) for", name, pre, min(nb, kMaxNB)),
-		fmt.Sprintf("%d activation rows, with AVX-512 VNNI: 16 rows × %d activation rows of y = x·Wᵀ for", nb, nb),
+	Doc(fmt.Sprintf("%s computes with AVX-512 VNNI 16 rows × %d activation rows of y = x·Wᵀ for", name, nb),
 		fmt.Sprintf("one 16-row group of a %s tile (nblk super-blocks of %d bytes at w) and Q8_K", T, bb),
-		fmt.Sprintf("activations tiled for %d rows (%d bytes per super-block at x), from 0:", nb, k4tX*nb),
+		fmt.Sprintf("activations tiled for %d rows (%d bytes per super-block at x: the rows' 256 quants", nb, k4tX*nb),
+		"each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32",
+		fmt.Sprintf("meta bytes), the sums of %stAVX2 in the same order, bit for bit, from 0:", pre),
 		"",
 		"\ty[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]",
 		"",
@@ -302,12 +303,12 @@ func genQ6KTile512(nb int, dup Mem) {
 	name := fmt.Sprintf("q6ktAVX512x%d", nb)
 	TEXT(name, kzTextFlags(nb), "func(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s is q6ktAVX2x%d (the same sums in the same order, bit for bit) for", name, min(nb, k6tMaxNB)),
-		fmt.Sprintf("%d activation rows, with AVX-512 VNNI: 16 rows × %d activation rows of y = x·Wᵀ for", nb, nb),
+	Doc(fmt.Sprintf("%s computes with AVX-512 VNNI 16 rows × %d activation rows of y = x·Wᵀ for", name, nb),
 		fmt.Sprintf("one 16-row group of a Q6_K tile (nblk super-blocks of %d bytes at w) and Q8_K", k6tBlock),
 		fmt.Sprintf("activations tiled for %d rows (%d bytes per super-block at x: the rows' 256 quants", nb, k6zX*nb),
 		"each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j",
-		"and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), from 0:",
+		"and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the",
+		"sums of q6ktAVX2 in the same order, bit for bit, from 0:",
 		"",
 		"\ty[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)",
 		"",
