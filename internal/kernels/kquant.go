@@ -1,7 +1,9 @@
 // MatMul for K-quant (Q2_K…Q6_K) and legacy Q4_1/Q5_0/Q5_1 weights: the
-// activation quantization and the split over the pool; the per-row kernels
-// are in kquant_generic.go (plain Go) and kquant_amd64.go (AVX2). It does
-// not handle Q8_0/Q4_0 or float weights (matmul.go).
+// activation quantization and the split over the pool; the kernels are in
+// kquant_generic.go (plain Go), kquant_amd64.go (AVX2; AVX-512 VNNI tiles
+// for Q4_K/Q5_K/Q6_K, whose activations are quantized in assembly straight
+// into their tiled layout) and legacy_amd64.go. It does not handle
+// Q8_0/Q4_0 or float weights (matmul.go).
 //
 // Activations are quantized as ggml does for these types: each row of x to
 // Q8_K blocks of 256 (d = max/−127 as f32, q = round-half-even(x/d), and the
@@ -18,8 +20,9 @@
 // scale and min serves two groups). All implementations compute the same
 // integers. The plain-Go kernel and the tile kernels (Q4_K, Q5_K, Q6_K;
 // Q4_1, Q5_0, Q5_1 in legacy_amd64.go) add the block terms in this order,
-// the latter with fused multiply-adds; the other AVX2 kernels sum blocks in
-// 8 float lanes added at the end.
+// the latter with fused multiply-adds (the AVX2 and AVX-512 tile kernels
+// of a type agree bit for bit); the other AVX2 kernels sum blocks in 8
+// float lanes added at the end.
 package kernels
 
 import (
@@ -171,6 +174,9 @@ func s8_1(sum int, x []float32) float32 {
 // file.
 func kmatmul(p *Pool, y []float32, ids []int, keep [][]float32, w *Matrix, x []float32, batch int, ref bool) {
 	a := legacyQuantize(p, w, x, batch, ref) // legacy_amd64.go: Q4_1/Q5_0/Q5_1 tiles, or nil
+	if a == nil {
+		a = kTileQuantize(p, w, x, batch, ref) // kquant_amd64.go: K-quant AVX-512 tiles, or nil
+	}
 	if a == nil {
 		a = quantizeKActs(p, w.Type, x, batch, w.Cols)
 	}

@@ -2,12 +2,12 @@
 
 // K-quant dispatch on amd64: Q4_K, Q5_K and Q6_K weights are repacked at
 // load into 16-row tiles and Q2_K/Q3_K into a per-row kernel layout, then
-// multiplied by kquant_amd64.s. Q4_1/Q5_0/Q5_1 weights are repacked and
-// multiplied by legacy_amd64.go (AVX2 and AVX-512 tile kernels), or by the
-// plain-Go kernel without AVX2. The same AVX2 K-quant kernels serve AVX-512
-// machines (there are no AVX-512 K-quant kernels yet; on AVX-512 hosts
-// K-quant matmuls therefore run at the AVX2 path's speed, see
-// docs/performance.md).
+// multiplied by kquant_amd64.s: the tiles by AVX2 kernels or, on AVX-512
+// VNNI machines, by kernels that take the whole 16-row group and up to
+// kzMaxNB activation rows per call (same tile bytes, same sums bit for bit);
+// Q2_K/Q3_K by AVX2 row kernels on both. Q4_1/Q5_0/Q5_1 weights are repacked
+// and multiplied by legacy_amd64.go (AVX2 and AVX-512 tile kernels), or by
+// the plain-Go kernel without AVX2.
 //
 // Tiles (as Q4_0's in matmul_amd64.go): rows in groups of 16 (the last one
 // zero-padded: scale 0), a group's super-blocks follow each other, groups
@@ -33,12 +33,13 @@
 //	2336: for sub-block j and h = 0,1: 8 lanes × 4 bytes, the high 2 bits of
 //	      those weights, at bit 4s (low side) and 4s+2 (high side) of byte t.
 //
-// The tile kernels take the activations tiled by groups of g rows (kActs.xt;
-// g = kMaxNB, k6tMaxNB for Q6_K): group t (rows g·t… of the batch, nb ≤ g of
-// them) starts at byte g·t·nblk·xb and holds per super-block the nb rows' 256
-// quants, then xb − 256 bytes per row: d_x f32 at 0 and at 16 the 8 per-32
-// quant sums (Q4_K, Q5_K; xb = 288) or the 16 per-16 ones (Q6_K; xb = 304),
-// int16.
+// The tile kernels take the activations tiled by batch tiles (kActs.xt; see
+// kTile): the tile of rows [b0, b0+nb) starts at byte b0·nblk·xb and holds
+// per super-block the nb rows' 256 quants, then xb − 256 bytes per row: d_x
+// f32 at 0 and at 16 the 8 per-32 quant sums (Q4_K, Q5_K; xb = 288) or the
+// 16 per-16 ones (Q6_K AVX2; xb = 304), int16, or (Q6_K AVX-512; xb = 400)
+// for sub-block j and step s, c_js = −32·(the sum of the quants of weights
+// 16j+4s+t and 16j+8+4s+t, t < 4), int32.
 //
 // Row layouts (one row's blocks are contiguous, rows follow each other):
 //
@@ -77,6 +78,15 @@ var (
 	q5ktK = [...]k4tKernel{nil, q5ktAVX2x1, q5ktAVX2x2, q5ktAVX2x3, q5ktAVX2x4}
 	q6ktK = [...]k4tKernel{nil, q6ktAVX2x1, q6ktAVX2x2, q6ktAVX2x3}
 	q6kuK = [...]k6uKernel{nil, q6kuAVX2x1, q6kuAVX2x2, q6kuAVX2x3}
+	q4kzK = [...]k4tKernel{nil, q4ktAVX512x1, q4ktAVX512x2, q4ktAVX512x3, q4ktAVX512x4, q4ktAVX512x5,
+		q4ktAVX512x6, q4ktAVX512x7, q4ktAVX512x8, q4ktAVX512x9, q4ktAVX512x10, q4ktAVX512x11,
+		q4ktAVX512x12, q4ktAVX512x13, q4ktAVX512x14, q4ktAVX512x15, q4ktAVX512x16}
+	q5kzK = [...]k4tKernel{nil, q5ktAVX512x1, q5ktAVX512x2, q5ktAVX512x3, q5ktAVX512x4, q5ktAVX512x5,
+		q5ktAVX512x6, q5ktAVX512x7, q5ktAVX512x8, q5ktAVX512x9, q5ktAVX512x10, q5ktAVX512x11,
+		q5ktAVX512x12, q5ktAVX512x13, q5ktAVX512x14, q5ktAVX512x15, q5ktAVX512x16}
+	q6kzK = [...]k4tKernel{nil, q6ktAVX512x1, q6ktAVX512x2, q6ktAVX512x3, q6ktAVX512x4, q6ktAVX512x5,
+		q6ktAVX512x6, q6ktAVX512x7, q6ktAVX512x8, q6ktAVX512x9, q6ktAVX512x10, q6ktAVX512x11,
+		q6ktAVX512x12, q6ktAVX512x13, q6ktAVX512x14, q6ktAVX512x15, q6ktAVX512x16}
 )
 
 // kTileKernels are the kernels of one tile type.
@@ -84,19 +94,74 @@ type kTileKernels struct {
 	fused  []k4tKernel                      // unpack as they go, prefetch the next group
 	pre    []k6uKernel                      // read quants unpacked by unpack, or nil
 	unpack func(w *byte, nblk int, u *byte) // one group's quants to bytes (k6uBlock per super-block)
-	g      int                              // activation rows per call
+	g      int                              // activation rows per call at most
 	minPre int                              // calls per group from which pre pays
+	equal  bool                             // batch tiles of near-equal sizes (else g rows, the last one short)
+	xb     int                              // tiled activation bytes per row and super-block
+	meta   kMeta                            // what follows the quants and d_x in the tiled activations
 }
+
+// kMeta is the activation sums a tile kernel reads after d_x (see tileKActs,
+// quantQ8KAVX512).
+type kMeta int
+
+const (
+	kMeta32 kMeta = iota // 8 per-32 quant sums, int16 (Q4_K, Q5_K)
+	kMeta16              // 16 per-16 quant sums, int16 (Q6_K AVX2)
+	kMetaC8              // 32 c_js = −32·(sum of a tile step's 8 quants), int32 (Q6_K AVX-512)
+)
 
 // Unpacking once pays for Q6_K from 4 calls per group (batch ≥ 10; measured
 // on Zen 3, BenchmarkMatmul: B=32 +25–40 %, B=8 −10 % if used there). For
 // Q4_K and Q5_K it was tried and does not pay (Q4_K B=32 −30 %, Q5_K ±10 %):
 // their quants unpack in 3 (Q5_K 9) operations per register.
 var (
-	q4kTiles = kTileKernels{fused: q4ktK[:], g: kMaxNB}
-	q5kTiles = kTileKernels{fused: q5ktK[:], g: kMaxNB}
-	q6kTiles = kTileKernels{q6ktK[:], q6kuK[:], q6kUnpackAVX2, k6tMaxNB, 4}
+	q4kTiles = kTileKernels{fused: q4ktK[:], g: kMaxNB, xb: k4tX, meta: kMeta32}
+	q5kTiles = kTileKernels{fused: q5ktK[:], g: kMaxNB, xb: k4tX, meta: kMeta32}
+	q6kTiles = kTileKernels{q6ktK[:], q6kuK[:], q6kUnpackAVX2, k6tMaxNB, 4, false, k6tX, kMeta16}
+	// AVX-512 VNNI: the whole group, up to kzMaxNB rows, near-equal tiles.
+	q4kTilesZ = kTileKernels{fused: q4kzK[:], g: kzMaxNB, equal: true, xb: k4tX, meta: kMeta32}
+	q5kTilesZ = kTileKernels{fused: q5kzK[:], g: kzMaxNB, equal: true, xb: k4tX, meta: kMeta32}
+	q6kTilesZ = kTileKernels{fused: q6kzK[:], g: kzMaxNB, equal: true, xb: k6zX, meta: kMetaC8}
 )
+
+// kTiles is the tile kernels of Q4_K/Q5_K/Q6_K for the implementation in
+// use, or nil.
+func kTiles(t dtype.Type) *kTileKernels {
+	if impl < implAVX2 {
+		return nil
+	}
+	z := impl == implAVX512
+	switch t {
+	case dtype.Q4_K:
+		if z {
+			return &q4kTilesZ
+		}
+		return &q4kTiles
+	case dtype.Q5_K:
+		if z {
+			return &q5kTilesZ
+		}
+		return &q5kTiles
+	case dtype.Q6_K:
+		if z {
+			return &q6kTilesZ
+		}
+		return &q6kTiles
+	}
+	return nil
+}
+
+// kTile is the first row and the size of batch tile t of k's tiling of
+// batch rows.
+func (k *kTileKernels) kTile(t, batch int) (b0, nb int) {
+	if !k.equal {
+		return k.g * t, min(k.g, batch-k.g*t)
+	}
+	nt := (batch + k.g - 1) / k.g
+	b0 = t * batch / nt
+	return b0, (t+1)*batch/nt - b0
+}
 
 // k6uKernel is a Q6_K tile kernel on quants unpacked by q6kUnpackAVX2.
 type k6uKernel func(w *byte, nblk int, x *byte, y *float32, ystride int, u *byte)
@@ -113,6 +178,8 @@ const (
 	k6tX     = 304  // Q6_K tiled activation bytes per row and super-block
 	k6tMaxNB = 3    // Q6_K activation rows per kernel call
 	k6uBlock = 4096 // unpacked quants per 16-row group and super-block
+	kzMaxNB  = 16   // AVX-512 tile kernels: activation rows per call
+	k6zX     = 400  // Q6_K AVX-512 tiled activation bytes per row and super-block
 )
 
 // kpacked is a K-quant matrix in the kernel layout.
@@ -282,13 +349,10 @@ func kpack(m *Matrix) any {
 // kernelSums fills a.kb for the kernels of type t (see the file comment).
 func kernelSums(t dtype.Type, a *kActs, batch int) {
 	switch t {
-	case dtype.Q4_K, dtype.Q5_K:
-		if hasAVX2 {
-			tileKActs(a, batch, kMaxNB, k4tX, true)
-		}
-	case dtype.Q6_K:
-		if hasAVX2 {
-			tileKActs(a, batch, k6tMaxNB, k6tX, false)
+	case dtype.Q4_K, dtype.Q5_K, dtype.Q6_K:
+		// The AVX-512 tiles are filled by kTileQuantize instead.
+		if k := kTiles(t); k != nil && impl == implAVX2 {
+			tileKActs(a, batch, k)
 		}
 	case dtype.Q3_K, dtype.Q2_K:
 		a.kb = grow(a.kb, batch*a.nblk*16)
@@ -300,30 +364,64 @@ func kernelSums(t dtype.Type, a *kActs, batch int) {
 	}
 }
 
-// tileKActs fills a.xt for the tile kernels (see the file comment): rows in
-// groups of g, xb bytes per row and super-block (256 quants, then d_x f32
-// and Q4_K's 8 per-32 or Q6_K's 16 per-16 quant sums at meta byte 16).
-func tileKActs(a *kActs, batch, g, xb int, per32 bool) {
-	nblk := a.nblk
-	a.xt = grow(a.xt, batch*nblk*xb)
+// kTileQuantize quantizes the (batch, Cols) rows of x for w straight into
+// the tiled layout of the AVX-512 tile kernels (a.xt; a.q, a.d and a.bsums
+// stay empty), the batch tiles split over p; nil when w does not run on them
+// (ref: the plain-Go kernel is wanted; no tiles; AVX-512 not in use).
+func kTileQuantize(p *Pool, w *Matrix, x []float32, batch int, ref bool) *kActs {
+	pk, _ := w.packed.(*kpacked)
+	if ref || pk == nil || pk.groupBytes == 0 || impl != implAVX512 {
+		return nil
+	}
+	k := kTiles(w.Type)
+	a := kActsPool.Get().(*kActs)
+	a.cols, a.bsz, a.nblk = w.Cols, dtype.QKK, w.Cols/dtype.QKK
+	a.q, a.d, a.bsums, a.s, a.kb = a.q[:0], a.d[:0], a.bsums[:0], a.s[:0], a.kb[:0]
+	nblk, xb, cols := a.nblk, k.xb, a.cols
+	a.xt = grow(a.xt, batch*nblk*xb) // (batch tiles, nblk, tile rows, xb) bytes
+	c8 := 0
+	if k.meta == kMetaC8 {
+		c8 = 1
+	}
+	p.For((batch+k.g-1)/k.g, 1, func(lo, hi int) {
+		for ti := lo; ti < hi; ti++ {
+			b0, nb := k.kTile(ti, batch)
+			for t := range nb {
+				quantQ8KAVX512(&x[(b0+t)*cols], nblk, &a.xt[b0*nblk*xb+256*t], xb*nb, 256*(nb-t)+(xb-256)*t, c8)
+			}
+		}
+	})
+	return a
+}
+
+// tileKActs fills a.xt for the AVX2 tile kernels k (see the file comment)
+// from the quantized rows: rows in k's batch tiles, k.xb bytes per row and
+// super-block (256 quants, then d_x f32 and at meta byte 16 the sums k.meta
+// says, kMeta32 or kMeta16).
+func tileKActs(a *kActs, batch int, k *kTileKernels) {
+	nblk, xb := a.nblk, k.xb
+	a.xt = grow(a.xt, batch*nblk*xb) // (batch tiles, nblk, tile rows, xb) bytes
 	q := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a.q))), len(a.q))
 	le := binary.LittleEndian
-	for b := range batch {
-		b0, t := b/g*g, b%g
-		nb := min(g, batch-b0)
-		for i := range nblk {
-			blk := a.xt[b0*nblk*xb+i*xb*nb:]
-			copy(blk[256*t:256*t+256], q[b*a.cols+256*i:])
-			meta := blk[256*nb+(xb-256)*t:][:xb-256]
-			le.PutUint32(meta, math.Float32bits(a.d[b*nblk+i]))
-			bs := a.bsums[(b*nblk+i)*16:][:16]
-			if per32 {
-				for k := range 8 {
-					le.PutUint16(meta[16+2*k:], uint16(bs[2*k]+bs[2*k+1]))
-				}
-			} else {
-				for k, v := range bs {
-					le.PutUint16(meta[16+2*k:], uint16(v))
+	for ti := range (batch + k.g - 1) / k.g {
+		b0, nb := k.kTile(ti, batch)
+		for t := range nb {
+			b := b0 + t
+			for i := range nblk {
+				blk := a.xt[b0*nblk*xb+i*xb*nb:]
+				copy(blk[256*t:256*t+256], q[b*a.cols+256*i:])
+				meta := blk[256*nb+(xb-256)*t:][:xb-256]
+				le.PutUint32(meta, math.Float32bits(a.d[b*nblk+i]))
+				bs := a.bsums[(b*nblk+i)*16:][:16] // (16) per-16 quant sums
+				switch k.meta {
+				case kMeta32:
+					for k := range 8 {
+						le.PutUint16(meta[16+2*k:], uint16(bs[2*k]+bs[2*k+1]))
+					}
+				case kMeta16:
+					for k, v := range bs {
+						le.PutUint16(meta[16+2*k:], uint16(v))
+					}
 				}
 			}
 		}
@@ -336,10 +434,10 @@ func tileKActs(a *kActs, batch, g, xb int, per32 bool) {
 // more, its quants are unpacked once and the pre kernels read them.
 func kTileRows(pk *kpacked, k *kTileKernels, a *kActs, y []float32, ystride, batch, lo, hi, base int) {
 	ks, pre, g := k.fused, k.pre, k.g
-	nblk, gb, xb := a.nblk, pk.groupBytes, len(a.xt)/(batch*a.nblk)
-	nt := (batch + g - 1) / g // activation groups
-	var scratch [kMaxNB * 16]float32
-	var u []byte // unpacked Q6_K quants of the groups of a block, or nil
+	nblk, gb, xb := a.nblk, pk.groupBytes, k.xb
+	nt := (batch + g - 1) / g         // activation tiles
+	var scratch [kzMaxNB * 16]float32 // (nb, 16) a partial last group's outputs
+	var u []byte                      // unpacked Q6_K quants of the groups of a block, or nil
 	ub := nblk * k6uBlock
 	bg := max(1, (128<<10)/gb) // groups per cache block (prefill)
 	if k.pre != nil && nt >= k.minPre {
@@ -353,8 +451,7 @@ func kTileRows(pk *kpacked, k *kTileKernels, a *kActs, y []float32, ystride, bat
 		u = *buf
 	}
 	call := func(grp, t int, pf *byte, pfn int) {
-		b0 := g * t
-		nb := min(g, batch-b0)
+		b0, nb := k.kTile(t, batch)
 		r0 := 16 * grp
 		x := &a.xt[b0*nblk*xb]
 		yp, ys := &scratch[0], 64
@@ -425,17 +522,11 @@ func kRowsFast(w *Matrix, a *kActs, y []float32, ystride, batch, lo, hi, base in
 		return false
 	}
 	if pk.groupBytes > 0 {
-		if lo%16 != 0 || len(a.xt) == 0 {
+		k := kTiles(w.Type)
+		if lo%16 != 0 || k == nil || len(a.xt) != batch*a.nblk*k.xb {
 			return false
 		}
-		switch w.Type {
-		case dtype.Q6_K:
-			kTileRows(pk, &q6kTiles, a, y, ystride, batch, lo, hi, base)
-		case dtype.Q5_K:
-			kTileRows(pk, &q5kTiles, a, y, ystride, batch, lo, hi, base)
-		default:
-			kTileRows(pk, &q4kTiles, a, y, ystride, batch, lo, hi, base)
-		}
+		kTileRows(pk, k, a, y, ystride, batch, lo, hi, base)
 		return true
 	}
 	if len(a.kb) == 0 {

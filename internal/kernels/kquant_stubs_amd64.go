@@ -268,3 +268,654 @@ func q2kAVX2x3(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, d
 //
 //go:noescape
 func q2kAVX2x4(w *byte, nrow int, nblk int, x *int8, xstride int, xd *float32, dstride int, xb *int16, bstride int, y *float32, ystride int)
+
+// q4ktAVX512x1 computes with AVX-512 VNNI 16 rows × 1 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 1 rows (288 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x2 computes with AVX-512 VNNI 16 rows × 2 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 2 rows (576 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x3 computes with AVX-512 VNNI 16 rows × 3 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 3 rows (864 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x4 computes with AVX-512 VNNI 16 rows × 4 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 4 rows (1152 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x5 computes with AVX-512 VNNI 16 rows × 5 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 5 rows (1440 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x6 computes with AVX-512 VNNI 16 rows × 6 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 6 rows (1728 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x7 computes with AVX-512 VNNI 16 rows × 7 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 7 rows (2016 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x8 computes with AVX-512 VNNI 16 rows × 8 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 8 rows (2304 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x9 computes with AVX-512 VNNI 16 rows × 9 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 9 rows (2592 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x10 computes with AVX-512 VNNI 16 rows × 10 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 10 rows (2880 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x11 computes with AVX-512 VNNI 16 rows × 11 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 11 rows (3168 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x12 computes with AVX-512 VNNI 16 rows × 12 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 12 rows (3456 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x13 computes with AVX-512 VNNI 16 rows × 13 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 13 rows (3744 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x14 computes with AVX-512 VNNI 16 rows × 14 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 14 rows (4032 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x15 computes with AVX-512 VNNI 16 rows × 15 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 15 rows (4320 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q4ktAVX512x16 computes with AVX-512 VNNI 16 rows × 16 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q4_K tile (nblk super-blocks of 2368 bytes at w) and Q8_K
+// activations tiled for 16 rows (4608 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q4ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q4ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x1 computes with AVX-512 VNNI 16 rows × 1 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 1 rows (288 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x2 computes with AVX-512 VNNI 16 rows × 2 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 2 rows (576 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x3 computes with AVX-512 VNNI 16 rows × 3 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 3 rows (864 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x4 computes with AVX-512 VNNI 16 rows × 4 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 4 rows (1152 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x5 computes with AVX-512 VNNI 16 rows × 5 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 5 rows (1440 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x6 computes with AVX-512 VNNI 16 rows × 6 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 6 rows (1728 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x7 computes with AVX-512 VNNI 16 rows × 7 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 7 rows (2016 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x8 computes with AVX-512 VNNI 16 rows × 8 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 8 rows (2304 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x9 computes with AVX-512 VNNI 16 rows × 9 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 9 rows (2592 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x10 computes with AVX-512 VNNI 16 rows × 10 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 10 rows (2880 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x11 computes with AVX-512 VNNI 16 rows × 11 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 11 rows (3168 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x12 computes with AVX-512 VNNI 16 rows × 12 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 12 rows (3456 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x13 computes with AVX-512 VNNI 16 rows × 13 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 13 rows (3744 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x14 computes with AVX-512 VNNI 16 rows × 14 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 14 rows (4032 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x15 computes with AVX-512 VNNI 16 rows × 15 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 15 rows (4320 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q5ktAVX512x16 computes with AVX-512 VNNI 16 rows × 16 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q5_K tile (nblk super-blocks of 2880 bytes at w) and Q8_K
+// activations tiled for 16 rows (4608 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and the 8 per-32 quant sums int16 at +16 of its 32
+// meta bytes), the sums of q5ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·(q·x)_j − (dmin[r]·d_x[b])·Σ_j m[r][j]·bsum[b][j]
+//
+// Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q5ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x1 computes with AVX-512 VNNI 16 rows × 1 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 1 rows (400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x1(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x2 computes with AVX-512 VNNI 16 rows × 2 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 2 rows (800 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x2(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x3 computes with AVX-512 VNNI 16 rows × 3 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 3 rows (1200 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x3(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x4 computes with AVX-512 VNNI 16 rows × 4 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 4 rows (1600 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x4(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x5 computes with AVX-512 VNNI 16 rows × 5 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 5 rows (2000 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x5(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x6 computes with AVX-512 VNNI 16 rows × 6 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 6 rows (2400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x6(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x7 computes with AVX-512 VNNI 16 rows × 7 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 7 rows (2800 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x7(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x8 computes with AVX-512 VNNI 16 rows × 8 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 8 rows (3200 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x8(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x9 computes with AVX-512 VNNI 16 rows × 9 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 9 rows (3600 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x9(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x10 computes with AVX-512 VNNI 16 rows × 10 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 10 rows (4000 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x10(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x11 computes with AVX-512 VNNI 16 rows × 11 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 11 rows (4400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x11(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x12 computes with AVX-512 VNNI 16 rows × 12 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 12 rows (4800 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x12(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x13 computes with AVX-512 VNNI 16 rows × 13 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 13 rows (5200 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x13(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x14 computes with AVX-512 VNNI 16 rows × 14 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 14 rows (5600 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x14(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x15 computes with AVX-512 VNNI 16 rows × 15 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 15 rows (6000 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x15(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// q6ktAVX512x16 computes with AVX-512 VNNI 16 rows × 16 activation rows of y = x·Wᵀ for
+// one 16-row group of a Q6_K tile (nblk super-blocks of 3360 bytes at w) and Q8_K
+// activations tiled for 16 rows (6400 bytes per super-block at x: the rows' 256 quants
+// each, then per row d_x f32 at +0 and at +16 of its 144 meta bytes, for sub-block j
+// and step s, c_js = −32·Σ x over weights 16j+4s+t and 16j+8+4s+t (t < 4), int32), the
+// sums of q6ktAVX2 in the same order, bit for bit, from 0:
+//
+//	y[b*ystride/4+r] = Σ (d[r]·d_x[b])·Σ_j sc[r][j]·((u·x)_j + c_j0 + c_j1)
+//
+// with u = q+32 the unsigned quants. Meanwhile it prefetches pfn bytes at pf (the next group).
+//
+//go:noescape
+func q6ktAVX512x16(w *byte, nblk int, x *byte, y *float32, ystride int, pf *byte, pfn int)
+
+// quantQ8KAVX512 quantizes nblk blocks of 256 floats of x to Q8_K exactly as quantQ8K
+// does (mx the first value of largest magnitude, iscale = −127/mx, q = min(127,
+// round-half-even(iscale·x)), d = 1/iscale; all zero for a zero block). Block i writes
+// its 256 quants to q[i*stride:] and at q[i*stride+moff:] the float32 d, then at +16
+// the 8 per-32 quant sums as int16 (c8 == 0, the Q4_K/Q5_K tiles) or for j < 16,
+// s < 2 the int32 c_js = −32·Σ q over quants 16j+4s+t and 16j+8+4s+t, t < 4 (c8 != 0,
+// the Q6_K AVX-512 tiles).
+//
+//go:noescape
+func quantQ8KAVX512(x *float32, nblk int, q *byte, stride int, moff int, c8 int)

@@ -45,9 +45,14 @@ func BenchmarkPrefill(b *testing.B) {
 	}{
 		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q8_0)},
 		{"qwen3-0.6b", testmodel.Qwen3_06B(dtype.Q5_0)},
+		{"qwen3-0.6b", q4km(testmodel.Qwen3_06B(dtype.Q4_K))}, // Q4_K + Q6_K, the K-quant tile kernels
 	}
 	for _, c := range cases {
-		b.Run(fmt.Sprintf("%s/%s", c.name, lowerType(c.spec.Type)), func(b *testing.B) {
+		typ := lowerType(c.spec.Type)
+		if c.spec.Recipe != "" {
+			typ = c.spec.Recipe
+		}
+		b.Run(fmt.Sprintf("%s/%s", c.name, typ), func(b *testing.B) {
 			m := benchModel(b, c.spec, model.KVF16)
 			defer m.Close()
 			r := rand.New(rand.NewPCG(7, 8))

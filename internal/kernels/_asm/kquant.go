@@ -2,8 +2,9 @@ package main
 
 // AVX2 K-quant kernels (VPMADDUBSW/VPMADDWD) in the kernel layouts of
 // ../kquant_amd64.go: Q4_K/Q5_K/Q6_K on 16-row tiles, Q2_K/Q3_K one weight
-// row at a time, against 1…4 activation rows. There are no AVX-512 K-quant
-// kernels: AVX-512 machines run these. (Q4_1/Q5_0/Q5_1 have their tile
+// row at a time, against 1…4 activation rows. The AVX-512 VNNI kernels of
+// the Q4_K/Q5_K/Q6_K tiles are in kquant512.go; Q2_K/Q3_K have none (AVX-512
+// machines run the AVX2 row kernels). (Q4_1/Q5_0/Q5_1 have their tile
 // kernels in legacy.go.)
 
 import (
@@ -80,6 +81,7 @@ func genKQuant() {
 			genK(nb, t, append(shufK6[:], mask03, mask01))
 		}
 	}
+	genKQuant512() // kquant512.go
 }
 
 // kRegs are the general registers of a K-quant kernel: row b of the
