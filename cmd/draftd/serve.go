@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
@@ -85,6 +86,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxSess    = fs.Int("max-sessions", d.MaxSessions, fmt.Sprintf("sessions held at once; beyond, the least recently used is evicted; [1, %d]", server.MaxMaxSessions))
 		sessTokens = fs.Int64("max-session-tokens", d.MaxSessionTokens, fmt.Sprintf("context + last-draft tokens held over all sessions (4 bytes each); beyond, the least recently used session is evicted; [max context + --max-draft-len, %d]", int64(server.MaxMaxSessionTokens)))
 		predraft   = fs.Int("predraft-branches", 0, fmt.Sprintf("next requests drafted ahead per session while the engine has free slots (model strategy; below every request in priority); [0, %d], 0: off", server.MaxPredraftBranches))
+		predraftD  = fs.Duration("predraft-delay", 2*time.Millisecond, fmt.Sprintf("pre-draft work starts only this long after the last step that held a request (a client's next request usually comes sooner); [0, %v]", engine.MaxBackgroundDelay))
 		sessTTL    = fs.Duration("session-ttl", d.SessionTTL, fmt.Sprintf("a session unused this long is dropped (409 unknown_session after); (0, %v]", server.MaxSessionTTL))
 	)
 	if stop, err := parseClientFlags(fs, args); stop {
@@ -134,6 +136,7 @@ func runServe(ctx context.Context, args []string) error {
 		{*maxSess < 1 || *maxSess > server.MaxMaxSessions, outside("max-sessions", *maxSess, 1, server.MaxMaxSessions)},
 		{*sessTokens < 1 || *sessTokens > server.MaxMaxSessionTokens, outside("max-session-tokens", *sessTokens, 1, int64(server.MaxMaxSessionTokens))},
 		{*predraft < 0 || *predraft > server.MaxPredraftBranches, outside("predraft-branches", *predraft, 0, server.MaxPredraftBranches)},
+		{*predraftD < 0 || *predraftD > engine.MaxBackgroundDelay, fmt.Sprintf("--predraft-delay %v outside [0, %v]", *predraftD, engine.MaxBackgroundDelay)},
 		{*sessTTL <= 0 || *sessTTL > server.MaxSessionTTL, fmt.Sprintf("--session-ttl %v outside (0, %v]", *sessTTL, server.MaxSessionTTL)},
 		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
 		{*trustMatch < 0 || *trustMatch > draft.MaxMatch, outside("trust-match", *trustMatch, 0, draft.MaxMatch)},
@@ -173,7 +176,8 @@ func runServe(ctx context.Context, args []string) error {
 			Resolve:   resolveModel,
 			Model:     model.Options{Threads: *threads, KV: kv},
 			Engine: engine.Options{MaxBatch: *maxBatch, MaxQueue: *maxQueue, KVCacheBytes: kvPart,
-				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger, Strategy: strat},
+				MaxDraftLen: *maxDraft, QueueTimeout: *queueTO, Logger: logger, Strategy: strat,
+				BackgroundDelay: *predraftD},
 			Lookup:     lookup,
 			DraftVocab: *draftVocab, DraftVocabFile: *vocabPath,
 		}),

@@ -365,6 +365,7 @@ func TestServeFlagRanges(t *testing.T) {
 		{"queue-timeout", "0s"}, {"queue-timeout", "1000h"},
 		{"shutdown-timeout", "0s"}, {"shutdown-timeout", "-5s"},
 		{"predraft-branches", "-1"}, {"predraft-branches", "65"},
+		{"predraft-delay", "-1ms"}, {"predraft-delay", "2h"},
 		{"kv-cache-bytes", "33554432"}, // all of it set aside for the default --max-session-tokens
 		{"kv-type", "q4_0"}, {"draft-vocab", "-1"}, {"draft-vocab", "1000"}, {"draft-vocab-file", "vocab.json"},
 	} {

@@ -326,3 +326,51 @@ func testBackgroundStepStopped(t *testing.T, k int) {
 		t.Errorf("stopped steps %d, background tokens %d; want 1, 32", s.BackgroundStops, s.BackgroundTokens)
 	}
 }
+
+// TestBackgroundDelayed: with BackgroundDelay (an hour here: longer than the
+// test), a background draft queued right after a request's last step is
+// held back: no forward step starts for it; a second request queued after
+// it runs first (its prefill is the next step), and closing the engine
+// then fails the held draft with ErrClosed. Without the delay the
+// background draft's prefill would be the next step.
+func TestBackgroundDelayed(t *testing.T) {
+	m := loadModel(t, tinyModel)
+	e, started, gate := gatedEngine(t, m, Options{MaxBatch: 4, BackgroundDelay: time.Hour})
+	r := rand.New(rand.NewPCG(39, 40))
+	aCtx, lowCtx, bCtx := randTokens(r, 20, m.Vocab), randTokens(r, 60, m.Vocab), randTokens(r, 30, m.Vocab)
+	a := goDraft(e, Item{Tokens: aCtx, N: 2})
+	for range 2 { // A's prefill and its one decode step
+		<-started
+		gate <- struct{}{}
+	}
+	if o := <-a; o.err != nil {
+		t.Fatal(o.err)
+	}
+	low := goDraft(e, Item{Tokens: lowCtx, N: 4, Background: NewBackground()})
+	waitFor(t, "the background draft to be queued", func() bool {
+		select {
+		case si := <-started:
+			t.Fatalf("a step started within the delay: positions %v, tokens %v", si.pos, si.n)
+		default:
+		}
+		return e.Stats().BackgroundQueued == 1
+	})
+	b := goDraft(e, Item{Tokens: bCtx, N: 4})
+	if si := <-started; si.pos[0] != 0 || si.n[0] != 30 {
+		t.Fatalf("next step: positions %v, tokens %v; want B's prefill (0, 30)", si.pos, si.n)
+	}
+	gate <- struct{}{}
+	for range 3 {
+		<-started
+		gate <- struct{}{}
+	}
+	o := <-b
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	checkDraft(t, m, bCtx, 4, o.res.Draft)
+	go e.Close(context.Background())
+	if o := <-low; !errors.Is(o.err, ErrClosed) {
+		t.Fatalf("held background draft: %v; want ErrClosed", o.err)
+	}
+}

@@ -43,6 +43,8 @@ const (
 	MaxMaxQueue     = 1 << 16 // waiting requests
 	MaxMaxDraftLen  = 1024    // draft tokens per request
 	MaxQueueTimeout = time.Hour
+	// MaxBackgroundDelay bounds Options.BackgroundDelay.
+	MaxBackgroundDelay = time.Hour
 )
 
 // Options configure an Engine. Zero fields take the defaults.
@@ -58,6 +60,11 @@ type Options struct {
 	// QueueTimeout bounds the time a request waits in the queue before it
 	// joins the batch; past it Draft returns ErrQueueTimeout (default 30 s).
 	QueueTimeout time.Duration
+	// BackgroundDelay holds background (pre-draft) work back until this
+	// long after the last step that held a request (0: none): a client's
+	// next request usually follows its answer within a millisecond or two,
+	// and background work started in that gap would only make it wait.
+	BackgroundDelay time.Duration
 	// PrefillChunk caps the prefill tokens of one step, summed over the
 	// batch (default 512); longer prompts are prefilled over several steps.
 	PrefillChunk int
@@ -288,6 +295,8 @@ func newWithForward(m *model.Model, opt Options, fwd func([]*model.Seq, func() b
 		return nil, fmt.Errorf("engine: queue timeout %v outside [0, %v]", opt.QueueTimeout, MaxQueueTimeout)
 	case opt.KVCacheBytes < 0:
 		return nil, fmt.Errorf("engine: KV cache budget %d bytes < 0", opt.KVCacheBytes)
+	case opt.BackgroundDelay < 0 || opt.BackgroundDelay > MaxBackgroundDelay:
+		return nil, fmt.Errorf("engine: background delay %v outside [0, %v]", opt.BackgroundDelay, MaxBackgroundDelay)
 	case opt.PrefillChunk < 0:
 		return nil, fmt.Errorf("engine: prefill chunk %d < 0", opt.PrefillChunk)
 	}

@@ -43,6 +43,7 @@ type loopState struct {
 	// bgStart, bgEnd: the last step that held only background sequences
 	// (zero: none yet); a request queued within it waited for it.
 	bgStart, bgEnd time.Time
+	lastReq        time.Time // end of the last step that held a request
 }
 
 func (st *loopState) idle() bool {
@@ -70,6 +71,7 @@ func (e *Engine) loop() {
 				}
 			}
 		}
+		e.holdBackground(st) // before the checks below: Close may end the wait
 		select {
 		case <-e.abort:
 			e.failAll(st, ErrClosed)
@@ -84,6 +86,51 @@ func (e *Engine) loop() {
 		e.iterate(st)
 		e.gauges(st)
 	}
+}
+
+// holdBackground waits while only background work is ready and less than
+// Options.BackgroundDelay has passed since the last step that held a
+// request; a request (or a promotion) arriving meanwhile ends the wait.
+func (e *Engine) holdBackground(st *loopState) {
+	for {
+		d := e.opt.BackgroundDelay - time.Since(st.lastReq)
+		if d <= 0 || !e.onlyBackground(st) {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-e.queue.ready:
+		case <-e.lowq.ready:
+		case <-t.C:
+		case <-e.abort:
+			t.Stop()
+			return
+		case <-e.closing:
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// onlyBackground reports whether the work ready is background work alone:
+// no request queued, pending, promoted or in the batch, and some background
+// draft queued, parked or in the batch.
+func (e *Engine) onlyBackground(st *loopState) bool {
+	if len(st.pend) > 0 || !e.queue.empty() || e.lowq.anyPromoted() {
+		return false
+	}
+	for _, s := range st.active {
+		if !s.low() {
+			return false
+		}
+	}
+	for _, s := range st.parked {
+		if !s.low() {
+			return false
+		}
+	}
+	return len(st.active) > 0 || len(st.parked) > 0 || !e.lowq.empty()
 }
 
 // gauges publishes the batch's and the background's sizes.
@@ -153,6 +200,8 @@ func (e *Engine) iterate(st *loopState) {
 		e.observe(func(o Observer) { o.StepTime(t1.Sub(t0), bg) })
 		if bg {
 			st.bgStart, st.bgEnd = t0, t1
+		} else {
+			st.lastReq = t1
 		}
 	}
 }

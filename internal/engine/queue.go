@@ -61,6 +61,18 @@ func (q *queue) pushFront(r *request) {
 	q.mu.Unlock()
 }
 
+// anyPromoted reports whether a background draft waiting here was promoted.
+func (q *queue) anyPromoted() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for el := q.l.Front(); el != nil; el = el.Next() {
+		if !el.Value.(*request).low() {
+			return true
+		}
+	}
+	return false
+}
+
 // takePromoted removes and returns, oldest first, the background drafts
 // whose Promote was called.
 func (q *queue) takePromoted() []*request {
