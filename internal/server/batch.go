@@ -229,7 +229,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 			continue
 		}
 		items = append(items, BatchItem{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy,
-			Alts: s.pre != nil && q.Session != "" && s.predraftable(b, q)})
+			Alts: s.pre != nil && q.Session != "" && s.predraftable(b, q) && s.pre.wanted()})
 		slot = append(slot, i)
 	}
 	if len(items) > 0 {

@@ -41,6 +41,7 @@ type metrics struct {
 	predraftWasted   prometheus.Counter       // tokens drafted ahead that no request used
 	predraftAnswer   *prometheus.HistogramVec // outcome: server-side time to a session draft
 	predraftWait     prometheus.Histogram     // what a request waited for the pre-draft step in flight
+	predraftSkipped  prometheus.Counter       // session drafts served without pre-drafting (back-off)
 	stepTime         *prometheus.HistogramVec // kind: forward step durations, request or background
 }
 
@@ -124,6 +125,9 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		Namespace: ns, Name: "predraft_request_wait_seconds", Help: "Per draft request queued while a step holding only pre-draft work ran: the time from its queueing to that step's end, the latency pre-drafting added to it (at most that one step).",
 		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24),
 	})
+	m.predraftSkipped = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Name: "predraft_skipped_total", Help: "Session drafts served without pre-drafting (no runner-up, no branches) because none of the last 32 branch sets had drafted a token before its session's next request; one draft in 16 still pre-drafts, to notice when branches would run again.",
+	})
 	m.stepTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: ns, Name: "step_seconds", Help: "Duration of each engine forward step, by kind: request (holds at least one request) or background (pre-draft sequences only).",
 		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24),
@@ -152,7 +156,7 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		m.requests, m.latency, m.draftTokens, m.reqPrefill, m.panics,
 		m.batch, m.prefillTokens, m.decodeTokens, m.cacheHit, m.startup, m.bySource, m.proposals,
 		m.parse, m.batchItems, m.sessionReqs,
-		m.predraftReqs, m.predraftBranches, m.predraftWasted, m.predraftAnswer, m.predraftWait, m.stepTime,
+		m.predraftReqs, m.predraftBranches, m.predraftWasted, m.predraftAnswer, m.predraftWait, m.predraftSkipped, m.stepTime,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: ns, Name: "predraft_tokens_total", Help: "Draft tokens made by pre-draft branches while below requests in priority.",
 		}, stat(func(s engine.Stats) float64 { return float64(s.BackgroundTokens) })),

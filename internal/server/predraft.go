@@ -38,6 +38,16 @@ const (
 // MaxPredraftBranches bounds --predraft-branches.
 const MaxPredraftBranches = 64
 
+// Back-off: when none of the last backoffWindow branch sets had drafted a
+// token by the time their session's next request came (an engine never
+// idle, or a target that verifies at once), pre-drafting only costs — the
+// runner-up pass and the launches — and is then asked for one session draft
+// in backoffProbe only, until a set's branches run again.
+const (
+	backoffWindow = 32
+	backoffProbe  = 16
+)
+
 // predrafter holds the branches of every session that has some.
 type predrafter struct {
 	b       int // branches per session
@@ -47,6 +57,48 @@ type predrafter struct {
 	mu   sync.Mutex
 	sets map[string]*branchSet
 	lru  list.List // of *branchSet, front: newest
+
+	// The back-off's window, guarded by mu: whether each of the last n ≤
+	// backoffWindow sets had run (ran[i] is the newest), how many of them
+	// had, and the drafts skipped since the last probe.
+	ran     [backoffWindow]bool
+	i, n    int
+	runs    int
+	skipped int
+}
+
+// record notes whether a set's branches had drafted anything when its
+// session's next request came.
+func (p *predrafter) record(ran bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == backoffWindow && p.ran[p.i] {
+		p.runs--
+	}
+	p.ran[p.i] = ran
+	if ran {
+		p.runs++
+	}
+	p.i = (p.i + 1) % backoffWindow
+	p.n = min(p.n+1, backoffWindow)
+}
+
+// wanted reports whether a session draft should ask for the runner-up and
+// launch branches: yes while the window is not full or one of its sets ran,
+// else for one draft in backoffProbe (counted as skipped otherwise).
+func (p *predrafter) wanted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n < backoffWindow || p.runs > 0 {
+		p.skipped = 0
+		return true
+	}
+	if p.skipped++; p.skipped == backoffProbe {
+		p.skipped = 0
+		return true
+	}
+	p.met.predraftSkipped.Inc()
+	return false
 }
 
 // branchSet is the branches drafted after one answer of one session.
@@ -299,6 +351,13 @@ func (p *predrafter) take(id string, k, bonus, n int, strategy string) (*branch,
 	if set == nil {
 		return nil, predraftNone
 	}
+	ran := false
+	for _, br := range set.br {
+		if n, _ := br.bg.Drafted(); n > 0 {
+			ran = true
+		}
+	}
+	p.record(ran)
 	var hit *branch
 	if set.n == n && set.strategy == strategy {
 		for _, br := range set.br {

@@ -512,3 +512,53 @@ func TestMemoryBudgetMetrics(t *testing.T) {
 		t.Errorf("memory in use %g; want the KV blocks' %g + 432 bytes of session ids", used, kvUsed)
 	}
 }
+
+// TestPredraftBackoff: branches held before the engine never draft a token,
+// so after backoffWindow sets that never ran, session drafts are served
+// without pre-drafting (draftd_predraft_skipped_total) except one in
+// backoffProbe; once the hold is released, the probe's branches run and
+// pre-drafting resumes for every draft.
+func TestPredraftBackoff(t *testing.T) {
+	pre, hb, _ := startGated(t, engine.Options{})
+	const n = 4
+	step := 0
+	next := func() {
+		step++
+		sessionDraft(t, pre, fmt.Sprintf(`{"session":"b","accepted":0,"bonus":%d,"n":%d}`, (13*step)%tinyVocab, n))
+	}
+	started := func() float64 { return metricOf(t, pre, "draftd_predraft_branches_total", "state", "started") }
+	skipped := func() float64 { return metricOf(t, pre, "draftd_predraft_skipped_total") }
+	hb.setHold(true)
+	sessionDraft(t, pre, fmt.Sprintf(`{"session":"b","tokens":%s,"n":%d}`, idsJSON(seq(5, 12)), n))
+	for range backoffWindow - 1 {
+		next()
+	}
+	if s := skipped(); s != 0 {
+		t.Fatalf("skipped %g before the window is full; want 0", s)
+	}
+	next() // the window's 32nd set that never ran: this draft is skipped
+	if s := skipped(); s != 1 {
+		t.Fatalf("skipped %g after %d sets that never ran; want 1", s, backoffWindow)
+	}
+	b0 := started()
+	for range backoffProbe - 2 {
+		next()
+	}
+	if s, b := skipped(), started(); s != backoffProbe-1 || b != b0 {
+		t.Fatalf("skipped %g, branches started %g → %g; want %d skipped and no branch", s, b0, b, backoffProbe-1)
+	}
+	next() // the probe
+	if s, b := skipped(), started(); s != backoffProbe-1 || b <= b0 {
+		t.Fatalf("probe: skipped %g, branches started %g → %g; want %d skipped and new branches", s, b0, b, backoffProbe-1)
+	}
+	hb.setHold(false)
+	waitBranches(t, pre, started())
+	for range 4 {
+		b := started()
+		next() // the probe's set ran: pre-drafting is on for each of these
+		if s, b1 := skipped(), started(); s != backoffProbe-1 || b1 <= b {
+			t.Fatalf("after the probe's branches ran: skipped %g, branches started %g → %g; want %d skipped and new branches", s, b, b1, backoffProbe-1)
+		}
+		waitBranches(t, pre, started())
+	}
+}
