@@ -51,39 +51,7 @@ func TestKTiles(t *testing.T) {
 						x[i], x[cols+i] = 1, -1
 					}
 				}
-				want := make([]float32, batch*rows)
-				matmulRef(nil, want, m, x, batch)
-				var first []float32
-				for _, name := range Impls() {
-					if name == "generic" {
-						continue
-					}
-					if err := SetImpl(name); err != nil {
-						t.Fatal(err)
-					}
-					y, check := guarded(batch * rows)
-					MatMul(pool, y, m, x, batch)
-					check(t)
-					compare(t, what+" "+name, y, want, m, x, batch)
-					if first == nil {
-						first = append([]float32(nil), y...)
-					} else {
-						for i := range y {
-							if math.Float32bits(y[i]) != math.Float32bits(first[i]) {
-								t.Fatalf("%s: %s gives y[%d] = %g; %s %g", what, name, i, y[i], Impls()[0], first[i])
-							}
-						}
-					}
-					for _, b := range []int{0, batch / 2, batch - 1} {
-						y1 := make([]float32, rows)
-						MatMul(pool, y1, m, x[b*cols:(b+1)*cols], 1)
-						for i := range y1 {
-							if math.Float32bits(y1[i]) != math.Float32bits(y[b*rows+i]) {
-								t.Fatalf("%s %s: row %d alone gives y[%d] = %g; in the batch %g", what, name, b, i, y1[i], y[b*rows+i])
-							}
-						}
-					}
-				}
+				checkTilePaths(t, pool, what, m, x, batch)
 			}
 		}
 	}
