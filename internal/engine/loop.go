@@ -120,15 +120,8 @@ func (e *Engine) onlyBackground(st *loopState) bool {
 	if len(st.pend) > 0 || !e.queue.empty() || e.lowq.anyPromoted() {
 		return false
 	}
-	for _, s := range st.active {
-		if !s.low() {
-			return false
-		}
-	}
-	for _, s := range st.parked {
-		if !s.low() {
-			return false
-		}
+	if holdsRequest(st.active) || holdsRequest(st.parked) {
+		return false
 	}
 	return len(st.active) > 0 || len(st.parked) > 0 || !e.lowq.empty()
 }
@@ -193,7 +186,7 @@ func (e *Engine) iterate(st *loopState) {
 	st.parked = e.dropCancelled(st.parked)
 	e.gauges(st) // as the step about to run sees them
 	if len(st.active) > 0 {
-		bg := !slices.ContainsFunc(st.active, func(s *seq) bool { return !s.low() })
+		bg := !holdsRequest(st.active)
 		t0 := time.Now()
 		st.active = e.step(st.active)
 		t1 := time.Now()
@@ -280,12 +273,10 @@ func (e *Engine) admit(st *loopState) {
 	}
 	// Background work runs only in steps without requests, so that it
 	// never makes a request's step longer: a request in the batch parks it.
-	for _, s := range st.active {
-		if !s.low() {
-			for e.preempt(st) {
-			}
-			return
+	if holdsRequest(st.active) {
+		for e.preempt(st) {
 		}
+		return
 	}
 	for len(st.active) < e.opt.MaxBatch && len(st.parked) > 0 {
 		st.active = append(st.active, st.parked[0])
@@ -537,12 +528,13 @@ func (e *Engine) forward(seqs []*model.Seq, stop func() bool) (err error) {
 // bgOnly reports whether every sequence of a step's batch is background
 // work without strategy proposals (a step that may be stopped).
 func bgOnly(batch []*seq) bool {
-	for _, s := range batch {
-		if !s.low() || s.nprop != 0 {
-			return false
-		}
-	}
-	return len(batch) > 0
+	return len(batch) > 0 && !slices.ContainsFunc(batch, func(s *seq) bool { return !s.low() || s.nprop != 0 })
+}
+
+// holdsRequest reports whether one of seqs is a request's (not background
+// work, or background work promoted to a request).
+func holdsRequest(seqs []*seq) bool {
+	return slices.ContainsFunc(seqs, func(s *seq) bool { return !s.low() })
 }
 
 // finish answers a sequence that has its n tokens and keeps the KV of its

@@ -43,6 +43,7 @@ type metrics struct {
 	predraftWait     prometheus.Histogram     // what a request waited for the pre-draft step in flight
 	predraftSkipped  prometheus.Counter       // session drafts served without pre-drafting (back-off)
 	stepTime         *prometheus.HistogramVec // kind: forward step durations, request or background
+	stepReq, stepBg  prometheus.Observer      // its two series, resolved once (observed every step)
 }
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
@@ -132,8 +133,7 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 		Namespace: ns, Name: "step_seconds", Help: "Duration of each engine forward step, by kind: request (holds at least one request) or background (pre-draft sequences only).",
 		Buckets: prometheus.ExponentialBuckets(1e-5, 2, 24),
 	}, []string{"kind"})
-	m.stepTime.WithLabelValues("request")
-	m.stepTime.WithLabelValues("background")
+	m.stepReq, m.stepBg = m.stepTime.WithLabelValues("request"), m.stepTime.WithLabelValues("background")
 	for _, o := range []string{predraftHit, predraftPartial, predraftMiss, predraftNone} {
 		m.predraftReqs.WithLabelValues(o)
 		m.predraftAnswer.WithLabelValues(o)
@@ -230,11 +230,11 @@ func (o observer) CacheHit(tokens int) { o.m.cacheHit.Add(float64(tokens)) }
 
 // StepTime implements engine.Observer.
 func (o observer) StepTime(d time.Duration, background bool) {
-	kind := "request"
+	h := o.m.stepReq
 	if background {
-		kind = "background"
+		h = o.m.stepBg
 	}
-	o.m.stepTime.WithLabelValues(kind).Observe(d.Seconds())
+	h.Observe(d.Seconds())
 }
 
 // BackgroundWait implements engine.Observer.
