@@ -45,6 +45,7 @@ func runEval(ctx context.Context, args []string) error {
 		strategy    = fs.String("strategy", "", "drafting strategy named in every request (draftd backend): "+strings.Join(draft.Names, ", ")+"; empty: the server's --strategy")
 		tokPath     = fs.String("tokenizer", "", "tokenizer for text-form samples: tokenizer.json, its model directory, or a GGUF file")
 		protocol    = fs.String("protocol", eval.ProtocolFull, "how drafts are asked (draftd only): full (POST /draft, whole context), session (the context once, then accepted+bonus), batch (one POST /v1/drafts per round of the samples in flight, session items)")
+		clipN       = fs.Bool("clip-n", false, "ask at most the tokens the continuation has left after the step's bonus token (min(n, remaining − 1)), as a target that stops at max_tokens uses no more; a step with one token left sends no request (as vLLM's and llama.cpp's draftd proposers do)")
 		targetLat   = fs.Duration("target-latency", 0, "wait this long after each draft (each round for --protocol batch), as the target's verification would")
 	)
 	fs.Usage = func() {
@@ -82,6 +83,8 @@ func runEval(ctx context.Context, args []string) error {
 		return clientUsageError(fs, fmt.Sprintf("--strategy %q: want one of %s", *strategy, strings.Join(draft.Names, ", ")))
 	case *strategy != "" && *protocol != eval.ProtocolFull:
 		return clientUsageError(fs, "--strategy is for --protocol full only")
+	case *clipN && *protocol == eval.ProtocolBatch:
+		return clientUsageError(fs, "--clip-n is for --protocol full and session")
 	}
 	hc := eval.NewHTTPClient(*concurrency)
 	var bases []string
@@ -143,7 +146,7 @@ func runEval(ctx context.Context, args []string) error {
 	bar := eval.NewProgress(total, fmt.Sprintf("replaying %d samples", len(samples)))
 	report, err := eval.Replay(ctx, drafter, samples, eval.ReplayOptions{
 		N: *n, Concurrency: *concurrency, Timeout: *timeout, Progress: bar.Add,
-		Protocol: *protocol, TargetLatency: *targetLat, SessionPrefix: fmt.Sprintf("eval-%x-", time.Now().UnixNano()),
+		Protocol: *protocol, TargetLatency: *targetLat, ClipN: *clipN, SessionPrefix: fmt.Sprintf("eval-%x-", time.Now().UnixNano()),
 	})
 	bar.Done()
 	if report == nil {

@@ -41,19 +41,22 @@ type fakeServer struct {
 	t      *testing.T
 	script map[string]reply
 	n      int // the n every request must carry
+	// upToN accepts any n in [1, n] (a replay with ClipN) and records it in asked.
+	upToN bool
 
 	// hung receives the context of every request that hangs, once it is
 	// hanging (buffered; a full channel drops the notice).
 	hung chan string
 
-	mu   sync.Mutex
-	seen map[string]int // requests per context
+	mu    sync.Mutex
+	seen  map[string]int // requests per context
+	asked map[string]int // the n of each context's last /draft request
 }
 
 func key(tokens []int) string { return fmt.Sprint(tokens) }
 
 func newFakeServer(t *testing.T, n int, script map[string]reply) (*fakeServer, *httptest.Server) {
-	f := &fakeServer{t: t, script: script, n: n, seen: map[string]int{}, hung: make(chan string, 16)}
+	f := &fakeServer{t: t, script: script, n: n, seen: map[string]int{}, asked: map[string]int{}, hung: make(chan string, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"status":"ok"}`)
@@ -70,10 +73,13 @@ func newFakeServer(t *testing.T, n int, script map[string]reply) (*fakeServer, *
 			httpError(w, 400, "bad_json", err.Error())
 			return
 		}
-		if req.N != f.n {
+		if req.N != f.n && !(f.upToN && req.N >= 1 && req.N <= f.n) {
 			httpError(w, 400, "bad_n", fmt.Sprintf("have n %d; want %d", req.N, f.n))
 			return
 		}
+		f.mu.Lock()
+		f.asked[key(req.Tokens)] = req.N
+		f.mu.Unlock()
 		rep, ok := f.lookup(req.Tokens)
 		if !f.answer(w, r, rep, ok, req.Tokens) {
 			return

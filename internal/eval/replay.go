@@ -32,6 +32,12 @@ type ReplayOptions struct {
 	// TargetLatency is waited after each draft (after each round of
 	// ProtocolBatch), as a target's verification would take.
 	TargetLatency time.Duration
+	// ClipN asks at each step at most the tokens the continuation has left
+	// after the step's bonus token, min(N, len(continuation) − p − 1), as a
+	// target that stops at the continuation's end (its max_tokens) can use
+	// no more; a step with one token left sends no request and scores an
+	// empty draft. Not with ProtocolBatch.
+	ClipN bool
 }
 
 // SampleResult is the replay of one sample.
@@ -46,6 +52,7 @@ type SampleResult struct {
 // tally accumulates the counters of Report; one per worker, merged at the end.
 type tally struct {
 	tokens, steps int64
+	requests      int64   // draft requests sent (steps less those ClipN left without one)
 	draftTokens   int64   // Σ len(draft) over successful requests (after clipping to n)
 	hist          []int64 // (n+1) steps by accepted length
 	reached       []int64 // (n) steps whose draft had a token at position i
@@ -62,6 +69,7 @@ func newTally(n int) *tally {
 func (t *tally) merge(u *tally) {
 	t.tokens += u.tokens
 	t.steps += u.steps
+	t.requests += u.requests
 	t.draftTokens += u.draftTokens
 	for i := range t.hist {
 		t.hist[i] += u.hist[i]
@@ -194,20 +202,29 @@ func replaySample(ctx context.Context, d Drafter, s Sample, session string, opt 
 		if opt.Timeout > 0 {
 			rctx, cancel = context.WithTimeout(ctx, opt.Timeout)
 		}
+		n := opt.N
+		if opt.ClipN {
+			n = min(n, len(cont)-p-1)
+		}
 		t0 := time.Now()
 		var draft []int
 		var err error
-		if opt.Protocol == ProtocolSession {
-			draft, err = sessionDraft(rctx, dc, &st, full, len(s.Prompt)+p, opt.N, &t.resends)
-		} else {
-			draft, err = d.Draft(rctx, full[:len(s.Prompt)+p], opt.N)
+		switch {
+		case n == 0: // ClipN: one token left, nothing to ask
+		case opt.Protocol == ProtocolSession:
+			draft, err = sessionDraft(rctx, dc, &st, full, len(s.Prompt)+p, n, &t.resends)
+		default:
+			draft, err = d.Draft(rctx, full[:len(s.Prompt)+p], n)
 		}
 		lat := time.Since(t0)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			return errInterrupted
 		}
-		a := scoreStep(t, draft, err, lat, cont, p, opt.N, progress)
+		if n == 0 {
+			lat = -1 // no request: no latency to record
+		}
+		a := scoreStep(t, draft, err, lat, cont, p, n, progress)
 		if p+a < len(cont) {
 			st.accepted, st.bonus = a, cont[p+a]
 		}
@@ -226,12 +243,16 @@ func replaySample(ctx context.Context, d Drafter, s Sample, session string, opt 
 
 // scoreStep scores one verification step at position p of cont into t and
 // returns the accepted length: a failed request (err) is an empty draft, a
-// draft is clipped to n.
+// draft is clipped to n; lat < 0 marks a step that sent no request (an
+// empty draft with no latency).
 func scoreStep(t *tally, draft []int, err error, lat time.Duration, cont []int, p, n int, progress func(int)) int {
+	if lat >= 0 {
+		t.requests++
+	}
 	if err != nil {
 		t.fails.add(err)
 		draft = nil
-	} else {
+	} else if lat >= 0 {
 		t.latencies = append(t.latencies, lat)
 		draft = draft[:min(len(draft), n)]
 		t.draftTokens += int64(len(draft))

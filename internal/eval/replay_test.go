@@ -23,14 +23,19 @@ type want struct {
 	hist, reached, accepted              []int64
 	rates                                []float64
 	kinds                                map[string]int
-	okRequests                           int // requests with a latency
+	okRequests                           int   // requests with a latency
+	requests                             int64 // when not all steps sent one (ClipN); 0: steps
 }
 
 func check(t *testing.T, r *Report, w want) {
 	t.Helper()
-	if r.Tokens != w.tokens || r.Steps != w.steps || r.Requests != w.steps || r.Failures != w.failures {
+	wantReq := w.requests
+	if wantReq == 0 {
+		wantReq = w.steps
+	}
+	if r.Tokens != w.tokens || r.Steps != w.steps || r.Requests != wantReq || r.Failures != w.failures {
 		t.Errorf("tokens/steps/requests/failures: have %d/%d/%d/%d; want %d/%d/%d/%d",
-			r.Tokens, r.Steps, r.Requests, r.Failures, w.tokens, w.steps, w.steps, w.failures)
+			r.Tokens, r.Steps, r.Requests, r.Failures, w.tokens, w.steps, wantReq, w.failures)
 	}
 	if r.DraftTokens != w.draftTokens {
 		t.Errorf("draft tokens: have %d; want %d", r.DraftTokens, w.draftTokens)
@@ -120,6 +125,39 @@ func TestReplayScripted(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestReplayClipN replays scripted() with ClipN (n = 4): each step asks
+// min(4, tokens left − 1) and the step with one token left asks nothing.
+//
+//	A: p=0 asks 4: 10 11 x x → a=2, p=3; p=3 asks 1: x → a=0, p=4;
+//	   p=4 asks nothing → a=0, p=5               3 steps, 2 requests
+//	B: p=0 asks 2: 20 21 (the script's 6 clipped) → a=2, p=3   1 step
+//
+// hist over a = 2,0,0,2: [2 0 2 0 0]; drafts of length 4,1,2 reach positions
+// 0..3 = 3,2,1,1 times; accepted at 0..3: 2,2,0,0.
+func TestReplayClipN(t *testing.T) {
+	samples, script, _ := scripted()
+	fake, srv := newFakeServer(t, 4, script)
+	fake.upToN = true
+	d, _ := NewDrafter(BackendDraftd, NewHTTPClient(2), srv.URL)
+	r, err := Replay(t.Context(), d, samples, ReplayOptions{N: 4, Concurrency: 2, Timeout: 5 * time.Second, ClipN: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, r, want{
+		tokens: 8, steps: 4, requests: 3, draftTokens: 4 + 1 + 2,
+		tau: 2, tauMacro: (5.0/3 + 3) / 2,
+		hist:       []int64{2, 0, 2, 0, 0},
+		reached:    []int64{3, 2, 1, 1},
+		accepted:   []int64{2, 2, 0, 0},
+		okRequests: 3,
+	})
+	a, b := samples[0], samples[1]
+	wantAsked := map[string]int{key(ctxOf(a, 0)): 4, key(ctxOf(a, 3)): 1, key(ctxOf(b, 0)): 2}
+	if !reflect.DeepEqual(fake.asked, wantAsked) {
+		t.Errorf("n asked per context: have %v; want %v", fake.asked, wantAsked)
 	}
 }
 

@@ -43,7 +43,7 @@ type Report struct {
 	TauMacro float64 `json:"tau_macro"` // mean of per-sample τ
 	Tokens   int64   `json:"tokens"`    // Σ len(continuation)
 	Steps    int64   `json:"steps"`
-	Requests int64   `json:"requests"` // one per step
+	Requests int64   `json:"requests"` // draft requests: one per step (with --clip-n, less the steps left without one)
 	Failures int64   `json:"failures"`
 	// FailureKinds counts failures by kind ("timeout", "HTTP 503", ...).
 	FailureKinds map[string]int `json:"failure_kinds,omitempty"`
@@ -104,7 +104,7 @@ func newReport(t *tally, wall time.Duration, opt ReplayOptions) *Report {
 		TimeoutS:           opt.Timeout.Seconds(),
 		Tokens:             t.tokens,
 		Steps:              t.steps,
-		Requests:           t.steps,
+		Requests:           t.requests,
 		Failures:           int64(t.fails.n),
 		FailureKinds:       t.fails.kinds,
 		FirstError:         t.fails.first,
