@@ -109,8 +109,15 @@ class _Base:
 
     @property
     def n(self) -> int | None:
-        """The n of this session's drafts (None: the server's)."""
+        """The n of this session's drafts (None: the server's); settable,
+        for the next request on (a caller that matches the draft length to
+        what the target can use)."""
         return self._st.n
+
+    @n.setter
+    def n(self, n: int | None) -> None:
+        DraftRequest(tokens=[0], n=n)  # checked as the request will be
+        self._st.n = n
 
     @property
     def strategy(self) -> str | None:
