@@ -16,7 +16,7 @@ run one after the other (one generate() each, timed apart); with C > 1 in
 groups of C submitted together. R.json: {"outputs": {id: [ids]},
 "seconds": {id: s} (c = 1), "wall_s", "tokens", "startup_s", "metrics"
 (vLLM's speculative counters over the timed runs: drafts, draft tokens,
-accepted tokens, accepted and drafted per position), "proposer" (the draftd
+accepted tokens, accepted per position), "proposer" (the draftd
 proposer's counters), "logprobs" ({id: [[[token, logprob], …] per position]}
 with --logprobs: the top 2 at each output position)}.
 
@@ -61,12 +61,10 @@ def spec_config(a: argparse.Namespace) -> dict[str, Any] | None:
 
 def spec_metrics(llm: Any) -> dict[str, Any]:
     """vLLM's speculative-decoding counters now (get_metrics())."""
-    out: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0,
-                           "accepted_per_pos": [], "drafted_per_pos": []}
+    out: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": []}
     names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
              "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
-             "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos",
-             "vllm:spec_decode_num_draft_tokens_per_pos": "drafted_per_pos"}
+             "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos"}
     for m in llm.get_metrics():
         key = names.get(m.name)
         if key is None:
@@ -108,6 +106,7 @@ def main() -> None:
     ap.add_argument("--logprobs", action="store_true")
     ap.add_argument("--ignore-eos", action="store_true")
     ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--dtype", default="bfloat16")
     a = ap.parse_args()
 
     prompts = json.loads(a.prompts.read_text())
@@ -132,7 +131,7 @@ def main() -> None:
     kw: dict[str, Any] = {}
     if draftd_cfg:
         kw["additional_config"] = {"draftd": draftd_cfg}
-    llm = LLM(model=a.model, dtype="bfloat16", max_model_len=a.max_model_len, enforce_eager=True,
+    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True,
               disable_log_stats=False, seed=0, speculative_config=spec_config(a), **kw)
     sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos,
                         logprobs=2 if a.logprobs else None)

@@ -1,0 +1,162 @@
+"""End to end with vLLM's CPU build: vLLM generates greedily on a real target
+(a Hugging Face directory that ``draftd export`` wrote from the real GGUF,
+scripts/hfexport), once alone and once with draftd as its speculative
+proposer (draftd.vllm.DraftdProposer, ``method: custom_class``) on the real
+drafter GGUF in ``draftd serve``. Checks:
+
+1. lossless: every output equals vLLM's plain greedy output, up to a
+   near-tie (realtarget's rule, applied to vLLM's top-2 log-probabilities at
+   the first differing position in both runs);
+2. the acceptance vLLM counts (``LLM.get_metrics()``: drafts, draft tokens,
+   accepted tokens, accepted per position) equals what ``draftd eval
+   --clip-n`` reports on the same continuations (vLLM's first token comes
+   from the prompt's prefill, not a draft: the eval prompt includes it);
+3. the proposer sent each request's context once and then accepted+bonus,
+   with no miss.
+
+vLLM runs in its own venv (scripts/vllmenv; $DRAFTD_VLLM_PYTHON overrides),
+one process per run (bench/vllm_run.py). Cost (CI): the target is the 0.5B
+itself (what is checked is the path, not the speed-up; its bf16 numerics
+differ from the drafter's Q8_0, so drafts are still rejected now and then),
+2 prompts × 32 tokens, one thread each side, so a run is mostly vLLM's
+start-up. bf16 where the CPU has BF16 instructions, else float32 (vLLM's
+bf16 fallback on AVX2 is several times slower and checks nothing more).
+Without the venv or the model directory the test skips, or fails when
+CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import draftd
+from conftest import DRAFTER_FILE, REPO, Server, real_model, start_server
+from realtarget import NEAR_TIE_GAP
+
+pytestmark = pytest.mark.realmodel
+
+BENCH = REPO / "clients/python/bench"
+HF_NAME = "qwen2.5-coder-0.5b-instruct"
+NEW_TOKENS, K = 32, 4
+
+
+def need(path: Path, what: str, how: str) -> Path:
+    if not path.exists():
+        msg = f"{what} {path} is missing: {how}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
+
+
+def vllm_python() -> Path:
+    p = os.environ.get("DRAFTD_VLLM_PYTHON") or "~/.cache/draftd/vllm-venv/bin/python"
+    return need(Path(p).expanduser(), "vLLM's python", "run scripts/vllmenv (or set DRAFTD_VLLM_PYTHON)")
+
+
+def hf_dir(name: str) -> Path:
+    root = Path(os.environ.get("DRAFTD_HF_MODELS") or "~/.cache/draftd/hf").expanduser()
+    return need(root / name / "config.json", "the exported model", "run scripts/hfexport").parent
+
+
+def dtype() -> str:
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return "bfloat16" if "avx512_bf16" in flags or "amx_bf16" in flags else "float32"
+
+
+def vllm_run(out: Path, *args: str) -> dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_LOGGING_LEVEL="WARNING",
+               VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    log = out.with_suffix(".log")
+    with log.open("w") as f:
+        rc = subprocess.run([str(vllm_python()), str(BENCH / "vllm_run.py"), "--out", str(out), *args],
+                            env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    assert rc == 0, f"vllm_run exited {rc}:\n{log.read_text()[-4000:]}"
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import AutoTokenizer
+
+    from realtarget import prompts as real_prompts
+
+    tok = AutoTokenizer.from_pretrained(str(hf_dir(HF_NAME)))
+    p = tmp_path_factory.mktemp("vllm") / "prompts.json"
+    p.write_text(json.dumps([{"id": i, "prompt": ids} for i, ids in real_prompts(tok, 2, short_code=True)]))
+    return p
+
+
+@pytest.fixture(scope="module")
+def drafter(draftd_bin: Path) -> Iterator[Server]:
+    s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--threads", "1", "--kv-cache-bytes", str(1 << 30))
+    try:
+        with draftd.Client(s.url) as c:
+            c.wait_ready(300)
+        yield s
+    finally:
+        rc = s.stop()
+    assert rc == 0, "".join(s.log)
+
+
+def near_tie(plain: dict[str, Any], assisted: dict[str, Any], sid: str) -> tuple[bool, str]:
+    """Equal, or first different where both runs' top-2 log-probabilities
+    put the two tokens within NEAR_TIE_GAP."""
+    a, b = plain["outputs"][sid], assisted["outputs"][sid]
+    if a == b:
+        return True, "equal"
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), None)
+    if i is None:
+        return False, f"lengths differ: plain {len(a)}, assisted {len(b)}"
+
+    def gap(run: dict[str, Any], first: int, second: int) -> float:
+        top = dict((int(t), lp) for t, lp in run["logprobs"][sid][i])
+        return top[first] - top[second] if first in top and second in top else float("inf")
+
+    ga, gb = gap(plain, a[i], b[i]), gap(assisted, b[i], a[i])
+    return ga <= NEAR_TIE_GAP and gb <= NEAR_TIE_GAP, f"position {i}: plain {a[i]} vs assisted {b[i]}; gaps {ga:.2e}, {gb:.2e}"
+
+
+def test_vllm_with_draftd_is_greedy_and_acceptance_is_evals(prompts: Path, drafter: Server, draftd_bin: Path,
+                                                            tmp_path: Path) -> None:
+    model = str(hf_dir(HF_NAME))
+    common = ["--model", model, "--prompts", str(prompts), "--max-tokens", str(NEW_TOKENS), "--logprobs",
+              "--ignore-eos", "--dtype", dtype()]
+    plain = vllm_run(tmp_path / "plain.json", *common)
+    assisted = vllm_run(tmp_path / "draftd.json", *common, "--method", "draftd", "--k", str(K), "--draftd-url",
+                        drafter.url, "--strategy", "model")
+
+    data = tmp_path / "data.jsonl"
+    with data.open("w") as f:
+        for p in json.loads(prompts.read_text()):
+            sid = p["id"]
+            ok, why = near_tie(plain, assisted, sid)
+            assert ok, f"{sid}: vLLM with draftd is not greedy: {why}"
+            out = assisted["outputs"][sid]
+            assert len(out) == NEW_TOKENS
+            f.write(json.dumps({"id": sid, "prompt": p["prompt"] + out[:1], "continuation": out[1:]}) + "\n")
+
+    report = tmp_path / "eval.json"
+    subprocess.run([str(draftd_bin), "eval", "--url", drafter.url, "--data", str(data), "--n", str(K), "--clip-n",
+                    "--strategy", "model", "--concurrency", "1", "--json", str(report)], check=True,
+                   stdout=subprocess.DEVNULL)
+    r = json.loads(report.read_text())
+    assert r["failures"] == 0, r.get("first_error")
+    m = assisted["metrics"]
+    have = (m["drafts"], m["draft_tokens"], m["accepted_tokens"], m["accepted_per_pos"])
+    want = (r["requests"], r["draft_tokens"], sum(r["position_accepted"]), r["position_accepted"])
+    assert have == want, f"vLLM counted (drafts, draft tokens, accepted, per position) {have}; draftd eval {want}"
+    assert m["drafts"] > 0 and m["accepted_tokens"] > 0
+
+    st = assisted["proposer"]
+    n = len(json.loads(prompts.read_text())) + 1  # + vllm_run's warm-up request
+    assert st["misses"] == 0 and st["item_errors"] == 0, st
+    assert st["full"] == n, f"whole contexts sent {st['full']}; want one per request ({n})"
+    assert st["incremental"] == st["drafts"] - n, st
