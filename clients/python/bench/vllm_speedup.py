@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""vLLM with draftd, side by side with vLLM's own speculative methods, end to
+end on this machine (docs/serving.md): the target (a Hugging Face directory
+``draftd export`` wrote, bf16 by default) generates greedily from the real
+prompts (code, chat, prose), one request at a time and, for the rows marked
+c = 4, four at once; each row is a fresh vLLM process (bench/vllm_run.py in
+the vLLM venv). Rows:
+
+  alone-T           the target alone, T threads
+  ngram             vLLM's n-gram proposer (prompt lookup), K = 4
+  draft_model-K     vLLM's draft-model proposer with the same 0.5B drafter
+                    (its bf16 export), K
+  draftd-S-K-SPLIT  draftd (strategy S) as the custom proposer; SPLIT T+D:
+                    vLLM T threads, draftd serve --threads D; "pin" pins
+                    vLLM to core 0 and draftd to core 1, else both share
+                    every core (time-shared: each runs while the other waits)
+  …-predraft        draftd serve --predraft-branches 2: the next draft is
+                    computed while the target verifies
+
+and the components of the predicted speed-up (DESIGN §8, docs/serving.md):
+the target's prefill (max_tokens 1), its single step T_step (alone), its
+(K+1)-position verification T_verify(K+1) (an oracle proposer that drafts
+the known continuation, all accepted: bench/vllm_oracle.py), the drafter's
+time per call and its HTTP share (draftd's /metrics against the proposer's
+own clock). Predicted (sequential) S = τ·T_step / (T_call + T_verify(n̄+1)),
+with n̄ the mean draft length the row sent and T_call its measured draft
+call (draft compute + HTTP); overlapped rows also show the bound
+τ·T_step / max(T_call, T_verify).
+
+  ~/.cache/draftd/venv/bin/python clients/python/bench/vllm_speedup.py --out /tmp/vllm-bench
+
+Every run's JSON is kept in --out; a run whose JSON exists is not redone
+(delete it to redo), so an interrupted table resumes. A measurement, not a
+test: nothing is asserted; outputs' equality with plain greedy is reported
+(realtarget's near-tie rule, as in tests/test_vllm_e2e.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+
+def cpu() -> str:
+    info = Path("/proc/cpuinfo").read_text()
+    name = re.search(r"model name\s*:\s*(.*)", info)
+    flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split())  # type: ignore[union-attr]
+    keep = sorted(f for f in flags if f.startswith(("avx", "amx")) or f in ("fma", "f16c"))
+    return f"{name.group(1) if name else platform.processor()} ({' '.join(keep)})"
+
+
+def metrics(url: str) -> dict[str, float]:
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        k, _, v = line.rpartition(" ")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            pass
+    return out
+
+
+def msum(m: dict[str, float], prefix: str) -> float:
+    return sum(v for k, v in m.items() if k.startswith(prefix))
+
+
+class Draftd:
+    def __init__(self, binary: Path, model: Path, threads: int, flags: list[str], cores: str | None) -> None:
+        cmd = [str(binary), "serve", "--model", str(model), "--addr", "127.0.0.1:0", "--threads", str(threads), *flags]
+        if cores:
+            cmd = ["taskset", "-c", cores, *cmd]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if m := re.search(r"msg=listening addr=(\S+)", line):
+                self.url = f"http://{m.group(1)}"
+                break
+        else:
+            raise RuntimeError(f"draftd serve exited {self.proc.wait()}")
+        for _ in range(600):
+            try:
+                if json.loads(urllib.request.urlopen(self.url + "/health", timeout=5).read())["status"] == "ok":
+                    return
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("draftd serve never became healthy")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--target", type=Path, default=Path("~/.cache/draftd/hf/qwen2.5-coder-1.5b-instruct").expanduser())
+    ap.add_argument("--draft-hf", type=Path, default=Path("~/.cache/draftd/hf/qwen2.5-coder-0.5b-instruct").expanduser())
+    ap.add_argument("--drafter", type=Path,
+                    default=Path(os.environ.get("DRAFTD_REAL_MODELS") or "~/.cache/draftd/real").expanduser()
+                    / "qwen2.5-coder-0.5b-instruct.gguf")
+    ap.add_argument("--draftd", type=Path, help="the draftd binary (default: go build)")
+    ap.add_argument("--python", default=str(Path("~/.cache/draftd/vllm-venv/bin/python").expanduser()))
+    ap.add_argument("--prompts", type=int, default=3, help="prompts, alternating code, chat, prose")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--k", type=int, default=8, help="draft length of the draftd and draft_model rows")
+    ap.add_argument("--rows", default="all", help="comma-separated row names (default all)")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+
+    from transformers import AutoTokenizer
+
+    from realtarget import near_tie as _unused  # noqa: F401  (same module the test uses)
+    from realtarget import prompts as real_prompts
+
+    tok = AutoTokenizer.from_pretrained(str(a.target))
+    prompts = a.out / "prompts.json"
+    prompts.write_text(json.dumps([{"id": i, "prompt": p} for i, p in real_prompts(tok, a.prompts)]))
+    binary = a.draftd
+    if binary is None:
+        binary = a.out / "draftd"
+        subprocess.run(["go", "build", "-o", str(binary), "./cmd/draftd"], cwd=REPO, check=True,
+                       env=dict(os.environ, CGO_ENABLED="0", PATH=os.environ["PATH"] + ":/usr/local/go/bin"))
+    k = a.k
+    # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores) or None, concurrency)
+    rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None] | None, int]] = {
+        "prefill": (["--max-tokens", "1"], 2, None, None, 1),
+        "alone-1": ([], 1, None, None, 1),
+        "alone-2": ([], 2, None, None, 1),
+        f"oracle-{k}": (["--method", "oracle", "--k", str(k)], 2, None, None, 1),
+        "oracle-4": (["--method", "oracle", "--k", "4"], 2, None, None, 1),
+        "ngram": (["--method", "ngram", "--k", "4"], 2, None, None, 1),
+        "draft_model-4": (["--method", "draft_model", "--k", "4", "--draft-model", str(a.draft_hf)], 2, None, None, 1),
+        f"draft_model-{k}": (["--method", "draft_model", "--k", str(k), "--draft-model", str(a.draft_hf)], 2, None, None, 1),
+        f"draftd-model-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 1),
+        f"draftd-hybrid-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "hybrid"], 2, None, (2, [], None), 1),
+        f"draftd-model-{k}-1+1pin": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 1, "0", (1, [], "1"), 1),
+        f"draftd-model-{k}-1+1pin-predraft": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 1, "0",
+                                               (1, ["--predraft-branches", "2"], "1"), 1),
+        f"draftd-model-{k}-2+2-predraft": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None,
+                                            (2, ["--predraft-branches", "2"], None), 1),
+        "alone-2-c4": ([], 2, None, None, 4),
+        f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 4),
+    }
+    want = list(rows) if a.rows == "all" else a.rows.split(",")
+    results: dict[str, dict[str, Any]] = {}
+    for name in want:
+        if name not in rows:
+            raise SystemExit(f"--rows: unknown row {name!r}; rows: {', '.join(rows)}")
+        out = a.out / f"{name}.json"
+        if out.exists():
+            results[name] = json.loads(out.read_text())
+            continue
+        vargs, threads, cores, dd, conc = rows[name]
+        if "--max-tokens" not in vargs:
+            vargs = ["--max-tokens", str(a.tokens), *vargs]
+        if "oracle" in name:
+            vargs = [*vargs, "--oracle", str(a.out / "alone-2.json")]
+        server = None
+        if dd is not None:
+            server = Draftd(binary, a.drafter, dd[0], dd[1], dd[2])
+            vargs = [*vargs, "--draftd-url", server.url]
+            before = metrics(server.url)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind",
+                   VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
+                   KMP_BLOCKTIME="0", OMP_WAIT_POLICY="PASSIVE")
+        cmd = [a.python, str(HERE / "vllm_run.py"), "--model", str(a.target), "--prompts", str(prompts), "--out",
+               str(out), "--dtype", a.dtype, "--concurrency", str(conc), "--ignore-eos", *vargs]
+        if cores:
+            cmd = ["taskset", "-c", cores, *cmd]
+        load = os.getloadavg()[0]
+        print(f"vllm_speedup: {name} (load {load:.1f})", file=sys.stderr, flush=True)
+        try:
+            with (a.out / f"{name}.log").open("w") as log:
+                subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+            r = json.loads(out.read_text())
+            r["load_before"] = load
+            if server is not None:
+                after = metrics(server.url)
+                r["draftd_metrics"] = {
+                    "step_s": msum(after, "draftd_step_seconds_sum") - msum(before, "draftd_step_seconds_sum"),
+                    "http_s": msum(after, "draftd_http_request_duration_seconds_sum")
+                    - msum(before, "draftd_http_request_duration_seconds_sum"),
+                    "predraft_hits": msum(after, "draftd_predraft_requests_total{result=\"hit\"")
+                    - msum(before, "draftd_predraft_requests_total{result=\"hit\""),
+                    "predraft_requests": msum(after, "draftd_predraft_requests_total")
+                    - msum(before, "draftd_predraft_requests_total"),
+                }
+            out.write_text(json.dumps(r))
+            results[name] = r
+        finally:
+            if server is not None:
+                server.stop()
+    print(table(results, a, k))
+
+
+def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
+    def tps(r: dict[str, Any]) -> float:
+        return r["tokens"] / r["wall_s"]
+
+    lines = [f"vLLM {a.dtype} target {a.target.name}, {a.prompts} prompts × {a.tokens} tokens, greedy; "
+             f"{cpu()}; {time.strftime('%Y-%m-%d')}", ""]
+    plain = res.get("alone-2")
+    pre = res.get("prefill")
+    comp: dict[str, float] = {}
+    if plain and pre:
+        ids = list(plain["outputs"])
+        dec = sum(plain["seconds"][i] - pre["seconds"][i] for i in ids)
+        comp["T_step"] = dec / sum(len(plain["outputs"][i]) - 1 for i in ids)
+        for name, r in res.items():
+            if name.startswith("oracle-") and r["metrics"]["drafts"]:
+                kk = int(name.split("-")[1])
+                dec = sum(r["seconds"][i] - pre["seconds"][i] for i in ids)
+                comp[f"T_verify({kk + 1})"] = dec / r["metrics"]["drafts"]
+        lines.append("components: " + ", ".join(f"{n} {v * 1e3:.0f} ms" for n, v in comp.items()))
+        lines.append("")
+    lines += ["| row | threads (vLLM + draftd) | tokens/s | × alone (same cores) | τ | = greedy | predicted × | draft call ms (HTTP ms) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in res.items():
+        if name in ("prefill",) or name.startswith("oracle-"):
+            continue
+        base = res.get("alone-2-c4" if r["concurrency"] > 1 else "alone-2")
+        speed = f"{tps(r) / tps(base):.2f}" if base else "–"
+        m = r["metrics"]
+        steps = m["drafts"]
+        tau = f"{(m['accepted_tokens'] + steps) / steps:.2f}" if steps else "–"
+        eq = "–"
+        if plain and r["concurrency"] == 1 and r is not plain:
+            eq = f"{sum(r['outputs'][i] == plain['outputs'][i] for i in plain['outputs'])}/{len(plain['outputs'])}"
+        pred, call = "–", "–"
+        st = r.get("proposer") or {}
+        if st.get("calls") and "T_step" in comp and steps:
+            t_call = st["draft_seconds"] / st["calls"]
+            nbar = st["draft_tokens"] / max(st["drafts"], 1)
+            ver = comp.get(f"T_verify({round(nbar) + 1})") or comp.get(f"T_verify({k + 1})")
+            if ver:
+                taum = (m["accepted_tokens"] + steps) / steps
+                seq = taum * comp["T_step"] / (t_call + ver)
+                pred = f"{seq:.2f}"
+                if "predraft" in name:
+                    pred += f" (overlap ≤ {taum * comp['T_step'] / max(t_call, ver):.2f})"
+            dm = r.get("draftd_metrics", {})
+            http = (st["draft_seconds"] - dm.get("http_s", 0.0)) / st["calls"]
+            call = f"{t_call * 1e3:.0f} ({http * 1e3:.1f})"
+        thr = r.get("threads") or "?"
+        lines.append(f"| {name} | {thr} | {tps(r):.2f} | {speed} | {tau} | {eq} | {pred} | {call} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
