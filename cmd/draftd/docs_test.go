@@ -1,8 +1,8 @@
 package main
 
-// The docs check: README.md and docs/**/*.md (docs/incoming/ excepted, the
-// unmerged notes of other branches) must agree with the repository and with
-// the binary.
+// The docs check: README.md, docs/**/*.md (docs/incoming/ excepted, the
+// unmerged notes of other branches) and clients/**/*.md must agree with the
+// repository and with the binary.
 //
 //   - Every relative link resolves to a file or directory inside the
 //     repository, and every #anchor to a heading of the target page, by
@@ -14,8 +14,11 @@ package main
 //     `draftd CMD -h`, none missing and none unknown.
 //   - Every command line the docs show — `draftd CMD ...` in a code block or
 //     an inline code span — names a command that exists and only flags that
-//     command has.
+//     command has (not read in clients/, where `draftd` is the client
+//     package).
 //   - No page reads as a measurement diary ("third session: ...").
+//   - No page names an issue ("issue 23", "issues 14 and 22", "#23"): a page
+//     says what holds, not which change brought it (git keeps that).
 //   - Nothing in the repository refers to the design notes outside it.
 
 import (
@@ -200,26 +203,29 @@ func TestGithubSlug(t *testing.T) {
 	}
 }
 
-// docPages lists README.md and docs/**/*.md, docs/incoming/ excepted.
+// docPages lists README.md, docs/**/*.md (docs/incoming/ excepted) and
+// clients/**/*.md.
 func docPages(t *testing.T) []string {
 	t.Helper()
 	pages := []string{"README.md"}
-	err := filepath.WalkDir(filepath.Join(repoRoot, "docs"), func(path string, d fs.DirEntry, err error) error {
+	for _, dir := range []string{"docs", "clients"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(repoRoot, path)
+			rel = filepath.ToSlash(rel)
+			if d.IsDir() && (rel == "docs/incoming" || strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.HasSuffix(rel, ".md") {
+				pages = append(pages, rel)
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		rel, _ := filepath.Rel(repoRoot, path)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() && rel == "docs/incoming" {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(rel, ".md") {
-			pages = append(pages, rel)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if len(pages) < 2 {
 		t.Fatal("no pages under docs/")
@@ -298,7 +304,16 @@ var (
 	segmentSep     = regexp.MustCompile(` \| |&&|\|\||;|\$\(| #`)
 	spanCommand    = regexp.MustCompile(`^\s*(?:\./)?draftd\s+[a-z]`)
 	diaryEntry     = regexp.MustCompile(`(?i)\b(?:first|second|third|fourth|fifth|[0-9]+(?:st|nd|rd|th)) session\b`)
+	issueRef       = regexp.MustCompile(`(?i)\bissues?\s+#?[0-9]+\b|(?:^|[\s(\[,;/])#[0-9]+\b`)
 )
+
+// issueRefs returns the issue references of one line: "issue 23", "issues
+// 14", "#23". Link destinations are not read (a URL may hold a number after
+// a '#'); link texts and code spans are.
+func issueRefs(l string) []string {
+	l = inlineLink.ReplaceAllString(l, "[$1]")
+	return issueRef.FindAllString(l, -1)
+}
 
 // flagSections returns, for each command with a reference section in p, the
 // flags its table rows list (the first cell of each row).
@@ -410,6 +425,12 @@ func checkDocs(pages map[string]*docPage, cli map[string][]string) []string {
 			if m := diaryEntry.FindString(l); m != "" {
 				bad = append(bad, fmt.Sprintf("%s:%d: %q: a measurement diary; keep one current table per machine (git keeps the history)", n, i+1, m))
 			}
+			for _, m := range issueRefs(l) {
+				bad = append(bad, fmt.Sprintf("%s:%d: %q: an issue number; say what holds, not which change brought it (git keeps that)", n, i+1, strings.TrimSpace(m)))
+			}
+		}
+		if strings.HasPrefix(n, "clients/") {
+			continue // the clients' pages show their own code, where `draftd` is a package, not the binary
 		}
 		secs, where := flagSections(p)
 		for cmd, flags := range secs {
@@ -527,6 +548,14 @@ func TestDocsCheckFails(t *testing.T) {
 			p.lines = append(p.lines, "", "| decode | 3rd session: 27.7 ms | now: 24.7 ms |")
 			p.code = append(p.code, false, false)
 		}, "a measurement diary"},
+		{"issue number", "docs/performance.md", func(p *docPage) {
+			p.lines = append(p.lines, "", "### Attention kernels (issue 23)")
+			p.code = append(p.code, false, false)
+		}, "an issue number"},
+		{"issue reference with #", "clients/python/README.md", func(p *docPage) {
+			p.lines = append(p.lines, "", "Sessions came with #22.")
+			p.code = append(p.code, false, false)
+		}, `"#22": an issue number`},
 		{"unknown command", "README.md", func(p *docPage) {
 			p.lines = append(p.lines, "", "Run `draftd frobnicate --x`.")
 			p.code = append(p.code, false, false)
@@ -593,5 +622,27 @@ func TestNoReferenceOutsideRepo(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestIssueRefs(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"Side by side with llama.cpp (issue 23)", 1},
+		{"measured for issues 14 and 22", 1},
+		{"Issue #7 fixed it; see #8.", 2},
+		{"(#23)", 1},
+		{"see [the notes](protocol.md#32-sessions)", 0},
+		{"[upstream](https://github.com/ggml-org/llama.cpp/pull/10290#issuecomment-1)", 0},
+		{"go.dev/issue/75804", 0},
+		{"## Issue tracker", 0},
+		{"C#1 and a #define", 0},
+		{"the 1b. heading [x](#1b-batched)", 0},
+	} {
+		if have := len(issueRefs(tc.in)); have != tc.want {
+			t.Errorf("issueRefs(%q) = %v; want %d", tc.in, issueRefs(tc.in), tc.want)
+		}
 	}
 }

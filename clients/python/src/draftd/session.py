@@ -15,8 +15,9 @@ failed connection it cannot know whether the server applied the request, so
 its next request sends the whole context. Nothing is guessed: every draft it
 returns is the one ``/draft`` returns for the same whole context.
 
-This module keeps the state and chooses the form; the clients
-(draftd.client) send the requests.
+This module keeps the state and chooses the form; it is built on the HTTP
+clients of draftd._http, which send the requests, and draftd.client offers it
+as ``Client.session`` and ``Client.session_drafts``.
 """
 
 from __future__ import annotations
@@ -24,13 +25,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import errors
+from ._http import AsyncBaseClient, BaseClient
 from .types import Draft, DraftRequest, DraftResult, check_session_id, check_tokens
-
-if TYPE_CHECKING:
-    from .client import AsyncClient, Client
 
 __all__ = ["Session", "AsyncSession", "SessionStats"]
 
@@ -146,10 +144,10 @@ class Session(_Base):
     a time per session (the server applies a session's requests in order
     anyway)."""
 
-    def __init__(self, client: Client, session: str | None = None, *, n: int | None = None,
+    def __init__(self, client: BaseClient, session: str | None = None, *, n: int | None = None,
                  strategy: str | None = None) -> None:
         super().__init__(session, n, strategy)
-        self.client: Client = client
+        self.client: BaseClient = client
 
     def draft(self, tokens: Sequence[int]) -> Draft:
         """The draft after the whole context ``tokens`` (prompt + every
@@ -200,10 +198,10 @@ class Session(_Base):
 class AsyncSession(_Base):
     """The asyncio form of :class:`Session` (``async_client.session(...)``)."""
 
-    def __init__(self, client: AsyncClient, session: str | None = None, *, n: int | None = None,
+    def __init__(self, client: AsyncBaseClient, session: str | None = None, *, n: int | None = None,
                  strategy: str | None = None) -> None:
         super().__init__(session, n, strategy)
-        self.client: AsyncClient = client
+        self.client: AsyncBaseClient = client
 
     async def draft(self, tokens: Sequence[int]) -> Draft:
         """See :meth:`Session.draft`."""
@@ -282,3 +280,39 @@ def _plan_steps(client: object, steps: Sequence[tuple[_Base, Sequence[int]]]) ->
     for p in plans:
         p.state.sent(p.request)
     return plans
+
+
+def session_drafts(client: BaseClient, steps: Sequence[tuple[Session, Sequence[int]]]) -> list[DraftResult]:
+    """:meth:`draftd.Client.session_drafts`: one ``POST /v1/drafts`` for
+    several sessions' next drafts on ``client``."""
+    plans = _plan_steps(client, steps)
+    try:
+        results = client.drafts([p.request for p in plans])
+        again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
+        if again:
+            for i, r in zip(again, client.drafts([plans[i].full() for i in again])):
+                results[i] = r
+    except BaseException:
+        # no answer, or one that is not the protocol: the server may
+        # have moved these sessions on; their next requests send tokens
+        for p in plans:
+            p.state.lose()
+        raise
+    return [p.settle(r) for p, r in zip(plans, results)]
+
+
+async def async_session_drafts(client: AsyncBaseClient,
+                               steps: Sequence[tuple[AsyncSession, Sequence[int]]]) -> list[DraftResult]:
+    """The asyncio form of :func:`session_drafts`."""
+    plans = _plan_steps(client, steps)
+    try:
+        results = await client.drafts([p.request for p in plans])
+        again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
+        if again:
+            for i, r in zip(again, await client.drafts([plans[i].full() for i in again])):
+                results[i] = r
+    except BaseException:
+        for p in plans:
+            p.state.lose()
+        raise
+    return [p.settle(r) for p, r in zip(plans, results)]
