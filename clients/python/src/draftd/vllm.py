@@ -25,10 +25,14 @@ strategy        DRAFTD_STRATEGY         model, lookup, hybrid, pld (the server's
 timeout         DRAFTD_TIMEOUT          seconds one step may wait for drafts (5)
 backoff         DRAFTD_BACKOFF          seconds without drafts after a failed
                                         call, doubled per failure up to 64× (0.5)
+adaptive        DRAFTD_ADAPTIVE         choose each step's draft length (≤ K) from
+                                        the acceptance and times measured so far
+                                        (false)
 =============== ======================= =========================================
 
-The draft length is vLLM's ``num_speculative_tokens`` (K), shortened where
-more cannot be used: a request whose last step ended it (a stop token, its
+The draft length is vLLM's ``num_speculative_tokens`` (K) — with
+``adaptive``, the length n ≤ K that :class:`LengthTuner` expects to give the
+most tokens per second — shortened where more cannot be used: a request whose last step ended it (a stop token, its
 ``max_tokens`` or the model's length) gets no draft, and one with r tokens
 left gets at most r − 1 (its next step adds at most draft + 1 tokens).
 
@@ -71,7 +75,7 @@ from .errors import DraftdError
 from .session import Session
 from .types import DraftRequest
 
-__all__ = ["DraftdProposer", "ProposerStats", "proposers"]
+__all__ = ["DraftdProposer", "LengthTuner", "ProposerStats", "proposers"]
 
 log = logging.getLogger("draftd.vllm")
 
@@ -121,6 +125,71 @@ class ProposerStats:
     last_error: str = field(default="", repr=False)
 
 
+class LengthTuner:
+    """The draft length that maximizes expected tokens per second of the
+    verify cycle, from what was measured so far (decayed, so it follows
+    the text): the acceptance of each draft position given the ones before
+    it, q_j, so that a draft of n tokens is expected to yield
+    E(n) = 1 + Σ_{j≤n} Π_{i≤j} q_i tokens; the draft call's time per token
+    d; and the rest of the cycle (the target's verification and the
+    engine) R, taken as independent of n. best() = argmax_n E(n) / (R + d·n),
+    n ≤ K; K until 8 drafts and a cycle have been seen. A verification that
+    grows with n makes the true best shorter than this one: it errs towards
+    K, the fixed length."""
+
+    def __init__(self, k: int, decay: float = 0.97) -> None:
+        self.k = k
+        self.decay = decay
+        self.reached = [0.0] * k  # (k) drafts that had a token at position j, decayed
+        self.accepted = [0.0] * k  # (k) drafts whose token j was accepted, decayed
+        self.drafts = 0
+        self.per_token: float | None = None  # d, seconds
+        self.rest: float | None = None  # R, seconds
+
+    def accept(self, drafted: int, accepted: int) -> None:
+        """A draft of ``drafted`` tokens of which the target accepted the first ``accepted``."""
+        for j in range(self.k):
+            self.reached[j] *= self.decay
+            self.accepted[j] *= self.decay
+        for j in range(min(drafted, self.k)):
+            self.reached[j] += 1
+        for j in range(min(accepted, drafted, self.k)):
+            self.accepted[j] += 1
+        self.drafts += 1
+
+    def times(self, call_s: float, n: int, rest_s: float | None) -> None:
+        """A draft call of n tokens took call_s; the cycle outside it rest_s."""
+        a = 0.2
+        d = call_s / max(n, 1)
+        self.per_token = d if self.per_token is None else (1 - a) * self.per_token + a * d
+        if rest_s is not None:
+            self.rest = rest_s if self.rest is None else (1 - a) * self.rest + a * rest_s
+
+    def best(self) -> int:
+        if self.drafts < 8 or self.per_token is None or self.rest is None:
+            return self.k
+        best, best_rate, e, run = self.k, 0.0, 1.0, 1.0
+        for n in range(1, self.k + 1):
+            q = (self.accepted[n - 1] + 1) / (self.reached[n - 1] + 2)  # Laplace: unseen positions 1/2
+            run *= q
+            e += run
+            rate = e / (self.rest + self.per_token * n)
+            if rate > best_rate:
+                best, best_rate = n, rate
+        return best
+
+
+def _flag(raw: Any, where: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    v = str(raw).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{where} = {raw!r} is not a boolean (true/false, 1/0)")
+
+
 def _option(cfg: dict[str, Any], key: str, env: str, default: Any, kind: type) -> Any:
     raw = cfg.get(key)
     where = f'additional_config["draftd"]["{key}"]'
@@ -128,6 +197,8 @@ def _option(cfg: dict[str, Any], key: str, env: str, default: Any, kind: type) -
         raw, where = os.environ.get(env), env
     if raw is None or raw == "":
         return default
+    if kind is bool:
+        return _flag(raw, where)
     try:
         v = kind(raw)
     except (TypeError, ValueError):
@@ -148,13 +219,16 @@ class DraftdProposer:
         cfg = extra.get("draftd", {}) if isinstance(extra, dict) else {}
         if not isinstance(cfg, dict):
             raise ValueError(f'additional_config["draftd"] is {type(cfg).__name__}; want a dict')
-        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff"}
+        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff", "adaptive"}
         if unknown:
             raise ValueError(f'additional_config["draftd"] has unknown keys {sorted(unknown)}')
         self.url = _option(cfg, "url", "DRAFTD_URL", DEFAULT_URL, str)
         self.strategy: str | None = _option(cfg, "strategy", "DRAFTD_STRATEGY", None, str)
         self.timeout = _option(cfg, "timeout", "DRAFTD_TIMEOUT", DEFAULT_TIMEOUT, float)
         self.backoff = _option(cfg, "backoff", "DRAFTD_BACKOFF", DEFAULT_BACKOFF, float)
+        self.tuner = LengthTuner(self.k) if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None
+        self._pending: dict[str, int] = {}  # request id → length of the draft it was given
+        self._returned: float | None = None  # when propose() last returned drafts
         self.max_model_len = int(getattr(vllm_config.model_config, "max_model_len", 0) or 0)
         # No retries: a step that waits for a retry waits longer than the
         # draft could save.
@@ -181,16 +255,26 @@ class DraftdProposer:
         """One draft per row of the batch, in batch order (``[]``: none).
         Row i's context is ``token_ids_cpu[i, :num_tokens_no_spec[i]]``;
         ``sampled_token_ids[i]`` is what the last step added to it."""
+        entered = time.perf_counter()
         self.stats.steps += 1
         rows = len(sampled_token_ids)
         out: list[list[int]] = [[] for _ in range(rows)]
         req_ids, states = self._batch(rows)
         if req_ids is not None:
             self._forget_gone(req_ids)
+        rest = None if self._returned is None else entered - self._returned
+        self._returned = None
+        best = self.k
+        if self.tuner is not None and req_ids is not None:
+            for i, r in enumerate(req_ids):
+                drafted = self._pending.pop(r, None)
+                if drafted is not None and sampled_token_ids[i]:
+                    self.tuner.accept(drafted, len(sampled_token_ids[i]) - 1)
+            best = self.tuner.best()
         plans: list[tuple[int, Session | None, int]] = []
         for i in range(rows):
             length = int(num_tokens_no_spec[i])
-            n = self._want(i, length, sampled_token_ids[i], states)
+            n = min(best, self._want(i, length, sampled_token_ids[i], states))
             if n < 1:
                 self.stats.skipped += 1
                 if req_ids is not None and n < 0:
@@ -211,7 +295,8 @@ class DraftdProposer:
             self._failed(e)
             return out
         finally:
-            self.stats.draft_seconds += time.perf_counter() - t0
+            call = time.perf_counter() - t0
+            self.stats.draft_seconds += call
         self.stats.calls += 1
         self._failures = 0
         for (i, _, _), (draft, err) in zip(plans, results):
@@ -222,6 +307,11 @@ class DraftdProposer:
             out[i] = draft[: self.k]
             self.stats.drafts += 1
             self.stats.draft_tokens += len(out[i])
+            if self.tuner is not None and req_ids is not None:
+                self._pending[req_ids[i]] = len(out[i])
+        if self.tuner is not None:
+            self.tuner.times(call, max(n for _, _, n in plans), rest)
+            self._returned = time.perf_counter()
         return out
 
     # -- helpers ------------------------------------------------------------
