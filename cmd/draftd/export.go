@@ -441,17 +441,24 @@ func indentJSON(v any) ([]byte, error) {
 	return append(b, '\n'), err
 }
 
-// replaceDir renames the finished directory tmp to out. An absent or empty
-// out is replaced in one rename; a non-empty one (force) is first moved
-// aside beside it, then removed.
+// replaceDir renames the finished directory tmp to out. An absent out is
+// replaced in one rename, an empty one removed first; a non-empty one
+// (force) is first moved aside beside it, then removed.
 func replaceDir(tmp, out string, force bool) error {
-	err := os.Rename(tmp, out)
-	if err == nil {
-		return nil
+	st, err := os.Lstat(out)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return os.Rename(tmp, out)
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return fmt.Errorf("%s: exists and is not a directory", out)
 	}
-	st, serr := os.Lstat(out)
-	if serr != nil || !st.IsDir() || !force {
-		return fmt.Errorf("rename %s to %s: %w", tmp, out, err)
+	if os.Remove(out) == nil { // it was empty
+		return os.Rename(tmp, out)
+	}
+	if !force {
+		return fmt.Errorf("%s: %w", out, errOutNotEmpty)
 	}
 	old := tmp + ".old"
 	if err := os.Rename(out, old); err != nil {
