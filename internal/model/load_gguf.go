@@ -47,21 +47,45 @@ func (s *ggufSource) lookup(r role, layer int) (tensor, string, bool, error) {
 	for i, d := range ti.Shape {
 		shape[len(shape)-1-i] = int(d)
 	}
-	t := tensor{typ: ti.Type, shape: shape, data: ti.Data}
-	// llama.cpp permutes Q/K rows of some families for its interleaved
-	// RoPE; undo it so one NeoX RoPE serves every family.
-	if s.fam.GGUFPermutedQK && (r == wAttnQ || r == wAttnK || r == wAttnQBias || r == wAttnKBias) {
-		heads := s.cfg.Heads
-		if r == wAttnK || r == wAttnKBias {
-			heads = s.cfg.KVHeads
-		}
-		rows := shape[0]
-		if rows != heads*s.cfg.HeadDim {
-			return tensor{}, name, false, fmt.Errorf("%s: tensor %s has %d rows, want %d", s.f.Path, name, rows, heads*s.cfg.HeadDim)
-		}
-		t.data = UnpermuteRows(ti.Data, heads, s.cfg.HeadDim, len(ti.Data)/rows)
+	data, err := hfRowOrder(s.cfg, s.fam, r, shape[0], ti.Data)
+	if err != nil {
+		return tensor{}, name, false, fmt.Errorf("%s: tensor %s %w", s.f.Path, name, err)
 	}
-	return t, name, true, nil
+	return tensor{typ: ti.Type, shape: shape, data: data}, name, true, nil
+}
+
+// hfRowOrder returns the GGUF bytes data of role r (rows rows) in HF row
+// order: llama.cpp permutes Q/K rows of some families for its interleaved
+// RoPE; undoing it lets one NeoX RoPE serve every family. Other tensors are
+// returned as they are.
+func hfRowOrder(c *Config, fam *Family, r role, rows int, data []byte) ([]byte, error) {
+	if !fam.GGUFPermutedQK || (r != wAttnQ && r != wAttnK && r != wAttnQBias && r != wAttnKBias) {
+		return data, nil
+	}
+	heads := c.Heads
+	if r == wAttnK || r == wAttnKBias {
+		heads = c.KVHeads
+	}
+	if rows != heads*c.HeadDim {
+		return nil, fmt.Errorf("has %d rows, want %d", rows, heads*c.HeadDim)
+	}
+	return UnpermuteRows(data, heads, c.HeadDim, len(data)/rows), nil
+}
+
+// HFRowOrder returns the bytes of weight w as a GGUF file of config c
+// stores them (rows rows, any storage type) in HF row order, undoing the
+// Q/K permutation llama.cpp applies to some families exactly as Load does.
+// Other tensors are returned unchanged (not copied).
+func (c *Config) HFRowOrder(w Weight, rows int, data []byte) ([]byte, error) {
+	fam, ok := FamilyOf(c.Arch)
+	if !ok {
+		return nil, fmt.Errorf("model: no family %q", c.Arch)
+	}
+	out, err := hfRowOrder(c, fam, w.role, rows, data)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s %w", w.GGUF, err)
+	}
+	return out, nil
 }
 
 // PermuteRows reorders the rows of a (heads·headDim, ·) matrix the way

@@ -87,6 +87,48 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWriteStream: the streaming writer writes the same bytes as Write, with
+// a buffer of each tensor's exact size; a fill error leaves no file.
+func TestWriteStream(t *testing.T) {
+	dir := t.TempDir()
+	meta := map[string]string{"format": "pt"}
+	if err := Write(filepath.Join(dir, "a.safetensors"), testTensors, meta); err != nil {
+		t.Fatal(err)
+	}
+	specs := make([]Tensor, len(testTensors))
+	for i, tt := range testTensors {
+		specs[i] = Tensor{Name: tt.Name, DType: tt.DType, Shape: tt.Shape}
+	}
+	err := WriteStream(filepath.Join(dir, "b.safetensors"), specs, meta, func(i int, dst []byte) error {
+		if len(dst) != len(testTensors[i].Data) {
+			t.Errorf("tensor %d: buffer of %d bytes; want %d", i, len(dst), len(testTensors[i].Data))
+		}
+		copy(dst, testTensors[i].Data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(filepath.Join(dir, "a.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(dir, "b.safetensors"))
+	if !bytes.Equal(a, b) {
+		t.Errorf("WriteStream wrote %d bytes differing from Write's %d", len(b), len(a))
+	}
+	boom := errors.New("boom")
+	err = WriteStream(filepath.Join(dir, "c.safetensors"), specs, nil, func(i int, dst []byte) error {
+		if i == 2 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), testTensors[2].Name) {
+		t.Errorf("have %v; want the fill error naming %s", err, testTensors[2].Name)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("after a failed write the directory holds %d entries; want 2", len(ents))
+	}
+}
+
 func TestLayout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.safetensors")
 	if err := Write(path, []Tensor{{Name: "a", DType: "F32", Shape: []int64{1}, Data: []byte{1, 2, 3, 4}}}, nil); err != nil {
@@ -353,7 +395,7 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		// What parsed can be written back and parses to the same tensors.
-		if _, err := header(file.Tensors(), file.Metadata); err != nil {
+		if _, err := header(file.Tensors(), file.Metadata, true); err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
 	})

@@ -24,7 +24,7 @@ import (
 // path, atomically (temporary file, then rename). Name, DType, Shape and Data
 // of each tensor are used; Data must be exactly the tensor's bytes.
 func Write(path string, tensors []Tensor, metadata map[string]string) error {
-	hdr, err := header(tensors, metadata)
+	hdr, err := header(tensors, metadata, true)
 	if err != nil {
 		return fmt.Errorf("safetensors write %s: %w", path, err)
 	}
@@ -41,8 +41,42 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 	})
 }
 
-// header builds the padded JSON header and checks every tensor.
-func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+// WriteStream writes tensors, in the given order, and metadata (may be nil)
+// to path, atomically, like Write, but without holding their bytes: Name,
+// DType and Shape of each tensor are used (Data is ignored), and fill(i, dst)
+// writes tensor i's bytes into dst, a buffer of exactly its size that is
+// reused for the next tensor. Only one tensor's bytes are in memory at a
+// time.
+func WriteStream(path string, tensors []Tensor, metadata map[string]string, fill func(i int, dst []byte) error) error {
+	hdr, err := header(tensors, metadata, false)
+	if err != nil {
+		return fmt.Errorf("safetensors write %s: %w", path, err)
+	}
+	return fileio.WriteAtomic(path, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		binary.Write(bw, binary.LittleEndian, uint64(len(hdr)))
+		bw.Write(hdr)
+		var buf []byte
+		for i, t := range tensors {
+			size, _ := ByteSize(t.DType, t.Shape) // checked by header
+			if int64(cap(buf)) < size {
+				buf = make([]byte, size)
+			}
+			buf = buf[:size]
+			if err := fill(i, buf); err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			if _, err := bw.Write(buf); err != nil {
+				return err
+			}
+		}
+		return bw.Flush()
+	})
+}
+
+// header builds the padded JSON header and checks every tensor (its Data
+// too when withData).
+func header(tensors []Tensor, metadata map[string]string, withData bool) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	if len(metadata) > 0 {
@@ -64,7 +98,7 @@ func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		if int64(len(t.Data)) != size {
+		if withData && int64(len(t.Data)) != size {
 			return nil, fmt.Errorf("tensor %q (%s %v) has %d bytes of data; want %d", t.Name, t.DType, t.Shape, len(t.Data), size)
 		}
 		if b.Len() > 1 {
@@ -99,7 +133,7 @@ func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 // model.safetensors (and a stale index is removed); several as
 // model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
 func WriteSharded(dir string, tensors []Tensor, maxShardBytes int64) error {
-	if _, err := header(tensors, nil); err != nil {
+	if _, err := header(tensors, nil, true); err != nil {
 		return fmt.Errorf("safetensors write %s: %w", dir, err)
 	}
 	var shards [][]Tensor

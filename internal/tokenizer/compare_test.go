@@ -250,5 +250,41 @@ func TestCompareWithJavaScript(t *testing.T) {
 			}
 		}
 		t.Logf("from GGUF: encode %d strings, %d differences", n, bad)
+
+		// And on to Hugging Face files (`draftd export`): read back, the
+		// tokenizer still encodes and renders chats as the reference does.
+		tj, err := gt.HFTokenizerJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc, err := gt.HFTokenizerConfig(40960)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ht, err := FromHF(tj, tc, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, bad = 0, 0
+		for _, r := range recs {
+			switch r.Kind {
+			case "encode":
+				n++
+				if have := ht.Encode(r.Text); !slices.Equal(have, r.IDs) {
+					if bad++; bad <= 5 {
+						t.Errorf("GGUF → HF Encode(%q): %s", trunc(r.Text), diff(ht, have, r.IDs))
+					}
+				}
+			case "chat":
+				n++
+				thinking := r.EnableThinking == nil || *r.EnableThinking
+				if have, err := ht.ApplyChatTemplate(r.Messages, r.AddGenerationPrompt, thinking); err != nil || have != r.Text {
+					if bad++; bad <= 5 {
+						t.Errorf("GGUF → HF ApplyChatTemplate = %q, %v\nwant %q", have, err, r.Text)
+					}
+				}
+			}
+		}
+		t.Logf("GGUF → HF files: %d strings and chats, %d differences", n, bad)
 	})
 }

@@ -350,7 +350,8 @@ func hfSpecials(p *parts, tokenizerConfig, chatTemplateJinja, modelConfig []byte
 			id  *int
 		}{{"bos", "bos_token_id", &p.bos}, {"eos", "eos_token_id", &p.eos}, {"pad", "pad_token_id", &p.pad}} {
 			var id int
-			if *s.id < 0 && json.Unmarshal(c[s.key], &id) == nil && id >= 0 && id < len(p.pieces) {
+			raw := c[s.key] // null, as transformers writes an absent id, is no id (not 0)
+			if *s.id < 0 && len(raw) > 0 && string(raw) != "null" && json.Unmarshal(raw, &id) == nil && id >= 0 && id < len(p.pieces) {
 				*s.id = id
 				p.specials = append(p.specials, s.typ)
 			}

@@ -562,3 +562,79 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestHFFilesRoundTrip writes a tokenizer read from GGUF metadata (padded,
+// with CONTROL and USER_DEFINED added tokens and a chat template) as
+// tokenizer.json + tokenizer_config.json and reads it back: the same
+// tokens, types (the padding left out), special tokens, template and
+// encodings; both forms write the same GGUF tokens and merges.
+func TestHFFilesRoundTrip(t *testing.T) {
+	src := tiny(t, [][2]string{{"Ġ", "a"}, {"Ġa", "b"}, {"Ġ", "Ġ"}, {"h", "i"}},
+		[]map[string]any{{"content": "<|im_start|>", "special": true}, {"content": "<|im_end|>", "special": true}, {"content": "<y>"}})
+	src.template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+	src.eos, src.pad, src.bos = src.VocabSize()-2, src.VocabSize()-3, -1
+	src.specials = []string{"eos", "pad"}
+	w := gguf.NewWriter()
+	if err := src.WriteGGUFPadded(w, src.VocabSize()+5); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse("t.gguf", buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt, err := FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj, err := gt.HFTokenizerJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := gt.HFTokenizerConfig(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(tc, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]any{"eos_token": "<|im_end|>", "pad_token": "<|im_start|>", "bos_token": nil,
+		"add_bos_token": false, "model_max_length": 256.0, "tokenizer_class": "Qwen2Tokenizer", "chat_template": src.template} {
+		if cfg[k] != want {
+			t.Errorf("tokenizer_config.json %s = %#v; want %#v", k, cfg[k], want)
+		}
+	}
+	if !bytes.Contains(tj, []byte(`"<|im_start|>"`)) {
+		t.Errorf("tokenizer.json escapes its added tokens")
+	}
+	// A config.json as export writes it: null for an absent id.
+	ht, err := FromHF(tj, tc, nil, []byte(`{"bos_token_id": null, "eos_token_id": null, "pad_token_id": null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ht.VocabSize() != src.VocabSize() {
+		t.Errorf("VocabSize() = %d; want %d (the padding left out)", ht.VocabSize(), src.VocabSize())
+	}
+	for id := range src.VocabSize() {
+		hp, hty, _ := ht.Token(id)
+		sp, sty, _ := src.Token(id)
+		if hp != sp || hty != sty {
+			t.Errorf("token %d = %q type %d; want %q type %d", id, hp, hty, sp, sty)
+		}
+	}
+	if ht.BOS() != -1 || ht.EOS() != src.EOS() || ht.PAD() != src.PAD() || ht.ChatTemplate() != src.template || ht.AddBOS() {
+		t.Errorf("specials: BOS %d EOS %d PAD %d AddBOS %v template %q", ht.BOS(), ht.EOS(), ht.PAD(), ht.AddBOS(), ht.ChatTemplate())
+	}
+	if !slices.Equal(ht.mergeList, src.mergeList) {
+		t.Errorf("merges %q; want %q", ht.mergeList, src.mergeList)
+	}
+	for _, s := range []string{"hi ab <y> <|im_start|>user\nab<|im_end|>", "  ab\tabab", "é\u0301 x"} {
+		if have, want := ht.Encode(s), src.Encode(s); !slices.Equal(have, want) {
+			t.Errorf("Encode(%q) = %v; want %v", s, have, want)
+		}
+	}
+}
