@@ -173,3 +173,27 @@ def test_bad_options_are_named(cfg: dict[str, Any], env: dict[str, str], msg: st
     vc.additional_config["draftd"].update(cfg)
     with pytest.raises(ValueError, match=msg):
         DraftdProposer(vc)
+
+
+def test_length_tuner() -> None:
+    """Worked cases: K until enough is seen; every token accepted and a
+    cheap draft → K; the first token never accepted → 1; acceptance that
+    stops after 3 tokens → 3 (E = 4 for every n ≥ 3, cost grows with n)."""
+    from draftd.vllm import LengthTuner
+
+    t = LengthTuner(8)
+    assert t.best() == 8
+    for _ in range(40):
+        t.accept(8, 8)
+    t.times(0.08, 8, 0.5)
+    assert t.best() == 8
+    t = LengthTuner(8)
+    for _ in range(40):
+        t.accept(8, 0)
+    t.times(0.08, 8, 0.5)
+    assert t.best() == 1
+    t = LengthTuner(8)
+    for _ in range(200):
+        t.accept(8, 3)
+    t.times(0.08, 8, 0.5)
+    assert t.best() == 3
