@@ -8,6 +8,8 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +161,25 @@ func TestServeDrainTimeoutExits1(t *testing.T) {
 	}
 	if e := s.stderr(); !strings.Contains(e, "shutdown incomplete") {
 		t.Errorf("no word of the incomplete shutdown:\n%s", e)
+	}
+}
+
+// TestServeStalledBodyShutdown: a request whose body stalls (Content-Length
+// 100, one byte sent, no Expect: 100-continue) is answered 408 body_timeout
+// after --body-timeout and its connection closed; a SIGTERM after that
+// answer finds nothing in flight: serve exits 0 without waiting out
+// --shutdown-timeout.
+func TestServeStalledBodyShutdown(t *testing.T) {
+	s := startServe(t, true, "--body-timeout", "500ms", "--shutdown-timeout", "10s")
+	c := s.dial()
+	defer c.Close()
+	io.WriteString(c, "POST /draft HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	s.waitLine(`"status":408`, 30*time.Second) // the request's log line
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit code %d after a SIGTERM with the stalled request answered; want 0; stderr:\n%s", code, s.stderr())
+	}
+	if st, _, b := readAnswer(t, c); st != http.StatusRequestTimeout || errCode(b) != "body_timeout" {
+		t.Errorf("stalled body: have %d %s; want 408 body_timeout", st, b)
 	}
 }

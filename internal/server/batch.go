@@ -35,7 +35,7 @@ func (s *Server) handleDrafts(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	var reqs []draftRequest
 	var errs []error
-	err = s.parseBody(w, r, "/v1/drafts", func(body []byte) (err error) {
+	err = s.parseBody(w, r, x, "/v1/drafts", func(body []byte) (err error) {
 		reqs, errs, err = parseBatch(body, b.lim, b.maxItems)
 		return err
 	})

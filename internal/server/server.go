@@ -279,7 +279,8 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, x *exchange) error
 
 // exchange collects what the request log line says about one request.
 type exchange struct {
-	attrs []slog.Attr
+	attrs    []slog.Attr
+	bodyRead bool // parseBody read the whole body
 }
 
 func (x *exchange) add(a ...slog.Attr) { x.attrs = append(x.attrs, a...) }
@@ -367,6 +368,12 @@ func (s *Server) wrap(name string, h handlerFunc) http.Handler {
 		start := time.Now()
 		rw := &recorder{ResponseWriter: w, closing: &s.closing}
 		x := &exchange{}
+		if r.ContentLength != 0 && name != "/draft" && name != "/v1/drafts" {
+			// A body on a route that reads none: answer, then close,
+			// rather than wait for the body to arrive (net/http would,
+			// to reuse the connection).
+			dropBody(rw)
+		}
 		var ae *apiError
 		abort := false
 		defer func() {
@@ -407,6 +414,9 @@ func (s *Server) wrap(name string, h handlerFunc) http.Handler {
 			case e.Status == StatusClientClosed:
 				abort = true
 			default:
+				if !x.bodyRead && r.ContentLength != 0 {
+					dropBody(rw) // refused before (or while) its body arrived
+				}
 				s.writeError(rw, e)
 			}
 			if e.Bug {
@@ -438,6 +448,15 @@ func (s *Server) logRequest(r *http.Request, route string, status int, d time.Du
 		attrs = append(attrs, slog.String("code", ae.Code), slog.String("error", ae.Message))
 	}
 	s.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// dropBody makes the answer the connection's last and ends every read of
+// the rest of the request body at once: net/http would otherwise wait for
+// that rest (up to 256 KiB) before answering, to keep the connection, and a
+// client that stalls would get no answer at all.
+func dropBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // writeError writes the JSON error body {"error":{"code","message"}}.
