@@ -47,8 +47,7 @@ func (s *Server) handleDrafts(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	x.add(slog.Int("items", len(reqs)))
 	s.met.batchItems.Observe(float64(len(reqs)))
-	ctx, stop := workContext(r)
-	defer stop()
+	ctx := r.Context() // ends when the client goes: the work stops with it
 	res, errs, err := s.draftItems(ctx, b, reqs, errs)
 	if err != nil {
 		return err

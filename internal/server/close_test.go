@@ -1,6 +1,7 @@
 // Tests over raw sockets of what a client's connection is promised
 // (docs/protocol.md, docs/operations.md): a stalled body is answered 408
-// and its connection closed.
+// and its connection closed; a client that closes its connection normally
+// cancels its queued or running work, counted as 499.
 
 package server
 
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/draftd/draftd/internal/engine"
 )
 
 // rawReq opens a connection to ts and writes one request (with
@@ -65,4 +68,52 @@ func TestStalledBodyAnswered(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("PUT with a stalled body: after the 405: read %v; want io.EOF", err)
 	}
+}
+
+// TestNormalCloseCancels: a client that closes its connection normally
+// (FIN, not a reset) while its draft runs or waits cancels the work: a
+// running draft leaves the batch at the next step boundary (no decode step
+// runs for it), a queued one leaves the queue at once, and each counts as
+// 499, never as 200.
+func TestNormalCloseCancels(t *testing.T) {
+	t.Run("running", func(t *testing.T) {
+		g := newGate()
+		ts := startHealthy(t, Config{Open: g.open(engine.Options{})})
+		g.armed.Store(true)
+		t.Cleanup(g.release)
+		c := rawPost(t, ts, `{"tokens":[1,2,3],"n":64}`)
+		select {
+		case <-g.entered: // held after the draft's first (prefill) step
+		case <-time.After(30 * time.Second):
+			t.Fatal("the engine did not start the draft")
+		}
+		c.Close()
+		waitGauge(t, ts, "draftd_http_requests_total", 1, "the closed request counts as 499", "route", "/draft", "code", "499")
+		g.release()
+		waitGauge(t, ts, "draftd_active_sequences", 0, "the cancelled draft leaves the batch")
+		fams := scrape(t, ts)
+		// Its first token came from the prefill step the gate held; the
+		// other 63 would each need a decode step.
+		if v, _ := value(fams, "draftd_decode_tokens_total"); v != 0 {
+			t.Errorf("draftd_decode_tokens_total = %v after the client closed; want 0 (no step after the close)", v)
+		}
+		if v, _ := value(fams, "draftd_http_requests_total", "route", "/draft", "code", "200"); v != 0 {
+			t.Errorf("%v closed requests counted as 200", v)
+		}
+	})
+	t.Run("queued", func(t *testing.T) {
+		g := newGate()
+		ts := startHealthy(t, Config{Open: g.open(engine.Options{MaxBatch: 1})})
+		held := g.busy(t, ts)
+		q := rawPost(t, ts, `{"tokens":[4,5,6],"n":4}`)
+		waitGauge(t, ts, "draftd_queue_depth", 1, "one request queued behind the busy one")
+		q.Close()
+		waitGauge(t, ts, "draftd_queue_depth", 0, "after the queued client closed")
+		waitGauge(t, ts, "draftd_http_requests_total", 1, "the closed request counts as 499", "route", "/draft", "code", "499")
+		g.release()
+		resp, b, err := answerOf(t, held, bufio.NewReader(held), 30*time.Second)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the busy request: %v %v %s; want 200", resp, err, b)
+		}
+	})
 }

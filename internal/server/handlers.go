@@ -77,8 +77,7 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 	if err := checkSessionHeader(r, []draftRequest{req}); err != nil {
 		return err
 	}
-	ctx, stop := workContext(r)
-	defer stop()
+	ctx := r.Context() // ends when the client goes: the work stops with it
 	var res engine.Result
 	switch {
 	case req.Session != "":

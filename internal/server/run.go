@@ -63,7 +63,6 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		// engine's queue timeout); a client that gives up resets or closes.
 		IdleTimeout:    idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes,
-		ConnContext:    withConn,
 		ConnState:      conns.connState,
 		ErrorLog:       errorLog(s.log.Handler(), slog.LevelWarn),
 	}
