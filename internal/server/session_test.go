@@ -327,3 +327,35 @@ func TestSessionBatchesShareSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteWhileDraftRuns: a DELETE of a session that arrives while the
+// session's draft runs answers 204 and holds: the draft is answered, and
+// the next accepted/bonus request gets 409 unknown_session. A session
+// established after the DELETE is kept as usual.
+func TestDeleteWhileDraftRuns(t *testing.T) {
+	g := newGate()
+	ts := startHealthy(t, Config{Open: g.open(engine.Options{})})
+	g.armed.Store(true)
+	t.Cleanup(g.release)
+	c, br := rawReq(t, ts, "POST", "/draft", `{"session":"s1","tokens":[1,2,3],"n":4}`)
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine did not start the session draft")
+	}
+	if st, _, b := ts.do("DELETE", "/v1/sessions/s1", ""); st != http.StatusNoContent {
+		t.Fatalf("DELETE while the draft runs: %d %s; want 204", st, b)
+	}
+	g.release()
+	resp, b, err := answerOf(t, c, br, 30*time.Second)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the running draft: %v %v %s; want 200", resp, err, b)
+	}
+	st, h, b := extend(ts, "s1", 0, 1, 4)
+	checkError(t, st, h, b, http.StatusConflict, CodeUnknownSession, "unknown")
+
+	establish(t, ts, "s1", []int{1, 2, 3}, 4)
+	if st, _, b := extend(ts, "s1", 0, 1, 4); st != http.StatusOK {
+		t.Errorf("a session established after the DELETE: extend %d %s; want 200", st, b)
+	}
+}
