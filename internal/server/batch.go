@@ -96,8 +96,13 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request, _ *
 	if !session.ValidID(id) {
 		return reqErr(CodeInvalidRequest, fmt.Sprintf("session id %q must be 1 to %d bytes of [A-Za-z0-9._:-]", clip(id), session.MaxIDLen))
 	}
-	if h := r.Header.Get(SessionHeader); h != "" && h != id {
-		return reqErr(CodeInvalidRequest, fmt.Sprintf("header %s %q differs from the session %q of the path", SessionHeader, clip(h), id))
+	if h, ok := r.Header[http.CanonicalHeaderKey(SessionHeader)]; ok {
+		if len(h) != 1 {
+			return reqErr(CodeInvalidRequest, fmt.Sprintf("header %s is given %d times; give it once", SessionHeader, len(h)))
+		}
+		if h[0] != id {
+			return reqErr(CodeInvalidRequest, fmt.Sprintf("header %s %q differs from the session %q of the path", SessionHeader, clip(h[0]), id))
+		}
 	}
 	s.sessions.Delete(id)
 	if s.pre != nil {

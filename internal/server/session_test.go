@@ -359,3 +359,39 @@ func TestDeleteWhileDraftRuns(t *testing.T) {
 		t.Errorf("a session established after the DELETE: extend %d %s; want 200", st, b)
 	}
 }
+
+// TestDeleteSessionPaths: a DELETE on /v1/sessions/ that names no single
+// valid session is 400 invalid_request — never a 405 that lists DELETE as
+// allowed, nor a redirect to another session's path (which a client that
+// follows redirects would delete).
+func TestDeleteSessionPaths(t *testing.T) {
+	ts := startHealthy(t, Config{})
+	establish(t, ts, "b", []int{1, 2, 3}, 4)
+	for _, path := range []string{"/v1/sessions/", "/v1/sessions/a/b", "/v1/sessions/a/../b", "/v1/sessions/./b", "/v1/sessions//b", "/v1/sessions/a%2Fb", "/v1/sessions/b/"} {
+		c, br := rawReq(t, ts, "DELETE", path, "")
+		resp, b, err := answerOf(t, c, br, 20*time.Second)
+		if err != nil {
+			t.Fatalf("DELETE %s: %v", path, err)
+		}
+		if loc := resp.Header.Get("Location"); loc != "" {
+			t.Errorf("DELETE %s: redirect to %s", path, loc)
+		}
+		checkError(t, resp.StatusCode, resp.Header, b, http.StatusBadRequest, CodeInvalidRequest, "session")
+	}
+	if st, _, b := extend(ts, "b", 0, 1, 4); st != http.StatusOK {
+		t.Errorf("session b after DELETEs of other paths: extend %d %s; want 200", st, b)
+	}
+	// Other methods on a session path stay 405 (allowed: DELETE).
+	c, br := rawReq(t, ts, "GET", "/v1/sessions/b", "")
+	if resp, _, err := answerOf(t, c, br, 20*time.Second); err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "DELETE" {
+		t.Errorf("GET /v1/sessions/b: %v %v; want 405 with Allow: DELETE", resp, err)
+	}
+	// A DELETE with X-Draftd-Session given twice is refused as /draft
+	// refuses it.
+	c, br = rawReq(t, ts, "DELETE", "/v1/sessions/b", "", SessionHeader+": b", SessionHeader+": b")
+	resp, b, err := answerOf(t, c, br, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkError(t, resp.StatusCode, resp.Header, b, http.StatusBadRequest, CodeInvalidRequest, "given 2 times")
+}
