@@ -183,3 +183,20 @@ func TestServeStalledBodyShutdown(t *testing.T) {
 		t.Errorf("stalled body: have %d %s; want 408 body_timeout", st, b)
 	}
 }
+
+// TestServeDraftVocabFIFO: a named pipe given as --draft-vocab-file fails
+// start-up at once with a usage error that names it (as every other file
+// flag does), instead of waiting for a writer.
+func TestServeDraftVocabFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "vocab.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	p := startProc(t, "serve", "--model", tinyGGUF, "--addr", "127.0.0.1:0", "--draft-vocab", "10", "--draft-vocab-file", fifo)
+	if code := p.wait(30 * time.Second); code != 2 {
+		t.Errorf("exit code %d; want 2 (usage)", code)
+	}
+	if e := p.stderr(); !strings.Contains(e, fifo) || !strings.Contains(e, "named pipe") {
+		t.Errorf("stderr does not name the FIFO:\n%s", e)
+	}
+}
