@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -54,7 +55,8 @@ answers carry Connection: close); then serve exits 0. If the drain takes
 longer than --shutdown-timeout, what remains is cut off and serve exits 1.
 A second signal exits 1 at once. A signal while the model loads exits at once.
 Every flag's valid range is in its description; a value outside it is a
-usage error (exit 2).`
+usage error (exit 2) — for a range that depends on the model (its maximum
+context), once the model is loaded.`
 
 func runServe(ctx context.Context, args []string) error {
 	d := server.Defaults
@@ -191,6 +193,11 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("serve: --addr %s: %w", *addr, err)
 	}
 	if err := server.Run(ctx, ln, cfg); err != nil {
+		if errors.Is(err, server.ErrConfig) {
+			// A bound that depends on the model (its maximum context),
+			// checked once it is loaded: a usage error all the same.
+			return clientUsageError(fs, err.Error())
+		}
 		return fmt.Errorf("serve: --model %s: %w", *path, err)
 	}
 	return nil

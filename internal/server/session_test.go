@@ -227,7 +227,7 @@ func TestSessionEviction(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := Config{MaxSessionTokens: tinyMax, Open: tinyOpen(engine.Options{}, nil), Logger: slog.New(slog.DiscardHandler)}
-		if err := Run(context.Background(), ln, cfg); err == nil || !strings.Contains(err.Error(), "max session tokens") {
+		if err := Run(context.Background(), ln, cfg); err == nil || !strings.Contains(err.Error(), "--max-session-tokens") {
 			t.Errorf("Run: have %v; want a max session tokens error", err)
 		}
 	})
