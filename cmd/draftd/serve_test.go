@@ -381,7 +381,7 @@ func TestServeFlagRanges(t *testing.T) {
 		{"predraft-branches", "-1"}, {"predraft-branches", "65"},
 		{"predraft-delay", "-1ms"}, {"predraft-delay", "2h"},
 		{"kv-cache-bytes", "33554432"}, // all of it set aside for the default --max-session-tokens
-		{"max-session-tokens", "100"}, // under the model's maximum context: checked once it is loaded
+		{"max-session-tokens", "100"},  // under the model's maximum context: checked once it is loaded
 		{"kv-type", "q4_0"}, {"draft-vocab", "-1"}, {"draft-vocab", "1000"}, {"draft-vocab-file", "vocab.json"},
 	} {
 		p := startProc(t, "serve", "--model", tinyGGUF, "--addr", "127.0.0.1:0", "--"+c.flag, c.value)
