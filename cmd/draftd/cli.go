@@ -93,7 +93,9 @@ func kvTypeFlag(fs *flag.FlagSet) func() (model.KVType, string) {
 			return 0, fmt.Sprintf("--kv-type %q: want f16, q8_0 or f32", *kvType)
 		}
 		if *kvF32 {
-			if t != model.KVF16 && t != model.KVF32 {
+			set := false // --kv-type given: even f16, its default, contradicts
+			fs.Visit(func(f *flag.Flag) { set = set || f.Name == "kv-type" })
+			if set && t != model.KVF32 {
 				return 0, fmt.Sprintf("--kv-f32 contradicts --kv-type %v", t)
 			}
 			t = model.KVF32

@@ -8,6 +8,8 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +161,42 @@ func TestServeDrainTimeoutExits1(t *testing.T) {
 	}
 	if e := s.stderr(); !strings.Contains(e, "shutdown incomplete") {
 		t.Errorf("no word of the incomplete shutdown:\n%s", e)
+	}
+}
+
+// TestServeStalledBodyShutdown: a request whose body stalls (Content-Length
+// 100, one byte sent, no Expect: 100-continue) is answered 408 body_timeout
+// after --body-timeout and its connection closed; a SIGTERM after that
+// answer finds nothing in flight: serve exits 0 without waiting out
+// --shutdown-timeout.
+func TestServeStalledBodyShutdown(t *testing.T) {
+	s := startServe(t, true, "--body-timeout", "500ms", "--shutdown-timeout", "10s")
+	c := s.dial()
+	defer c.Close()
+	io.WriteString(c, "POST /draft HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	s.waitLine(`"status":408`, 30*time.Second) // the request's log line
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit code %d after a SIGTERM with the stalled request answered; want 0; stderr:\n%s", code, s.stderr())
+	}
+	if st, _, b := readAnswer(t, c); st != http.StatusRequestTimeout || errCode(b) != "body_timeout" {
+		t.Errorf("stalled body: have %d %s; want 408 body_timeout", st, b)
+	}
+}
+
+// TestServeDraftVocabFIFO: a named pipe given as --draft-vocab-file fails
+// start-up at once with a usage error that names it (as every other file
+// flag does), instead of waiting for a writer.
+func TestServeDraftVocabFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "vocab.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	p := startProc(t, "serve", "--model", tinyGGUF, "--addr", "127.0.0.1:0", "--draft-vocab", "10", "--draft-vocab-file", fifo)
+	if code := p.wait(30 * time.Second); code != 2 {
+		t.Errorf("exit code %d; want 2 (usage)", code)
+	}
+	if e := p.stderr(); !strings.Contains(e, fifo) || !strings.Contains(e, "named pipe") {
+		t.Errorf("stderr does not name the FIFO:\n%s", e)
 	}
 }

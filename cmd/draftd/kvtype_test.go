@@ -19,6 +19,8 @@ func TestKVTypeFlag(t *testing.T) {
 		{[]string{"--kv-type", "q4_0"}, `--kv-type "q4_0": want f16, q8_0 or f32`},
 		{[]string{"--kv-type", ""}, `--kv-type "": want f16, q8_0 or f32`},
 		{[]string{"--kv-f32", "--kv-type", "q8_0"}, "--kv-f32 contradicts --kv-type q8_0"},
+		{[]string{"--kv-f32", "--kv-type", "f16"}, "--kv-f32 contradicts --kv-type f16"},
+		{[]string{"--kv-type", "f16", "--kv-f32"}, "--kv-f32 contradicts --kv-type f16"},
 		{[]string{"--kv-type", "f16"}, ""},
 		{[]string{"--kv-type", "q8_0"}, ""},
 		{[]string{"--kv-type", "f32"}, ""},

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -242,14 +243,35 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// localLooking says why arg, a valid Hub id that is no local file, reads
+// as a mistyped local path ("": it does not): a model file's extension, or
+// a first element that is a local directory.
+func localLooking(arg string) string {
+	name := strings.SplitN(arg, "@", 2)[0]
+	switch ext := strings.ToLower(path.Ext(name)); ext {
+	case ".gguf", ".safetensors", ".bin", ".json":
+		return "it ends in " + ext
+	}
+	if dir, _, _ := strings.Cut(name, "/"); dir != "" {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return "./" + dir + " is a local directory"
+		}
+	}
+	return ""
+}
+
 // resolveModel is serve's hook: a path that exists is used as it is; a Hub
-// model id (Org/Name[@rev]) is fetched into the Hugging Face cache and
+// model id (Org/Name[@rev]) that does not read as a mistyped local path
+// (localLooking; that is an error naming the missing file) is fetched into the Hugging Face cache and
 // prepared with --quant auto under the default budget into
 // $DRAFTD_CACHE (default the user cache dir + /draftd)/models--Org--Name/<commit>.gguf,
 // once: later starts reuse that file (offline too, with HF_HUB_OFFLINE=1).
 func resolveModel(ctx context.Context, arg string) (string, error) {
 	if _, err := os.Stat(arg); err == nil || !hub.IsRepoID(strings.SplitN(arg, "@", 2)[0]) {
 		return arg, nil // a local model (or a missing file: the loader says so)
+	}
+	if why := localLooking(arg); why != "" {
+		return "", fmt.Errorf("%s: no such file or directory (%s, so it is taken as a local path, not a Hub id)", arg, why)
 	}
 	src, err := fetchModel(ctx, arg, os.Stderr, false)
 	if err != nil {

@@ -316,3 +316,27 @@ func TestServeFromHub(t *testing.T) {
 		t.Errorf("offline restart made %d requests", n)
 	}
 }
+
+// TestResolveLocalLooking: a name that is a valid Hub id but reads as a
+// mistyped local path — a model file's extension, or a first element that
+// is a local directory — fails naming the missing file, and asks nothing of
+// the Hub; a plain Org/Name is still fetched.
+func TestResolveLocalLooking(t *testing.T) {
+	h, _ := fakeHubEnv(t)
+	t.Chdir(t.TempDir())
+	if err := os.Mkdir("tm", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tm/m.gguf", "org/model.safetensors", "tm/qwen3", "tiny/qwen3.gguf@main"} {
+		_, err := resolveModel(context.Background(), name)
+		if err == nil || !strings.Contains(err.Error(), name+": no such file") {
+			t.Errorf("%s: have %v; want an error naming the missing file", name, err)
+		}
+	}
+	if n := h.Count(func(string) bool { return true }); n != 0 {
+		t.Errorf("%d Hub requests for local-looking names; want 0", n)
+	}
+	if _, err := resolveModel(context.Background(), "tiny/qwen3"); err != nil {
+		t.Errorf("tiny/qwen3 (a Hub id): %v", err)
+	}
+}

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -53,8 +54,11 @@ shutting_down with Connection: close, in-flight requests finish (their
 answers carry Connection: close); then serve exits 0. If the drain takes
 longer than --shutdown-timeout, what remains is cut off and serve exits 1.
 A second signal exits 1 at once. A signal while the model loads exits at once.
+A client whose connection ends before its answer (reset, or closed normally)
+cancels its queued or running request, logged and counted as status 499.
 Every flag's valid range is in its description; a value outside it is a
-usage error (exit 2).`
+usage error (exit 2) — for a range that depends on the model (its maximum
+context), once the model is loaded.`
 
 func runServe(ctx context.Context, args []string) error {
 	d := server.Defaults
@@ -67,11 +71,11 @@ func runServe(ctx context.Context, args []string) error {
 		threads    = fs.Int("threads", 0, fmt.Sprintf("kernel worker threads; [0, 4×cores = %d], 0: all cores", maxThreads()))
 		maxBatch   = fs.Int("max-batch", engine.DefaultMaxBatch, fmt.Sprintf("sequences per engine step; [1, %d]", engine.MaxMaxBatch))
 		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("memory budget in bytes of the KV cache and the sessions (4 × --max-session-tokens of it is set aside for sessions, the KV cache gets the rest, at least %d); 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", minKVCacheBytes, minKVCacheBytes, int64(maxKVCacheBytes)))
-		maxQueue   = fs.Int("max-queue", engine.DefaultMaxQueue, fmt.Sprintf("requests waiting for a batch slot before 503 queue_full; [1, %d]", engine.MaxMaxQueue))
-		queueTO    = fs.Duration("queue-timeout", engine.DefaultQueueTimeout, fmt.Sprintf("longest wait for a batch slot before 503 queue_timeout; (0, %v]", engine.MaxQueueTimeout))
+		maxQueue   = fs.Int("max-queue", engine.DefaultMaxQueue, fmt.Sprintf("drafts waiting for a batch slot before 503 queue_full (a /v1/drafts call counts its items until each is admitted); [1, %d]", engine.MaxMaxQueue))
+		queueTO    = fs.Duration("queue-timeout", engine.DefaultQueueTimeout, fmt.Sprintf("longest wait for a batch slot before 503 queue_timeout (the head of the queue too); (0, %v]", engine.MaxQueueTimeout))
 		maxBody    = fs.Int64("max-body-bytes", d.MaxBodyBytes, fmt.Sprintf("POST /draft body limit in bytes (413 above); [%d, %d]", server.MinBodyBytes, server.MaxBodyBytes))
 		maxInfl    = fs.Int64("max-inflight-body-bytes", d.MaxInflightBodyBytes, fmt.Sprintf("bytes of request bodies read or parsed at once (503 busy above); [--max-body-bytes, %d]", int64(server.MaxInflightBodyBytes)))
-		bodyTO     = fs.Duration("body-timeout", d.BodyTimeout, fmt.Sprintf("time to receive a request body (408 after); (0, %v]", server.MaxBodyTimeout))
+		bodyTO     = fs.Duration("body-timeout", d.BodyTimeout, fmt.Sprintf("time to receive a request body (408 after, and the connection closed); (0, %v]", server.MaxBodyTimeout))
 		kvType     = kvTypeFlag(fs)
 		draftVocab = fs.Int("draft-vocab", 0, "rows of a trimmed LM head for the draft argmax (FR-Spec): the special tokens and the most frequent ids of --draft-vocab-file; 0 = the whole vocabulary")
 		vocabPath  = fs.String("draft-vocab-file", "", "token ranking `file` written by draftd vocab (required with --draft-vocab)")
@@ -191,6 +195,11 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("serve: --addr %s: %w", *addr, err)
 	}
 	if err := server.Run(ctx, ln, cfg); err != nil {
+		if errors.Is(err, server.ErrConfig) {
+			// A bound that depends on the model (its maximum context),
+			// checked once it is loaded: a usage error all the same.
+			return clientUsageError(fs, err.Error())
+		}
 		return fmt.Errorf("serve: --model %s: %w", *path, err)
 	}
 	return nil

@@ -199,7 +199,7 @@ func runVocab(ctx context.Context, args []string) error {
 // of n rows keeps for a model of vocab rows: every special token, then the
 // most frequent ids until n.
 func draftVocabIDs(path string, n, vocab int) ([]int, error) {
-	data, err := os.ReadFile(path)
+	data, err := fileio.ReadFile(path) // a regular file: a FIFO would block start-up
 	if err != nil {
 		return nil, err
 	}

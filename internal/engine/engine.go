@@ -234,7 +234,7 @@ type Engine struct {
 
 	lowq *queue // background drafts (Item.Background), below every request
 
-	queued, active                        atomic.Int64
+	queued, active                        atomic.Int64 // queued: drafts not yet admitted (queue and loopState.pend), bounded by MaxQueue
 	requests, steps, prefill, decode, hit atomic.Uint64
 	lowQueued, lowActive                  atomic.Int64
 	bgTokens, preempts, bgEvicts, bgStops atomic.Uint64
@@ -505,7 +505,14 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		e.mu.RUnlock()
 		return nil, nil, ErrClosed
 	}
-	queued.Add(int64(entry.size())) // before the push, so that the loop's decrement never goes first
+	// The bound counts every draft not yet admitted — those in the queue
+	// and the rest of an entry the loop has begun to admit — so the
+	// reservation is made on the count of both, before the push (the
+	// loop's decrement never goes first).
+	if !reserve(queued, entry.size(), e.opt.MaxQueue) {
+		e.mu.RUnlock()
+		return nil, nil, ErrQueueFull
+	}
 	if !q.push(entry) {
 		queued.Add(-int64(entry.size()))
 		e.mu.RUnlock()
@@ -551,6 +558,20 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		timeout = nil // the entry was taken: no more queue timeout
 	}
 	return res, errs, nil
+}
+
+// reserve adds k to the count of drafts waiting n unless that makes it
+// exceed max.
+func reserve(n *atomic.Int64, k, max int) bool {
+	for {
+		v := n.Load()
+		if v+int64(k) > int64(max) {
+			return false
+		}
+		if n.CompareAndSwap(v, v+int64(k)) {
+			return true
+		}
+	}
 }
 
 func (e *Engine) validate(tokens []int, n int) error {

@@ -225,10 +225,19 @@ func (e *Engine) admit(st *loopState) {
 		st.active = append(st.active, s)
 	}
 	for {
+		if len(st.pend) == 0 && e.queue.empty() {
+			break
+		}
+		// A slot first, then the queue's head: a request is taken from
+		// the queue only when it can be admitted, so that until then it can
+		// still leave it (its caller gone, or --queue-timeout reached).
+		if len(st.active) >= e.opt.MaxBatch && !e.preempt(st) {
+			return
+		}
 		if len(st.pend) == 0 {
 			r := e.queue.pop()
 			if r == nil {
-				break
+				break // withdrawn since
 			}
 			if r.enq.After(st.bgStart) && r.enq.Before(st.bgEnd) {
 				w := st.bgEnd.Sub(r.enq)
@@ -237,9 +246,6 @@ func (e *Engine) admit(st *loopState) {
 				}
 			}
 			st.pend = expand(st.pend, r)
-		}
-		if len(st.active) >= e.opt.MaxBatch && !e.preempt(st) {
-			return
 		}
 		r := st.pend[0]
 		if err := r.ctx.Err(); err != nil {

@@ -35,7 +35,7 @@ func (s *Server) handleDrafts(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	var reqs []draftRequest
 	var errs []error
-	err = s.parseBody(w, r, "/v1/drafts", func(body []byte) (err error) {
+	err = s.parseBody(w, r, x, "/v1/drafts", func(body []byte) (err error) {
 		reqs, errs, err = parseBatch(body, b.lim, b.maxItems)
 		return err
 	})
@@ -47,8 +47,7 @@ func (s *Server) handleDrafts(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	x.add(slog.Int("items", len(reqs)))
 	s.met.batchItems.Observe(float64(len(reqs)))
-	ctx, stop := workContext(r)
-	defer stop()
+	ctx := r.Context() // ends when the client goes: the work stops with it
 	res, errs, err := s.draftItems(ctx, b, reqs, errs)
 	if err != nil {
 		return err
@@ -97,8 +96,13 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request, _ *
 	if !session.ValidID(id) {
 		return reqErr(CodeInvalidRequest, fmt.Sprintf("session id %q must be 1 to %d bytes of [A-Za-z0-9._:-]", clip(id), session.MaxIDLen))
 	}
-	if h := r.Header.Get(SessionHeader); h != "" && h != id {
-		return reqErr(CodeInvalidRequest, fmt.Sprintf("header %s %q differs from the session %q of the path", SessionHeader, clip(h), id))
+	if h, ok := r.Header[http.CanonicalHeaderKey(SessionHeader)]; ok {
+		if len(h) != 1 {
+			return reqErr(CodeInvalidRequest, fmt.Sprintf("header %s is given %d times; give it once", SessionHeader, len(h)))
+		}
+		if h[0] != id {
+			return reqErr(CodeInvalidRequest, fmt.Sprintf("header %s %q differs from the session %q of the path", SessionHeader, clip(h[0]), id))
+		}
 	}
 	s.sessions.Delete(id)
 	if s.pre != nil {

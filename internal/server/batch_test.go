@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/draftd/draftd/internal/engine"
 )
@@ -241,5 +242,36 @@ func TestBatchItemsFollowQueue(t *testing.T) {
 	cfg := Config{MaxBatchItems: 3, Open: tinyOpen(engine.Options{MaxQueue: 2}, nil), Logger: slog.New(slog.DiscardHandler)}
 	if err := Run(context.Background(), ln, cfg); err == nil || !strings.Contains(err.Error(), "max batch items 3") {
 		t.Errorf("Run with 3 batch items over a queue of 2: have %v; want a config error", err)
+	}
+}
+
+// TestBatchIDInvalidUTF8: an item "id" holding bytes that are not UTF-8 is
+// echoed as encoding/json reads it (each bad byte U+FFFD): the answer is
+// valid UTF-8 JSON.
+func TestBatchIDInvalidUTF8(t *testing.T) {
+	ts := startHealthy(t, Config{})
+	id := "a\xffb\xc3"
+	body := `{"requests":[{"id":"` + id + `","tokens":[1,2,3],"n":2},{"id":"` + id + `","tokens":[]}]}`
+	st, _, b := ts.do("POST", "/v1/drafts", body)
+	if st != http.StatusOK {
+		t.Fatalf("status %d %s", st, b)
+	}
+	if !utf8.Valid(b) {
+		t.Errorf("answer is not valid UTF-8: %q", b)
+	}
+	var want string
+	json.Unmarshal([]byte(`"`+id+`"`), &want)
+	var out struct {
+		Drafts []struct {
+			ID string `json:"id"`
+		} `json:"drafts"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Drafts) != 2 {
+		t.Fatalf("answer %q: %v", b, err)
+	}
+	for i, d := range out.Drafts {
+		if d.ID != want {
+			t.Errorf("item %d: id %q; want %q", i, d.ID, want)
+		}
 	}
 }

@@ -1,28 +1,21 @@
-// Connection tracking for POST /draft's cancellation rule: a client that
-// half-closes its connection (shuts down its write side after a complete
-// request, still reading) is not a client that went away.
+// Connection tracking for the shutdown drain (run.go): which connections
+// are busy — those with a request being answered, and those whose next
+// request has begun to arrive (net/http itself reports a connection active
+// only once its headers are complete, so it would close one mid-headers as
+// idle).
 //
-// net/http reads on after a request body ends and cancels the request's
-// context on any read result — io.EOF included, which is all a half-close
-// is. A half-close and a full close both arrive as EOF (TCP cannot tell
-// them apart until the server writes), so draftd treats EOF as "the client
-// finished sending": the draft runs to the end and is written (a client
-// that had fully closed sees nothing, and its work was bounded by
-// --max-draft-len). Any other read failure — a reset, the server closing
-// the connection — cancels the work at once. This file wraps the listener
-// so that the handler can tell which of the two ended the read.
-//
-// The same wrapper tells the shutdown drain (run.go) which connections are
-// busy: those with a request being answered, and those whose next request
-// has begun to arrive (net/http itself reports a connection active only once
-// its headers are complete, so it would close one mid-headers as idle).
+// It does not decide when a client is gone: a request's context ends when
+// its connection ends — reset, closed normally (end of stream) or closed by
+// the server — and with it the request's queued or running work (net/http
+// reads on after a request and cancels the context on any read result, EOF
+// included). TCP cannot tell a half-close from a full close until the
+// server writes, so a client that shuts down its write side before it has
+// read its answer is treated as gone too, as net/http and nginx treat it.
 
 package server
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -54,11 +47,10 @@ func (l *trackListener) Close() error {
 	return l.err
 }
 
-// trackedConn remembers how its reads ended, and whether it is busy.
+// trackedConn remembers whether it is busy.
 type trackedConn struct {
 	net.Conn
 	set     *connSet
-	eof     atomic.Bool // a read returned io.EOF: the peer shut down its write side
 	busy    atomic.Bool // a request is being answered (net/http's StateActive until StateIdle)
 	partial atomic.Bool // bytes of a next request arrived; net/http has not reported it active yet
 }
@@ -67,9 +59,6 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 && !c.busy.Load() {
 		c.partial.Store(true)
-	}
-	if errors.Is(err, io.EOF) {
-		c.eof.Store(true)
 	}
 	return n, err
 }
@@ -174,32 +163,4 @@ func (c *trackedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
-}
-
-type connKey struct{}
-
-// withConn is the http.Server's ConnContext: it makes the connection
-// reachable from its requests.
-func withConn(ctx context.Context, c net.Conn) context.Context {
-	if tc, ok := c.(*trackedConn); ok {
-		return context.WithValue(ctx, connKey{}, tc)
-	}
-	return ctx
-}
-
-// workContext is the context of the work for r: it ends when the handler
-// returns or when the connection fails, but not when the client merely
-// half-closed it (see the file comment). stop must be called.
-func workContext(r *http.Request) (ctx context.Context, stop func()) {
-	tc, _ := r.Context().Value(connKey{}).(*trackedConn)
-	if tc == nil {
-		return r.Context(), func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	unwatch := context.AfterFunc(r.Context(), func() {
-		if !tc.eof.Load() {
-			cancel()
-		}
-	})
-	return ctx, func() { unwatch(); cancel() }
 }

@@ -67,7 +67,7 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 		return err
 	}
 	var req draftRequest
-	err = s.parseBody(w, r, "/draft", func(body []byte) (err error) {
+	err = s.parseBody(w, r, x, "/draft", func(body []byte) (err error) {
 		req, err = parseDraftRequest(body, b.lim)
 		return err
 	})
@@ -77,8 +77,7 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 	if err := checkSessionHeader(r, []draftRequest{req}); err != nil {
 		return err
 	}
-	ctx, stop := workContext(r)
-	defer stop()
+	ctx := r.Context() // ends when the client goes: the work stops with it
 	var res engine.Result
 	switch {
 	case req.Session != "":
@@ -123,17 +122,22 @@ func (s *Server) served(res engine.Result, x *exchange) {
 // upload holds its bytes (bounded by MaxInflightBodyBytes) and its own
 // deadline, never a place in the queue. The body is released when parse
 // returns: parse must not keep it.
-func (s *Server) parseBody(w http.ResponseWriter, r *http.Request, route string, parse func([]byte) error) error {
+//
+// A body that cannot be read whole (too slow, too large, cut off) is
+// answered at once and the connection closed after the answer (the
+// middleware's dropBody): the rest of it is never awaited.
+func (s *Server) parseBody(w http.ResponseWriter, r *http.Request, x *exchange, route string, parse func([]byte) error) error {
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	body, held, err := s.readBody(w, r)
-	// No deadline after the body: net/http's read of the idle connection
-	// would hit it while the draft waits for the engine, and cancel it.
-	rc.SetReadDeadline(time.Time{})
 	defer s.releaseBody(held)
 	if err != nil {
 		return err
 	}
+	x.bodyRead = true
+	// No deadline after the body: net/http's read of the idle connection
+	// would hit it while the draft waits for the engine, and cancel it.
+	rc.SetReadDeadline(time.Time{})
 	t0 := time.Now()
 	err = parse(body)
 	d := time.Since(t0)

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/session"
@@ -49,7 +50,8 @@ type draftRequest struct {
 	Strategy string
 
 	// Batched and incremental drafting (docs/protocol.md). ID is the item's "id" as written in the body (a JSON
-	// string, echoed as is; nil when absent). Session is the session id
+	// string, echoed as is — bytes that are not UTF-8 as U+FFFD; nil when
+	// absent). Session is the session id
 	// ("": none); with Incremental the request is "accepted"+"bonus"
 	// instead of "tokens" (Tokens and Fit are then set by the handler from
 	// the session's state).
@@ -134,6 +136,13 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 			return req, reqErr(CodeInvalidRequest, `"id" must be a string, got `+kindOf(body[id.start:id.end]))
 		}
 		req.ID = bytes.Clone(body[id.start:id.end]) // the body is released before the answer
+		if !utf8.Valid(req.ID) {
+			// Echoed as encoding/json reads it: each byte that is not
+			// UTF-8 becomes U+FFFD, so that the answer stays UTF-8.
+			var v string
+			json.Unmarshal(req.ID, &v) // valid JSON: cannot fail
+			req.ID = jsonString(v)
+		}
 	}
 	if sess.present(body) || acc.present(body) || bonus.present(body) {
 		if err := parseSession(&req, body, sess, acc, bonus, toks[:], lim); err != nil || req.Incremental {

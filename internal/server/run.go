@@ -63,7 +63,6 @@ func Run(ctx context.Context, ln net.Listener, cfg Config) error {
 		// engine's queue timeout); a client that gives up resets or closes.
 		IdleTimeout:    idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes,
-		ConnContext:    withConn,
 		ConnState:      conns.connState,
 		ErrorLog:       errorLog(s.log.Handler(), slog.LevelWarn),
 	}
@@ -153,7 +152,7 @@ func (s *Server) Load(ctx context.Context) error {
 	}
 	if need := int64(bi.Rules.MaxContext + bi.Rules.MaxDraftLen); s.cfg.MaxSessionTokens < need {
 		d.Close(ctx)
-		return fmt.Errorf("%w: max session tokens %d cannot hold one session of the model's maximum context %d plus a draft of %d",
+		return fmt.Errorf("%w: --max-session-tokens %d cannot hold one session of the model's maximum context %d plus a draft of %d (--max-draft-len)",
 			ErrConfig, s.cfg.MaxSessionTokens, bi.Rules.MaxContext, bi.Rules.MaxDraftLen)
 	}
 	// A call is queued whole: more items than the queue holds could never

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -279,7 +280,8 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, x *exchange) error
 
 // exchange collects what the request log line says about one request.
 type exchange struct {
-	attrs []slog.Attr
+	attrs    []slog.Attr
+	bodyRead bool // parseBody read the whole body
 }
 
 func (x *exchange) add(a ...slog.Attr) { x.attrs = append(x.attrs, a...) }
@@ -317,10 +319,15 @@ func (s *Server) routes() http.Handler {
 		list = append(list, rt.method+" "+rt.path)
 	}
 	routesText := strings.Join(list, ", ")
-	// Everything else: a JSON 405 for a known path, a JSON 404 otherwise.
-	mux.Handle("/", s.wrap("other", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	// Everything else: a JSON 405 for a known path, a JSON 404 otherwise;
+	// a DELETE of a session path that names no single session (empty,
+	// several segments) is a 400, as a malformed id is.
+	other := s.wrap("other", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 		path := r.URL.Path
 		if strings.HasPrefix(path, "/v1/sessions/") {
+			if r.Method == "DELETE" {
+				return reqErr(CodeInvalidRequest, fmt.Sprintf("%s names no session: want /v1/sessions/ID, ID 1 to %d bytes of [A-Za-z0-9._:-]", clip(path), session.MaxIDLen))
+			}
 			path = "/v1/sessions/{id}"
 		}
 		if methods, ok := allow[path]; ok {
@@ -328,8 +335,31 @@ func (s *Server) routes() http.Handler {
 			return reqErr(CodeMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s; allowed: %s", clip(r.Method), r.URL.Path, strings.Join(methods, ", ")))
 		}
 		return reqErr(CodeNotFound, fmt.Sprintf("no route %s %s; routes: %s", clip(r.Method), clip(r.URL.Path), routesText))
-	}))
-	return mux
+	})
+	mux.Handle("/", other)
+	// A path that is not clean ("..", ".", "//") is never redirected to its
+	// clean form, which may be another route or another session's path: it
+	// matches no route.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != "" && r.Method != "CONNECT" && cleanPath(p) != p {
+			other.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is p with "." and ".." elements and repeated slashes resolved,
+// a trailing slash kept (net/http.ServeMux's rule for a redirect).
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // recorder remembers the status a handler wrote, and marks every answer
@@ -367,6 +397,12 @@ func (s *Server) wrap(name string, h handlerFunc) http.Handler {
 		start := time.Now()
 		rw := &recorder{ResponseWriter: w, closing: &s.closing}
 		x := &exchange{}
+		if r.ContentLength != 0 && name != "/draft" && name != "/v1/drafts" {
+			// A body on a route that reads none: answer, then close,
+			// rather than wait for the body to arrive (net/http would,
+			// to reuse the connection).
+			dropBody(rw)
+		}
 		var ae *apiError
 		abort := false
 		defer func() {
@@ -407,6 +443,9 @@ func (s *Server) wrap(name string, h handlerFunc) http.Handler {
 			case e.Status == StatusClientClosed:
 				abort = true
 			default:
+				if !x.bodyRead && r.ContentLength != 0 {
+					dropBody(rw) // refused before (or while) its body arrived
+				}
 				s.writeError(rw, e)
 			}
 			if e.Bug {
@@ -438,6 +477,15 @@ func (s *Server) logRequest(r *http.Request, route string, status int, d time.Du
 		attrs = append(attrs, slog.String("code", ae.Code), slog.String("error", ae.Message))
 	}
 	s.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// dropBody makes the answer the connection's last and ends every read of
+// the rest of the request body at once: net/http would otherwise wait for
+// that rest (up to 256 KiB) before answering, to keep the connection, and a
+// client that stalls would get no answer at all.
+func dropBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // writeError writes the JSON error body {"error":{"code","message"}}.

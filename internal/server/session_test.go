@@ -227,7 +227,7 @@ func TestSessionEviction(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := Config{MaxSessionTokens: tinyMax, Open: tinyOpen(engine.Options{}, nil), Logger: slog.New(slog.DiscardHandler)}
-		if err := Run(context.Background(), ln, cfg); err == nil || !strings.Contains(err.Error(), "max session tokens") {
+		if err := Run(context.Background(), ln, cfg); err == nil || !strings.Contains(err.Error(), "--max-session-tokens") {
 			t.Errorf("Run: have %v; want a max session tokens error", err)
 		}
 	})
@@ -326,4 +326,72 @@ func TestSessionBatchesShareSessions(t *testing.T) {
 			t.Errorf("%s: draft %v matches no context that was sent", id, have)
 		}
 	}
+}
+
+// TestDeleteWhileDraftRuns: a DELETE of a session that arrives while the
+// session's draft runs answers 204 and holds: the draft is answered, and
+// the next accepted/bonus request gets 409 unknown_session. A session
+// established after the DELETE is kept as usual.
+func TestDeleteWhileDraftRuns(t *testing.T) {
+	g := newGate()
+	ts := startHealthy(t, Config{Open: g.open(engine.Options{})})
+	g.armed.Store(true)
+	t.Cleanup(g.release)
+	c, br := rawReq(t, ts, "POST", "/draft", `{"session":"s1","tokens":[1,2,3],"n":4}`)
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine did not start the session draft")
+	}
+	if st, _, b := ts.do("DELETE", "/v1/sessions/s1", ""); st != http.StatusNoContent {
+		t.Fatalf("DELETE while the draft runs: %d %s; want 204", st, b)
+	}
+	g.release()
+	resp, b, err := answerOf(t, c, br, 30*time.Second)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the running draft: %v %v %s; want 200", resp, err, b)
+	}
+	st, h, b := extend(ts, "s1", 0, 1, 4)
+	checkError(t, st, h, b, http.StatusConflict, CodeUnknownSession, "unknown")
+
+	establish(t, ts, "s1", []int{1, 2, 3}, 4)
+	if st, _, b := extend(ts, "s1", 0, 1, 4); st != http.StatusOK {
+		t.Errorf("a session established after the DELETE: extend %d %s; want 200", st, b)
+	}
+}
+
+// TestDeleteSessionPaths: a DELETE on /v1/sessions/ that names no single
+// valid session is 400 invalid_request — never a 405 that lists DELETE as
+// allowed, nor a redirect to another session's path (which a client that
+// follows redirects would delete).
+func TestDeleteSessionPaths(t *testing.T) {
+	ts := startHealthy(t, Config{})
+	establish(t, ts, "b", []int{1, 2, 3}, 4)
+	for _, path := range []string{"/v1/sessions/", "/v1/sessions/a/b", "/v1/sessions/a/../b", "/v1/sessions/./b", "/v1/sessions//b", "/v1/sessions/a%2Fb", "/v1/sessions/b/"} {
+		c, br := rawReq(t, ts, "DELETE", path, "")
+		resp, b, err := answerOf(t, c, br, 20*time.Second)
+		if err != nil {
+			t.Fatalf("DELETE %s: %v", path, err)
+		}
+		if loc := resp.Header.Get("Location"); loc != "" {
+			t.Errorf("DELETE %s: redirect to %s", path, loc)
+		}
+		checkError(t, resp.StatusCode, resp.Header, b, http.StatusBadRequest, CodeInvalidRequest, "session")
+	}
+	if st, _, b := extend(ts, "b", 0, 1, 4); st != http.StatusOK {
+		t.Errorf("session b after DELETEs of other paths: extend %d %s; want 200", st, b)
+	}
+	// Other methods on a session path stay 405 (allowed: DELETE).
+	c, br := rawReq(t, ts, "GET", "/v1/sessions/b", "")
+	if resp, _, err := answerOf(t, c, br, 20*time.Second); err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "DELETE" {
+		t.Errorf("GET /v1/sessions/b: %v %v; want 405 with Allow: DELETE", resp, err)
+	}
+	// A DELETE with X-Draftd-Session given twice is refused as /draft
+	// refuses it.
+	c, br = rawReq(t, ts, "DELETE", "/v1/sessions/b", "", SessionHeader+": b", SessionHeader+": b")
+	resp, b, err := answerOf(t, c, br, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkError(t, resp.StatusCode, resp.Header, b, http.StatusBadRequest, CodeInvalidRequest, "given 2 times")
 }

@@ -99,6 +99,11 @@ func (e *entry) size() int64 { return int64(len(e.ctx) + len(e.last)) }
 type lock struct {
 	ch   chan struct{} // holds one value while locked
 	refs int           // holders and waiters
+	// deletes counts the Deletes of the id while the lock had holders or
+	// waiters; held is its value when the current holder called Lock. A
+	// holder whose Lock came before a Delete does not bring the session
+	// back with its Put.
+	deletes, held uint64
 }
 
 // New returns an empty store; options out of range are an error.
@@ -125,7 +130,9 @@ func (s *Store) Options() Options { return s.opt }
 
 // Lock waits until the caller holds session id's lock (or ctx ends) and
 // returns its release. Requests of one session run one at a time; a caller
-// holding several locks must take them in sorted id order.
+// holding several locks must take them in sorted id order. A Delete of id
+// after Lock was called (while the caller waits or holds the lock) makes
+// the caller's Put of id a no-op: the session stays deleted.
 func (s *Store) Lock(ctx context.Context, id string) (unlock func(), err error) {
 	s.mu.Lock()
 	l := s.locks[id]
@@ -134,6 +141,7 @@ func (s *Store) Lock(ctx context.Context, id string) (unlock func(), err error) 
 		s.locks[id] = l
 	}
 	l.refs++
+	arrived := l.deletes
 	s.mu.Unlock()
 	release := func() {
 		s.mu.Lock()
@@ -144,6 +152,9 @@ func (s *Store) Lock(ctx context.Context, id string) (unlock func(), err error) 
 	}
 	select {
 	case l.ch <- struct{}{}:
+		s.mu.Lock()
+		l.held = arrived
+		s.mu.Unlock()
 		return func() { <-l.ch; release() }, nil
 	case <-ctx.Done():
 		release()
@@ -184,12 +195,16 @@ func (s *Store) Extend(id string, accepted, bonus int) ([]int, error) {
 // Put makes context and draft the state of session id (creating it), then
 // evicts least recently used other sessions until the bounds hold. A state
 // larger than MaxTokens by itself is not kept (false); the session is then
-// gone.
+// gone. Called by the holder of id's lock, it keeps nothing (false) when id
+// was deleted since that holder called Lock.
 func (s *Store) Put(id string, context, draft []int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.opt.Now()
 	s.expire(now)
+	if l := s.locks[id]; l != nil && len(l.ch) == 1 && l.held != l.deletes {
+		return false
+	}
 	if el := s.byID[id]; el != nil {
 		s.remove(el)
 	}
@@ -218,11 +233,15 @@ func (s *Store) Put(id string, context, draft []int) bool {
 	return true
 }
 
-// Delete removes session id; false when there was none.
+// Delete removes session id, also for the requests of it that have
+// called Lock and not yet Put (see Lock); false when there was none.
 func (s *Store) Delete(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(s.opt.Now())
+	if l := s.locks[id]; l != nil {
+		l.deletes++
+	}
 	el := s.byID[id]
 	if el == nil {
 		return false

@@ -113,3 +113,56 @@ func TestLockSerializes(t *testing.T) {
 		t.Errorf("%d lock entries left; want 0", n)
 	}
 }
+
+// TestDeleteWhileLocked: a Delete while a request of the session holds its
+// lock, or waits for it, is not undone by that request's Put; a request
+// that calls Lock after the Delete establishes the session as usual.
+func TestDeleteWhileLocked(t *testing.T) {
+	s := newStore(t, Options{MaxSessions: 4, MaxTokens: 100, TTL: time.Minute})
+	ctx := context.Background()
+	s.Put("a", []int{1, 2}, []int{3})
+	unlock, err := s.Lock(ctx, "a") // a running request
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan func())
+	go func() { // a request that arrived before the Delete
+		u, _ := s.Lock(ctx, "a")
+		waiting <- u
+	}()
+	for {
+		s.mu.Lock()
+		refs := s.locks["a"].refs
+		s.mu.Unlock()
+		if refs == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling the waiter's arrival, not ordering by time
+	}
+	if !s.Delete("a") {
+		t.Fatal("Delete of a held session: false")
+	}
+	if s.Put("a", []int{1, 2, 3}, []int{4}) {
+		t.Error("Put by the holder that locked before the Delete: kept")
+	}
+	unlock()
+	u := <-waiting
+	if s.Put("a", []int{5}, []int{6}) {
+		t.Error("Put by the waiter that locked before the Delete: kept")
+	}
+	u()
+	if _, err := s.Extend("a", 0, 1); !errors.Is(err, ErrUnknown) {
+		t.Errorf("Extend after the Delete: %v; want ErrUnknown", err)
+	}
+	u, err = s.Lock(ctx, "a") // after the Delete
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Put("a", []int{7}, []int{8}) {
+		t.Error("Put by a request that locked after the Delete: not kept")
+	}
+	u()
+	if full, err := s.Extend("a", 1, 9); err != nil || !slices.Equal(full, []int{7, 8, 9}) {
+		t.Errorf("Extend: %v %v; want [7 8 9]", full, err)
+	}
+}

@@ -269,3 +269,56 @@ def test_codes_match_the_server_source() -> None:
     codes = {name: consts.get(aliases.get(name, name)) for name in set(consts) | set(aliases)}
     server_codes = {v for k, v in codes.items() if v and k.startswith("Code")} - {"client_closed"}
     assert server_codes <= set(draftd.CODES), server_codes - set(draftd.CODES)
+
+
+def _mock(handler) -> draftd.Client:  # type: ignore[no-untyped-def]
+    """A Client whose answers come from handler (an httpx.MockTransport)."""
+    return draftd.Client("http://x", http_client=httpx.Client(transport=httpx.MockTransport(handler)))
+
+
+def test_retry_after_not_ascii_digits() -> None:
+    # "²".isdigit() is True and float("²") a ValueError: an unreadable
+    # Retry-After is no Retry-After, and the 503 is a typed error.
+    p = draftd.client._Protocol("http://x", 1, 10.0)
+    req = httpx.Request("POST", "http://x/draft")
+    for v in ("²", "٣", "1²"):  # as a server sends them: UTF-8 bytes
+        r = httpx.Response(503, headers={"Retry-After": v.encode()}, request=req)
+        assert r.headers["Retry-After"] == v
+        assert p.retry_after(r) is None
+    body = {"error": {"code": "queue_full", "message": "the draft queue is full"}}
+    with _mock(lambda r: httpx.Response(503, json=body, headers={"Retry-After": "²".encode()})) as c:
+        with pytest.raises(draftd.ServiceUnavailableError) as ei:
+            c.draft([1, 2, 3], 4)
+    assert ei.value.retry_after is None
+
+
+@pytest.mark.parametrize("status", [200, 400, 503])
+def test_deeply_nested_json_is_a_protocol_error(status: int) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(RecursionError):
+        json.loads(deep)  # the reference: what the stdlib decoder does with it
+    with _mock(lambda r: httpx.Response(status, content=deep, headers={"Content-Type": "application/json"})) as c:
+        with pytest.raises(draftd.ProtocolError):
+            c.draft([1, 2, 3], 4)
+        with pytest.raises(draftd.ProtocolError):
+            c.info()
+
+
+@pytest.mark.parametrize("tokens", [{1: 2, 3: 4}, {1, 2, 3}, frozenset([1]), {}])
+def test_unordered_token_collections_are_refused(tokens) -> None:  # type: ignore[no-untyped-def]
+    with draftd.Client("http://127.0.0.1:9") as c:
+        with pytest.raises(TypeError, match="want a sequence of ints"):
+            c.draft(tokens, 4)
+    with pytest.raises(TypeError, match="want a sequence of ints"):
+        draftd.DraftRequest(tokens=tokens)
+
+
+@pytest.mark.parametrize("body", [b"<html>503 Service Unavailable</html>", b'{"status":1}', b"", b"[" * 100_000])
+def test_health_503_without_status_is_unhealthy(body: bytes) -> None:
+    with _mock(lambda r: httpx.Response(503, content=body, headers={"Retry-After": "2"})) as c:
+        h = c.health()
+    assert (h.status, h.ok, h.retry_after) == ("unavailable", False, 2.0)
+    # A 200 without a status is still not the protocol.
+    with _mock(lambda r: httpx.Response(200, content=body)) as c:
+        with pytest.raises(draftd.ProtocolError):
+            c.health()

@@ -130,7 +130,7 @@ class _Protocol:
         if v is None:
             return None
         v = v.strip()
-        if v.isdigit():
+        if v.isascii() and v.isdigit():  # str.isdigit alone takes "²" and "٣"
             return float(v)
         try:
             when = email.utils.parsedate_to_datetime(v)
@@ -155,7 +155,7 @@ class _Protocol:
             code, message = e["code"], e["message"]
             if not isinstance(code, str) or not isinstance(message, str):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return ProtocolError(f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code} without a draftd error body: {resp.text[:120]!r}")
         return errors.error_for(resp.status_code, code, message, self.retry_after(resp))
 
@@ -164,8 +164,8 @@ class _Protocol:
             raise self.error(resp)
         try:
             return resp.json()
-        except ValueError as e:
-            raise ProtocolError(f"{resp.request.url.path}: answer is not JSON: {resp.text[:120]!r}") from e
+        except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep to decode
+            raise ProtocolError(f"{resp.request.url.path}: answer is not JSON the client can read: {resp.text[:120]!r}") from e
 
     @staticmethod
     def health(resp: httpx.Response, p: _Protocol) -> Health:
@@ -173,9 +173,14 @@ class _Protocol:
             raise p.error(resp)
         try:
             status = resp.json()["status"]
-        except (ValueError, KeyError, TypeError) as e:
+            if not isinstance(status, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
+            if resp.status_code == 503:
+                # Unavailable all the same (a proxy's 503 has no draftd body).
+                return Health(status="unavailable", ok=False, retry_after=p.retry_after(resp))
             raise ProtocolError(f"/health answer has no status: {resp.text[:120]!r}") from e
-        return Health(status=str(status), ok=resp.status_code == 200 and status == "ok", retry_after=p.retry_after(resp))
+        return Health(status=status, ok=resp.status_code == 200 and status == "ok", retry_after=p.retry_after(resp))
 
     @staticmethod
     def transport(e: httpx.TransportError, req: _Request) -> errors.TransportError:

@@ -5,7 +5,8 @@ checked and decoded. Building and parsing only; no requests are sent here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import re
@@ -40,7 +41,8 @@ def check_tokens(tokens: Sequence[int], what: str = "tokens") -> list[int]:
     caller meant (a bool or a float would not encode as an id; a numpy
     integer is converted); the values (range, length) are the server's to
     judge, against its model."""
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence) and not hasattr(tokens, "__iter__"):
+    if (isinstance(tokens, (str, bytes, AbstractSet, Mapping))  # a set has no order, a dict gives its keys
+            or not isinstance(tokens, Sequence) and not hasattr(tokens, "__iter__")):
         raise TypeError(f"{what} is {type(tokens).__name__}; want a sequence of ints")
     out: list[int] = []
     for i, t in enumerate(tokens):
@@ -201,7 +203,8 @@ class DraftResult:
 @dataclass(frozen=True)
 class Health:
     """``GET /health``: ``status`` is ``ok``, ``loading`` or
-    ``shutting_down``; ``ok`` is true only for 200 ``ok``."""
+    ``shutting_down`` (``unavailable``: a 503 without a draftd body, such as
+    a proxy's); ``ok`` is true only for 200 ``ok``."""
 
     status: str
     ok: bool
