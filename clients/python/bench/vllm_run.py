@@ -8,7 +8,7 @@ engine and the same threads.
 
   vllm_run.py --model DIR --prompts P.json --max-tokens N --out R.json
               [--method none|draftd|ngram|draft_model|oracle] [--k K]
-              [--draft-model DIR] [--draftd-url URL] [--strategy S]
+              [--draft-model DIR] [--draftd-url URL] [--strategy S] [--adaptive]
               [--concurrency C] [--logprobs] [--ignore-eos]
 
 P.json: [{"id": str, "prompt": [ids]}, …]. With --concurrency 1 the prompts
@@ -99,6 +99,7 @@ def main() -> None:
     ap.add_argument("--draft-model")
     ap.add_argument("--draftd-url")
     ap.add_argument("--strategy")
+    ap.add_argument("--adaptive", action="store_true", help="the draftd proposer's adaptive draft length")
     ap.add_argument("--lookup-max", type=int, default=4)
     ap.add_argument("--lookup-min", type=int, default=1)
     ap.add_argument("--oracle", type=Path)
@@ -123,6 +124,8 @@ def main() -> None:
         draftd_cfg["url"] = a.draftd_url
     if a.strategy:
         draftd_cfg["strategy"] = a.strategy
+    if a.adaptive:
+        draftd_cfg["adaptive"] = True
 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt

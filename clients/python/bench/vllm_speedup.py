@@ -16,6 +16,7 @@ the vLLM venv). Rows:
                     every core (time-shared: each runs while the other waits)
   …-predraft        draftd serve --predraft-branches 2: the next draft is
                     computed while the target verifies
+  …-adaptive        the proposer's adaptive draft length (≤ K)
 
 and the components of the predicted speed-up (DESIGN §8, docs/serving.md):
 the target's prefill (max_tokens 1), its single step T_step (alone), its
@@ -151,6 +152,8 @@ def main() -> None:
         f"draft_model-{k}": (["--method", "draft_model", "--k", str(k), "--draft-model", str(a.draft_hf)], 2, None, None, 1),
         f"draftd-model-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 1),
         f"draftd-hybrid-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "hybrid"], 2, None, (2, [], None), 1),
+        f"draftd-model-{k}-2+2-adaptive": (["--method", "draftd", "--k", str(k), "--strategy", "model", "--adaptive"], 2,
+                                            None, (2, [], None), 1),
         f"draftd-model-{k}-1+1pin": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 1, "0", (1, [], "1"), 1),
         f"draftd-model-{k}-1+1pin-predraft": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 1, "0",
                                                (1, ["--predraft-branches", "2"], "1"), 1),
