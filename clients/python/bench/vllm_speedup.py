@@ -133,7 +133,9 @@ def main() -> None:
 
     tok = AutoTokenizer.from_pretrained(str(a.target))
     prompts = a.out / "prompts.json"
-    prompts.write_text(json.dumps([{"id": i, "prompt": p} for i, p in real_prompts(tok, a.prompts)]))
+    # short_code: the code prompt is ~110 tokens, not ~380 (the target's
+    # prefill is the same in every row and only dilutes the comparison)
+    prompts.write_text(json.dumps([{"id": i, "prompt": p} for i, p in real_prompts(tok, a.prompts, short_code=True)]))
     binary = a.draftd
     if binary is None:
         binary = a.out / "draftd"
@@ -262,9 +264,38 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
             dm = r.get("draftd_metrics", {})
             http = (st["draft_seconds"] - dm.get("http_s", 0.0)) / st["calls"]
             call = f"{t_call * 1e3:.0f} ({http * 1e3:.1f})"
-        thr = r.get("threads") or "?"
+        thr = name.rsplit("-", 1)[-1] if name.startswith("draftd-") else (r.get("threads") or "?")
+        for part in name.split("-"):
+            if "+" in part:
+                thr = part
         lines.append(f"| {name} | {thr} | {tps(r):.2f} | {speed} | {tau} | {eq} | {pred} | {call} |")
+    lines += ["", breakdown(res, comp, pre)]
     return "\n".join(lines)
+
+
+def breakdown(res: dict[str, dict[str, Any]], comp: dict[str, float], pre: dict[str, Any] | None) -> str:
+    """One cycle of each c = 1 draftd row, in ms: the draft (draftd's
+    handler time: parse, queue, forward passes, answer), HTTP (the
+    proposer's call less that: client, JSON, loopback), the target's
+    verification (the oracle's T_verify at the row's mean draft length),
+    and the rest (vLLM's engine: scheduling, sampling, the proposer's own
+    Python), the cycle less those three."""
+    out = ["| row | cycle ms | draft | HTTP + client | verify | engine + rest |", "|---|---:|---:|---:|---:|---:|"]
+    for name, r in res.items():
+        st, dm = r.get("proposer") or {}, r.get("draftd_metrics") or {}
+        if not st.get("calls") or r["concurrency"] != 1 or pre is None:
+            continue
+        ids = list(r["outputs"])
+        cycles = r["metrics"]["drafts"] + sum(1 for _ in ids)  # + each request's last step, which had no draft
+        cyc = sum(r["seconds"][i] - pre["seconds"][i] for i in ids) / cycles
+        calls = st["calls"]
+        draft = dm.get("http_s", 0.0) / calls
+        http = st["draft_seconds"] / calls - draft
+        nbar = st["draft_tokens"] / max(st["drafts"], 1)
+        ver = comp.get(f"T_verify({round(nbar) + 1})", float("nan"))
+        rest = cyc - draft - http - ver
+        out.append(f"| {name} | {cyc * 1e3:.0f} | {draft * 1e3:.0f} | {http * 1e3:.1f} | {ver * 1e3:.0f} | {rest * 1e3:.0f} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
