@@ -133,3 +133,21 @@ def serve(draftd_bin: Path) -> Iterator[object]:
     yield _serve
     for s in started:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def real_drafter(draftd_bin: Path) -> Iterator[Server]:
+    """One ``draftd serve`` on the real drafter (Qwen2.5-Coder-0.5B GGUF),
+    one thread, for every end-to-end test of the session (they name the
+    strategy in each request). Skips (fails when CI=true) without the file;
+    the server must exit 0."""
+    import draftd
+
+    s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--threads", "1", "--kv-cache-bytes", str(1 << 30))
+    try:
+        with draftd.Client(s.url) as c:
+            c.wait_ready(300)
+        yield s
+    finally:
+        rc = s.stop()
+    assert rc == 0, "".join(s.log)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ pytest.importorskip("transformers")
 import draftd  # noqa: E402
 from draftd.hf import assisted_generate  # noqa: E402
 
-from conftest import DRAFTER_FILE, Server, real_model, start_server  # noqa: E402
+from conftest import Server  # noqa: E402
 from realtarget import near_tie, prompts  # noqa: E402
 
 FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
@@ -56,17 +55,8 @@ pytestmark = pytest.mark.realmodel
 
 
 @pytest.fixture(scope="module")
-def drafter(draftd_bin: Path) -> Iterator[Server]:
-    """One draftd serve on the real drafter for every strategy: the client
-    names the strategy in each request, draftd eval with --strategy."""
-    s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--threads", "1", "--kv-cache-bytes", str(1 << 30))
-    try:
-        with draftd.Client(s.url) as c:
-            c.wait_ready(300)
-        yield s
-    finally:
-        rc = s.stop()
-    assert rc == 0, "".join(s.log)
+def drafter(real_drafter: Server) -> Server:
+    return real_drafter
 
 
 @pytest.fixture(scope="module")

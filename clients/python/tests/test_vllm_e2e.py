@@ -30,14 +30,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import draftd
-from conftest import DRAFTER_FILE, REPO, Server, real_model, start_server
+from conftest import REPO, Server
 from realtarget import NEAR_TIE_GAP
 
 pytestmark = pytest.mark.realmodel
@@ -95,15 +94,8 @@ def prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def drafter(draftd_bin: Path) -> Iterator[Server]:
-    s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--threads", "1", "--kv-cache-bytes", str(1 << 30))
-    try:
-        with draftd.Client(s.url) as c:
-            c.wait_ready(300)
-        yield s
-    finally:
-        rc = s.stop()
-    assert rc == 0, "".join(s.log)
+def drafter(real_drafter: Server) -> Server:
+    return real_drafter
 
 
 def near_tie(plain: dict[str, Any], assisted: dict[str, Any], sid: str) -> tuple[bool, str]:
