@@ -105,8 +105,8 @@ def _llama(path: str, threads: int, logits_all: bool, draft_model: Any = None) -
 
 
 def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int], float, float, Any]:
-    """Greedy generation through draftd.llamacpp.generate's loop, with the
-    time of the first token and of the last (and the Acceptance)."""
+    """Greedy generation as draftd.llamacpp.generate runs it, with the time
+    of the first token and of the last (and the Acceptance)."""
     out: list[int] = []
     t_first = t_last = 0.0
     dm = llama.draft_model
@@ -116,6 +116,7 @@ def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int],
     with contextlib.ExitStack() as stack:
         if dm is not None:
             acc = stack.enter_context(dm.budget(len(ids), tokens))
+            dm.prime(ids)  # as draftd.llamacpp.generate does: draftd prefills while the target does
         gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
         stack.callback(gen.close)
         for tok in gen:
@@ -263,9 +264,13 @@ def run_specsimple(tools: Path, target: Path, drafter: Path, text: str, tokens: 
     acc = re.search(r"n_accept\s*=\s*(\d+)", log)
     if not (m and drafted and acc):
         raise RuntimeError(f"llama-speculative-simple: no summary in its output:\n{log[-3000:]}")
-    out_text = p.stdout  # the prompt, then the generated text
-    i = out_text.find(text)
-    out_text = out_text[i + len(text):] if i >= 0 else out_text
+    # stdout: the prompt as the tool prints it back (not always byte-equal to
+    # the text given), then the generated text: cut after the prompt's tail.
+    out_text, tail = p.stdout, text[-24:]
+    i = out_text.find(tail)
+    if i < 0:
+        raise RuntimeError(f"llama-speculative-simple: the prompt's end {tail!r} is not in its output")
+    out_text = out_text[i + len(tail):]
     return {"tokens": int(m.group(1)), "decode_s": float(m.group(2)), "drafted": int(drafted.group(1)),
             "accepted": int(acc.group(1)), "text": out_text}
 
@@ -562,8 +567,8 @@ def render(rows: list[dict[str, Any]], breakdown: list[dict[str, Any]], ref: flo
         f"{t} thread(s): T_step {1000 * t_step[t]:.1f} ms, T_verify(k) " +
         ", ".join(f"{k}: {1000 * v:.0f}" for k, v in comps[t]["verify_s"].items()) + " ms, sampling "
         f"{1000 * comps[t]['sample_s']:.2f} ms per position" for t in comps), ""]
-    L += ["Per cycle (one draft + one verification), ms; the session's first request (the prompt's prefill in "
-          "draftd) is left out of the cycles and shown per generation:", "",
+    L += ["Per cycle (one draft + one verification), ms; a generation's first draft request is left out of the "
+          "cycles and shown per generation:", "",
           "| draftd row | cycles | per cycle | draft (server) | HTTP + client | verify (Llama.eval) | engine (rest) | first request | isolated R(1) / R(n), HTTP, per-token | pre-draft hit / partial / miss / none |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for b in breakdown:
