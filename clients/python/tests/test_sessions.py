@@ -127,6 +127,21 @@ def test_session_chain_equals_full_context(tiny, draftd_bin: Path, test_model: P
             assert s.stats.tokens == 2
 
 
+def test_session_draft_n_per_request(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Session.draft(tokens, n=k) asks k tokens for that step only (the
+    session's n otherwise), incrementally, and equals /draft with that n."""
+    rng = random.Random(5)
+    with draftd.Client(tiny.url) as c:
+        s = c.session("per-request-n", n=6, strategy="model")
+        ctx = prompts(1, seed=12)[0]
+        for k in (6, 2, 1, 6, 3):
+            d = s.draft(ctx, n=k)
+            assert d == c.draft(ctx, k, strategy="model"), (k, len(ctx))
+            ctx, _, _ = step(rng, ctx, d.tokens)
+        assert s.draft(ctx) == c.draft(ctx, 6, strategy="model")
+        assert s.stats == draftd.SessionStats(tokens=1, incremental=5, resent=0)
+
+
 def test_extend_by_hand(tiny) -> None:  # type: ignore[no-untyped-def]
     p = prompts(1, seed=5)[0]
     with draftd.Client(tiny.url) as c:

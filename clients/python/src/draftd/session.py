@@ -60,19 +60,22 @@ class _State:
         self.last: list[int] = []
         self.stats = SessionStats()
 
-    def plan(self, tokens: list[int]) -> DraftRequest:
+    def plan(self, tokens: list[int], n: int | None = None) -> DraftRequest:
         """The request for the whole context ``tokens``: incremental when it
-        is the held context + last[:k] + [bonus], else tokens."""
+        is the held context + last[:k] + [bonus], else tokens. ``n``: this
+        request's n (None: the session's)."""
+        n = self.n if n is None else n
         c = self.context
         if c is not None:
             k = len(tokens) - len(c) - 1
             if 0 <= k <= len(self.last) and tokens[: len(c)] == c and tokens[len(c): len(c) + k] == self.last[:k]:
-                return DraftRequest(session=self.id, accepted=k, bonus=tokens[-1], n=self.n, strategy=self.strategy,
+                return DraftRequest(session=self.id, accepted=k, bonus=tokens[-1], n=n, strategy=self.strategy,
                                     id=self.id)
-        return self.full(tokens)
+        return self.full(tokens, n)
 
-    def full(self, tokens: list[int]) -> DraftRequest:
-        return DraftRequest(tokens=tokens, session=self.id, n=self.n, strategy=self.strategy, id=self.id)
+    def full(self, tokens: list[int], n: int | None = None) -> DraftRequest:
+        return DraftRequest(tokens=tokens, session=self.id, n=self.n if n is None else n, strategy=self.strategy,
+                            id=self.id)
 
     def sent(self, req: DraftRequest, resend: bool = False) -> None:
         if req.incremental:
@@ -149,16 +152,17 @@ class Session(_Base):
         super().__init__(session, n, strategy)
         self.client: BaseClient = client
 
-    def draft(self, tokens: Sequence[int]) -> Draft:
+    def draft(self, tokens: Sequence[int], *, n: int | None = None) -> Draft:
         """The draft after the whole context ``tokens`` (prompt + every
         token so far): sent incrementally when it extends the last one, and
         resent whole after 409 ``unknown_session`` / 400
-        ``invalid_accepted``. Other errors raise; after an error answer the
-        session is as before, after a failed connection the next request
-        sends the whole context."""
+        ``invalid_accepted``. ``n``: this draft's length (None: the
+        session's n). Other errors raise; after an error answer the session
+        is as before, after a failed connection the next request sends the
+        whole context."""
         toks = check_tokens(tokens)
         st = self._st
-        req = st.plan(toks)
+        req = st.plan(toks, n)
         try:
             st.sent(req)
             try:
@@ -166,7 +170,7 @@ class Session(_Base):
             except errors.APIError as e:
                 if not _resend(req, e):
                     raise
-                req = st.full(toks)
+                req = st.full(toks, n)
                 st.sent(req, resend=True)
                 d = self.client.send(req)
         except errors.APIError:
@@ -203,11 +207,11 @@ class AsyncSession(_Base):
         super().__init__(session, n, strategy)
         self.client: AsyncBaseClient = client
 
-    async def draft(self, tokens: Sequence[int]) -> Draft:
+    async def draft(self, tokens: Sequence[int], *, n: int | None = None) -> Draft:
         """See :meth:`Session.draft`."""
         toks = check_tokens(tokens)
         st = self._st
-        req = st.plan(toks)
+        req = st.plan(toks, n)
         try:
             st.sent(req)
             try:
@@ -215,7 +219,7 @@ class AsyncSession(_Base):
             except errors.APIError as e:
                 if not _resend(req, e):
                     raise
-                req = st.full(toks)
+                req = st.full(toks, n)
                 st.sent(req, resend=True)
                 d = await self.client.send(req)
         except errors.APIError:

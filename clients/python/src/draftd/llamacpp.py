@@ -1,0 +1,494 @@
+"""draftd as the draft model of llama-cpp-python's speculative decoding.
+
+:class:`DraftdDraftModel` is a ``llama_cpp.llama_speculative.LlamaDraftModel``:
+``Llama(model_path=..., draft_model=DraftdDraftModel("http://127.0.0.1:8080"))``
+and every generation of that ``Llama`` (``generate``, ``create_completion``,
+``create_chat_completion``) drafts through a draftd server. :func:`generate`
+runs one greedy generation with it and returns the tokens with the
+acceptance of every verification step (:class:`Acceptance`).
+
+How llama-cpp-python verifies (read in 0.3.36, ``Llama.generate``): after
+each token it asks the draft model for a draft of the whole context,
+evaluates the token and the draft in one batch (``logits_all`` is forced on
+with a draft model), then samples position after position as long as the
+sampled token equals the draft's token there, so one verification step
+yields every accepted draft token plus the target's own next token (greedy:
+``temp=0``). The first token of a generation comes from the prompt's pass,
+before any draft. Drafts carry no probabilities: with sampling
+(``temp > 0``) verification is not the lossless speculative sampling rule.
+
+What it sends. Through a :class:`draftd.Session` (``session=True``, the
+default): the whole context once, then each step only how many of the last
+draft's tokens the target accepted and its bonus token; the whole context
+again when the server lost the session (409) or after a failed request. A
+new generation (a context that does not extend the last one) re-establishes
+the session with its whole context. ``session=False`` sends the whole
+context to ``/draft`` every step.
+
+Failures never fail a generation: a draftd that is down, answers an error
+or does not answer within ``timeout`` costs that step an empty draft (the
+target decodes one token, as without a draft model), counted in
+:attr:`DraftdDraftModel.misses` (by kind in ``miss_kinds``). After a miss
+no request is sent for ``cooldown`` seconds (those steps draft nothing and
+count in ``skipped``), so a draftd that hangs costs one timeout per
+cooldown, not one per token.
+
+No wasted drafts: inside :meth:`DraftdDraftModel.budget` (which
+:func:`generate` uses) a draft is never longer than the tokens the
+generation may still add minus the target's bonus token, and a step with
+no room sends no request. Without a budget (a plain ``create_completion``)
+the draft model cannot see ``max_tokens``: it asks for ``n`` and
+llama-cpp-python stops at ``max_tokens`` whatever was verified.
+
+Not here: batches (llama-cpp-python generates one sequence at a time);
+drafting before the first token (llama-cpp-python samples it from the
+prompt's pass without asking the draft model). llama_cpp is imported by
+this module only: ``import draftd`` does not need it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+from llama_cpp.llama_speculative import LlamaDraftModel
+
+from .client import Client
+from .errors import DraftdError
+from .session import Session, SessionStats
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+__all__ = ["Acceptance", "DraftdDraftModel", "Generation", "generate", "TESTED_LLAMA_CPP_PYTHON"]
+
+#: The llama-cpp-python versions this draft model was tested with (the
+#: ``llamacpp`` extra of pyproject.toml).
+TESTED_LLAMA_CPP_PYTHON = ">=0.3.36,<0.4"
+
+_EMPTY: npt.NDArray[np.intc] = np.zeros(0, dtype=np.intc)
+
+
+@dataclass
+class Acceptance:
+    """The verification steps of one generation, in order: ``drafted[i]``
+    draft tokens proposed at step i, ``accepted[i]`` of them the target
+    accepted. Step 0 is the prompt's pass (no draft). The target adds one
+    token per step, except that the last step may be cut by ``max_tokens``
+    (or EOS): ``tokens`` is what the generation produced."""
+
+    drafted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    tokens: int = 0
+
+    @property
+    def steps(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def tau(self) -> float:
+        """Mean acceptance length: tokens per verification step."""
+        return self.tokens / self.steps if self.steps else 0.0
+
+    def by_position(self, n: int) -> tuple[list[int], list[int]]:
+        """(reached, accepted) of positions 0..n-1: how many steps' drafts
+        had a token at position i, and how many of those were accepted
+        (``draftd eval``'s ``position_reached`` / ``position_accepted``)."""
+        reached, acc = [0] * n, [0] * n
+        for d, a in zip(self.drafted, self.accepted):
+            for i in range(min(d, n)):
+                reached[i] += 1
+            for i in range(min(a, n)):
+                acc[i] += 1
+        return reached, acc
+
+
+@dataclass
+class Generation:
+    """What :func:`generate` returns: the generated ``tokens`` (EOS
+    included when the target produced it), their :class:`Acceptance`, and
+    ``seconds`` of wall time (prompt included)."""
+
+    tokens: list[int]
+    acceptance: Acceptance
+    seconds: float
+
+
+@dataclass
+class _Pending:
+    """The last draft returned: the context it continued, the draft, and
+    when the call that returned it began."""
+
+    context: list[int]
+    draft: list[int]
+    t: float = 0.0
+
+
+class _AdaptiveN:
+    """Chooses each draft's length in [1, n_max] to make the most tokens per
+    second of the cycle (draft + verification + the engine's work):
+    ``(1 + Σ_{i<k} P(a > i)) / (c0 + c1·k)``, with P(a > i) the acceptance
+    rate of draft position i and c0 + c1·k the cycle time, both measured on
+    this model's own steps (exponentially decayed, ``decay`` per step). The
+    first steps and one in ``explore`` ask n_max, so every position's rate
+    stays measured; until the cycle time has been seen at two lengths, half
+    the steps ask n_max // 2."""
+
+    def __init__(self, n_max: int, decay: float = 0.97, explore: int = 8) -> None:
+        self.n_max, self.decay, self.explore = n_max, decay, explore
+        self.reached = [0.0] * n_max  # (n_max) decayed drafts with a token at position i
+        self.accepted = [0.0] * n_max  # (n_max) decayed drafts whose position i was accepted
+        self.sw = self.sd = self.st = self.sdd = self.sdt = 0.0  # decayed sums of the (length, cycle time) fit
+        self.steps = 0
+        self.last = n_max
+
+    def observe(self, drafted: int, accepted: int, seconds: float) -> None:
+        g = self.decay
+        for i in range(self.n_max):
+            self.reached[i] *= g
+            self.accepted[i] *= g
+        for i in range(min(drafted, self.n_max)):
+            self.reached[i] += 1.0
+            self.accepted[i] += 1.0 if accepted > i else 0.0
+        d = float(drafted)
+        self.sw, self.sd, self.st = g * self.sw + 1, g * self.sd + d, g * self.st + seconds
+        self.sdd, self.sdt = g * self.sdd + d * d, g * self.sdt + d * seconds
+        self.steps += 1
+
+    def choose(self) -> int:
+        n, s = self.n_max, self.steps
+        var = self.sw * self.sdd - self.sd * self.sd
+        if s < 4 or s % self.explore == 0:
+            k = n
+        elif var <= 1e-9 * max(1.0, self.sw * self.sdd):
+            k = n if s % 2 else max(1, n // 2)
+        else:
+            c1 = (self.sw * self.sdt - self.sd * self.st) / var
+            c0 = (self.st - c1 * self.sd) / self.sw
+            c1 = max(c1, 0.0)
+            c0 = max(c0, 1e-6)
+            best, k, tokens = 0.0, 1, 1.0
+            for j in range(1, n + 1):
+                r = self.reached[j - 1]
+                tokens += self.accepted[j - 1] / r if r > 0 else 0.0
+                rate = tokens / (c0 + c1 * j)
+                if rate > best:
+                    best, k = rate, j
+        self.last = k
+        return k
+
+
+class DraftdDraftModel(LlamaDraftModel):
+    """A llama-cpp-python draft model that drafts through draftd.
+
+    ``url``: the draftd server. ``n``: draft tokens asked per step (≥ 1; at
+    most the server's ``--max-draft-len``). ``strategy``: one of the
+    server's strategies (``model``, ``lookup``, ``hybrid``, ``pld``; None:
+    its ``--strategy``). ``timeout``: seconds a request may take (connect
+    included) before the step drafts nothing; the first request of a
+    generation sends the whole prompt, which the server prefills, so it is
+    allowed ``first_timeout``. ``cooldown``: seconds without requests after
+    a miss. ``session``: draft through a session (see the module).
+    ``adaptive``: choose each draft's length in [1, n] from this model's own
+    measured acceptance by position and cycle time (n: the most it asks;
+    see :class:`_AdaptiveN`); off, every draft asks n. ``client``:
+    a :class:`draftd.Client` of your own instead of one made from ``url``
+    (its timeouts and retries are then yours; it is not closed by
+    :meth:`close`).
+
+    Counters: ``calls`` (steps that asked for a draft), ``requests`` (sent,
+    primes included), ``primes`` (prompts sent ahead, :meth:`prime`; their
+    time in ``prime_seconds``),
+    ``misses`` (failed or timed out: an empty draft), ``skipped`` (no
+    request: cooldown), ``miss_kinds`` (misses by exception class name),
+    ``draft_seconds`` (time spent waiting for draftd, misses included),
+    :attr:`session_stats`. Not thread-safe: one generation at a time.
+    """
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        *,
+        n: int = 8,
+        strategy: str | None = None,
+        timeout: float = 2.0,
+        first_timeout: float = 30.0,
+        cooldown: float = 1.0,
+        session: bool = True,
+        adaptive: bool = False,
+        client: Client | None = None,
+    ) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n {n!r} must be an int ≥ 1")
+        for name, v in (("timeout", timeout), ("first_timeout", first_timeout)):
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise ValueError(f"{name} {v!r} must be a number of seconds > 0")
+        if not (isinstance(cooldown, (int, float)) and cooldown >= 0):
+            raise ValueError(f"cooldown {cooldown!r} must be a number of seconds ≥ 0")
+        if strategy is not None and not isinstance(strategy, str):
+            raise TypeError(f"strategy is {type(strategy).__name__}; want a str or None")
+        self.n = n
+        self.strategy = strategy
+        self.timeout = float(timeout)
+        self.first_timeout = float(first_timeout)
+        self.cooldown = float(cooldown)
+        self._own = client is None
+        # No retries: a 503 is a miss now, not a wait (the target does not wait).
+        self.client = client if client is not None else Client(url, timeout=httpx.Timeout(first_timeout), max_retries=0)
+        self._session: Session | None = self.client.session(n=n, strategy=strategy) if session else None
+        self.calls = 0
+        self.requests = 0
+        self.misses = 0
+        self.skipped = 0
+        self.miss_kinds: collections.Counter[str] = collections.Counter()
+        self.draft_seconds = 0.0
+        self._quiet_until = 0.0
+        self._last_sent: list[int] | None = None
+        self._primer: threading.Thread | None = None
+        self.primes = 0
+        self.prime_seconds = 0.0
+        self._pending: _Pending | None = None
+        self._prompt_len = 0
+        self._end: int | None = None  # context length at which the budgeted generation ends
+        self._acc: Acceptance | None = None
+        self._adaptive = _AdaptiveN(n) if adaptive else None
+        self.unresolved = 0
+
+    @property
+    def session_stats(self) -> SessionStats | None:
+        """The requests the session sent by form (None without a session)."""
+        return self._session.stats if self._session is not None else None
+
+    @contextlib.contextmanager
+    def budget(self, prompt_len: int, max_tokens: int | None) -> Iterator[Acceptance]:
+        """Within the block, one generation of at most ``max_tokens`` tokens
+        after a prompt of ``prompt_len`` tokens: drafts never run past its
+        end (``max_tokens`` None: drafts of ``n`` whatever the room, as
+        ``draftd eval`` replays them), and its steps are counted in the
+        :class:`Acceptance` yielded. The last step's acceptance shows only
+        in the output: call :meth:`finish` with it before the block ends
+        (:func:`generate` does)."""
+        for name, v in (("prompt_len", prompt_len), ("max_tokens", max_tokens)):
+            if v is None and name == "max_tokens":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} {v!r} must be an int ≥ 1")
+        acc = Acceptance(drafted=[0], accepted=[0])  # step 0: the prompt's pass
+        self._prompt_len, self._acc, self._pending = prompt_len, acc, None
+        self._end = None if max_tokens is None else prompt_len + max_tokens
+        try:
+            yield acc
+        finally:
+            self._end, self._acc, self._pending = None, None, None
+
+    def finish(self, output: Sequence[int]) -> None:
+        """Ends the budgeted generation whose whole output (prompt +
+        generated tokens) is ``output``: the last draft's acceptance is its
+        longest common prefix with what followed it (what ``draftd eval``
+        counts when the continuation ends inside a draft), and ``tokens``
+        the generated count."""
+        acc = self._acc
+        if acc is None:
+            raise RuntimeError("finish() outside budget()")
+        out = [int(t) for t in output]
+        p = self._pending
+        if p is not None:
+            if out[: len(p.context)] != p.context:
+                raise ValueError("finish(): the output does not extend the last drafted context")
+            acc.accepted.append(_common_prefix(p.draft, out[len(p.context):]))
+            self._pending = None
+        acc.tokens = len(out) - self._prompt_len
+
+    def prime(self, prompt: Sequence[int]) -> None:
+        """Sends ``prompt`` to draftd now, in a background thread, so that
+        the server prefills it while the target runs the prompt's pass: the
+        first draft of the generation (after the target's first token) is
+        then an incremental request that finds the prompt's KV cached. The
+        next call waits for it; a failure only means that call sends the
+        whole context. :func:`generate` primes every generation."""
+        self._join()
+        ctx = [int(t) for t in prompt]
+        if not ctx:
+            raise ValueError("prompt is empty")
+
+        if time.monotonic() < self._quiet_until:
+            return
+
+        def send() -> None:
+            t0 = time.monotonic()
+            try:
+                with self._timeout(httpx.Timeout(self.first_timeout)):
+                    if self._session is not None:
+                        self._session.draft(ctx, n=1)
+                    else:
+                        self.client.draft(ctx, 1, strategy=self.strategy)
+                self._last_sent = ctx
+            except DraftdError as e:
+                self._missed(e)
+            finally:
+                self.prime_seconds += time.monotonic() - t0
+
+        self.primes += 1
+        self.requests += 1
+        self._primer = threading.Thread(target=send, name="draftd-prime", daemon=True)
+        self._primer.start()
+
+    def _join(self) -> None:
+        if self._primer is not None:
+            self._primer.join()
+            self._primer = None
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        ctx: list[int] = input_ids.tolist()
+        self.calls += 1
+        self._join()
+        now = time.perf_counter()
+        self._resolve(ctx, now)
+        room = self.n if self._adaptive is None else self._adaptive.choose()
+        if self._end is not None:
+            room = min(room, self._end - len(ctx) - 1)  # the target's bonus token must still fit
+        draft: list[int] = []
+        if room > 0:
+            draft = self._draft(ctx, room)
+        if self._acc is not None:
+            self._acc.drafted.append(len(draft))
+        self._pending = _Pending(ctx, draft, now)
+        return np.asarray(draft, dtype=np.intc) if draft else _EMPTY
+
+    def _resolve(self, ctx: list[int], now: float) -> None:
+        """Counts the last draft's acceptance from the context that follows
+        it (the last context + draft[:k] + [the target's token]). A context
+        that does not extend it starts a new generation; inside
+        :meth:`budget` that is not llama-cpp-python's loop as tested, and
+        is counted in ``unresolved`` (the step's acceptance is unknown)."""
+        p = self._pending
+        if p is None:
+            return
+        self._pending = None
+        c = len(p.context)
+        k = len(ctx) - c - 1
+        if 0 <= k <= len(p.draft) and ctx[c: c + k] == p.draft[:k] and ctx[:c] == p.context:
+            if self._acc is not None:
+                self._acc.accepted.append(k)
+            if self._adaptive is not None and p.draft:
+                self._adaptive.observe(len(p.draft), k, now - p.t)
+        elif self._acc is not None:
+            self.unresolved += 1
+
+    def _draft(self, ctx: list[int], n: int) -> list[int]:
+        now = time.monotonic()
+        if now < self._quiet_until:
+            self.skipped += 1
+            return []
+        # The server prefills what it has not seen: a context that does not
+        # extend the last one sent (a new generation) may take first_timeout.
+        last = self._last_sent
+        first = last is None or len(ctx) <= len(last) or ctx[: len(last)] != last
+        t = httpx.Timeout(self.first_timeout if first else self.timeout)
+        s = self._session
+        self.requests += 1
+        try:
+            with self._timeout(t):
+                if s is not None:
+                    d = s.draft(ctx, n=n)
+                else:
+                    d = self.client.draft(ctx, n, strategy=self.strategy)
+        except DraftdError as e:
+            self._missed(e)
+            return []
+        finally:
+            self.draft_seconds += time.monotonic() - now
+        self._last_sent = ctx
+        return d.tokens[:n]
+
+    def _missed(self, e: DraftdError) -> None:
+        self._last_sent = None
+        self.misses += 1
+        self.miss_kinds[type(e).__name__] += 1
+        self._quiet_until = time.monotonic() + self.cooldown
+
+    @contextlib.contextmanager
+    def _timeout(self, t: httpx.Timeout) -> Iterator[None]:
+        http = getattr(self.client, "_http", None)
+        if not self._own or http is None:
+            yield
+            return
+        old = http.timeout
+        http.timeout = t
+        try:
+            yield
+        finally:
+            http.timeout = old
+
+    def close(self) -> None:
+        """Deletes the session on the server (errors ignored: it expires
+        anyway) and closes the client made from ``url``."""
+        self._join()
+        if self._session is not None:
+            try:
+                self._session.close()
+            except DraftdError:
+                pass
+        if self._own:
+            self.client.close()
+
+    def __enter__(self) -> DraftdDraftModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequence[int] | None = None,
+             budget: bool = True) -> Generation:
+    """Greedy ``llama.generate`` (``temp=0``, no penalties) of at most
+    ``max_tokens`` tokens after ``prompt`` (token ids), stopping after a
+    token of ``stop`` (default: the model's EOS). With a
+    :class:`DraftdDraftModel` as ``llama.draft_model`` its drafts are
+    budgeted (:meth:`DraftdDraftModel.budget`; ``budget=False``: every
+    draft asks for n, as ``draftd eval`` replays, which changes no output)
+    and the result carries the acceptance of every step; with no draft
+    model it is plain greedy decoding (``acceptance`` empty). Another kind
+    of draft model raises."""
+    dm = llama.draft_model
+    if dm is not None and not isinstance(dm, DraftdDraftModel):
+        raise TypeError(f"llama.draft_model is a {type(dm).__name__}; want a DraftdDraftModel or None")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens {max_tokens!r} must be an int ≥ 1")
+    ids = [int(t) for t in prompt]
+    if not ids:
+        raise ValueError("prompt is empty")
+    ends = {llama.token_eos()} if stop is None else {int(t) for t in stop}
+    out: list[int] = []
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        acc = stack.enter_context(dm.budget(len(ids), max_tokens if budget else None)) if dm is not None else Acceptance()
+        if dm is not None:
+            dm.prime(ids)
+        gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
+        stack.callback(gen.close)
+        for tok in gen:
+            out.append(int(tok))
+            if tok in ends or len(out) >= max_tokens:
+                break
+        if dm is not None:
+            dm.finish(ids + out)
+        else:
+            acc.tokens = len(out)
+    return Generation(tokens=out, acceptance=acc, seconds=time.perf_counter() - t0)

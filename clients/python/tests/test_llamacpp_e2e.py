@@ -1,0 +1,286 @@
+"""End to end with llama-cpp-python: the real target
+(Qwen2.5-Coder-1.5B-Instruct, the Q4_K_M GGUF file, in llama.cpp) verifies
+drafts that ``draftd serve`` makes on the real drafter (the 0.5B GGUF)
+through draftd.llamacpp.DraftdDraftModel. Checks, per strategy:
+
+1. lossless: the output of llama.cpp greedy with the draftd draft model
+   equals plain llama.cpp greedy (the same Llama with no draft model), up
+   to a near-tie: at the first differing position both runs' own logits
+   rank the two tokens within NEAR_TIE_GAP (batched verification rounds
+   differently from one-token decoding);
+2. the acceptance llama.cpp's verification loop produced equals ``draftd
+   eval``'s on the same continuations: the assisted outputs become a
+   docs/evaluation.md dataset, ``draftd eval --n N --strategy S`` replays it
+   against the same server, and each sample's steps, the histogram of
+   accepted lengths and the per-position counts must be what the draft model
+   counted. llama-cpp-python samples a generation's first token from the
+   prompt's pass, before any draft, so a sample's prompt is the prompt plus
+   that token and its continuation the rest (its first step is eval's
+   first). That run drafts n tokens every step as eval does
+   (``budget=False``); the budgeted run (the default: drafts never past
+   max_tokens) must give the same output and the same steps with drafts
+   that fit.
+
+And the failure rule: a draftd that is down (connection refused) or does
+not answer (a socket that accepts and never replies) costs empty drafts,
+counted as misses, and the output is plain greedy's.
+
+Cost (CI): one Llama of the target (n_ctx 1024, 2 threads), one ``draftd
+serve`` (1 thread) for both strategies, 2 prompts × 32 tokens.
+DRAFTD_E2E_FULL=1: 3 prompts (code, chat, prose) × 64 tokens. Needs
+llama_cpp in the venv (scripts/llamacpp-python; under CI=true its absence
+fails) and the real models (conftest.real_model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI") == "true":
+    import llama_cpp  # noqa: F401  (CI installs it: scripts/llamacpp-python; absent is a failure there)
+else:
+    pytest.importorskip("llama_cpp")
+
+import numpy as np  # noqa: E402
+from llama_cpp import Llama  # noqa: E402
+
+from draftd.llamacpp import DraftdDraftModel, Generation, generate  # noqa: E402
+
+from conftest import DRAFTER_FILE, REPO, TARGET_FILE, Server, real_model, start_server  # noqa: E402
+
+FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
+N_PROMPTS, NEW_TOKENS = (3, 64) if FULL else (2, 32)
+STRATEGIES = ["model", "hybrid"]
+DRAFT_LEN = 4
+#: A divergence from plain greedy is a near-tie when, in each run's own
+#: logits at that position, the two tokens are this close (the rule of
+#: tests/realtarget.py).
+NEAR_TIE_GAP = 1e-2
+
+pytestmark = pytest.mark.realmodel
+
+_CODE = (REPO / "testdata/reference/quantize_ref.py").read_text().splitlines()
+PROMPTS = [
+    ("code-s", "\n".join(_CODE[27:41]) + "\n"),
+    ("chat-0", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+               "<|im_start|>user\nWrite a Python function that returns the n-th Fibonacci number iteratively, "
+               "with a docstring.<|im_end|>\n<|im_start|>assistant\n"),
+    ("prose-0", "The printing press, invented by Johannes Gutenberg around 1440, changed Europe because"),
+][:N_PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def drafter(draftd_bin: Path) -> Iterator[Server]:
+    s = start_server(draftd_bin, real_model(DRAFTER_FILE), "--threads", "1", "--kv-cache-bytes", str(1 << 30))
+    try:
+        import draftd
+
+        with draftd.Client(s.url) as c:
+            c.wait_ready(300)
+        yield s
+    finally:
+        rc = s.stop()
+    assert rc == 0, "".join(s.log)
+
+
+@pytest.fixture(scope="module")
+def llama() -> Llama:
+    # draft_model is set per run (a public attribute of Llama); a Llama made
+    # with one keeps every position's logits, which the near-tie rule reads.
+    m = Llama(model_path=str(real_model(TARGET_FILE)), n_ctx=1024, n_threads=2, n_threads_batch=2, seed=0,
+              verbose=False, draft_model=DraftdDraftModel("http://127.0.0.1:9", session=False))
+    m.draft_model = None
+    return m
+
+
+def _run(llama: Llama, dm: DraftdDraftModel | None, ids: list[int], budget: bool = True) -> tuple[Generation, Any]:
+    """One greedy generation; also the logits that chose each token."""
+    llama.draft_model = dm
+    try:
+        g = generate(llama, ids, NEW_TOKENS, budget=budget)
+    finally:
+        llama.draft_model = None
+    rows = np.array(llama.scores[len(ids) - 1: len(ids) - 1 + len(g.tokens)], copy=True)
+    return g, rows
+
+
+@pytest.fixture(scope="module")
+def greedy(llama: Llama) -> dict[str, tuple[list[int], list[int], Any]]:
+    """Plain llama.cpp greedy of each prompt: id → (prompt ids, output, logits)."""
+    out = {}
+    for sid, text in PROMPTS:
+        ids = llama.tokenize(text.encode(), add_bos=False, special=True)
+        g, rows = _run(llama, None, ids)
+        assert g.acceptance.steps == 0 and g.acceptance.tokens == len(g.tokens) == NEW_TOKENS
+        out[sid] = (ids, g.tokens, rows)
+    return out
+
+
+def near_tie(plain: list[int], plain_rows: Any, got: list[int], got_rows: Any) -> tuple[bool, str]:
+    if plain == got:
+        return True, "equal"
+    i = next((k for k in range(min(len(plain), len(got))) if plain[k] != got[k]), None)
+    if i is None:
+        return False, f"lengths differ: plain {len(plain)}, assisted {len(got)} tokens"
+    a, b = plain[i], got[i]
+    gap_p = float(plain_rows[i][a] - plain_rows[i][b])
+    gap_g = float(got_rows[i][b] - got_rows[i][a])
+    ok = gap_p <= NEAR_TIE_GAP and gap_g <= NEAR_TIE_GAP
+    return ok, f"position {i}: plain {a} vs assisted {b}; gaps {gap_p:.2e} (plain logits), {gap_g:.2e} (assisted logits)"
+
+
+def _eval(draftd_bin: Path, url: str, data: Path, strategy: str, out: Path) -> dict[str, Any]:
+    subprocess.run(
+        [str(draftd_bin), "eval", "--url", url, "--data", str(data), "--n", str(DRAFT_LEN), "--strategy", strategy,
+         "--concurrency", "1", "--json", str(out)],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    r: dict[str, Any] = json.loads(out.read_text())
+    assert r["failures"] == 0, r.get("first_error")
+    return r
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_llamacpp_greedy_and_acceptance_is_evals(strategy: str, llama: Llama, greedy: dict[str, Any],
+                                                 drafter: Server, draftd_bin: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    steps: dict[str, int] = {}
+    hist = [0] * (DRAFT_LEN + 1)
+    reached, accepted = [0] * DRAFT_LEN, [0] * DRAFT_LEN
+    # A generous timeout: a miss would be an empty draft that draftd eval does
+    # not have (CI machines are loaded); the failure rule has its own tests.
+    with DraftdDraftModel(drafter.url, n=DRAFT_LEN, strategy=strategy, timeout=60) as dm, data.open("w") as f:
+        for sid, (ids, plain, plain_rows) in greedy.items():
+            free, free_rows = _run(llama, dm, ids, budget=False)
+            ok, why = near_tie(plain, plain_rows, free.tokens, free_rows)
+            print(f"{sid} ({strategy}): {why}; τ {free.acceptance.tau:.2f}")
+            assert ok, f"{sid} ({strategy}): llama.cpp + draftd is not plain greedy: {why}"
+            acc = free.acceptance
+            assert acc.tokens == len(free.tokens) == NEW_TOKENS
+            assert acc.drafted[0] == 0 and all(d == DRAFT_LEN for d in acc.drafted[1:]), acc.drafted
+            assert all(0 <= a <= d for a, d in zip(acc.accepted, acc.drafted))
+            # Each step adds its accepted tokens and one of the target's; the
+            # last may be cut by max_tokens.
+            assert sum(a + 1 for a in acc.accepted[:-1]) < acc.tokens <= sum(a + 1 for a in acc.accepted)
+
+            # The budgeted run (the default) gives the same output and steps,
+            # with no draft reaching past max_tokens.
+            bud, _ = _run(llama, dm, ids)
+            assert bud.tokens == free.tokens, f"{sid}: the budget changed the output"
+            assert bud.acceptance.steps == acc.steps
+            made = 0
+            for d, a in zip(bud.acceptance.drafted, bud.acceptance.accepted):
+                assert d <= NEW_TOKENS - made - 1, f"{sid}: a draft of {d} with {NEW_TOKENS - made} tokens left"
+                made += a + 1
+
+            steps[sid] = acc.steps - 1  # without the prompt's pass
+            for a in acc.accepted[1:]:
+                hist[a] += 1
+            r, c = acc.by_position(DRAFT_LEN)
+            reached = [x + y for x, y in zip(reached, r)]
+            accepted = [x + y for x, y in zip(accepted, c)]
+            out = free.tokens
+            f.write(json.dumps({"id": sid, "prompt": ids + out[:1], "continuation": out[1:]}) + "\n")
+        assert dm.unresolved == 0, "a step's context did not extend the last draft"
+        # One session: each generation established it once, with its prompt
+        # sent ahead (prime: tokens), then accepted+bonus every step; nothing
+        # lost, nothing missed.
+        assert dm.misses == 0 and dm.skipped == 0, dm.miss_kinds
+        st = dm.session_stats
+        assert st is not None and st.resent == 0 and st.tokens == dm.primes == 2 * len(greedy), st
+        assert st.incremental == dm.requests - dm.primes
+
+    r = _eval(draftd_bin, drafter.url, data, strategy, tmp_path / "eval.json")
+    assert {s["id"]: s["steps"] for s in r["per_sample"]} == steps
+    assert r["accept_hist"] == hist, f"accepted-length histogram: draftd eval {r['accept_hist']}; llama.cpp {hist}"
+    assert r["position_reached"] == reached
+    assert r["position_accepted"] == accepted, f"per position: draftd eval {r['position_accepted']}; llama.cpp {accepted}"
+    print(f"{strategy}: τ (eval, after the first token) {r['tau']:.3f}; accepted by position {r['accept_by_position']}")
+
+
+def test_llamacpp_adaptive_n_is_plain_greedy(llama: Llama, greedy: dict[str, Any], drafter: Server) -> None:
+    """adaptive=True chooses each draft's length in [1, n] (never more, and
+    each within the budget); the output is still plain greedy's."""
+    with DraftdDraftModel(drafter.url, n=DRAFT_LEN, strategy="model", adaptive=True, timeout=60) as dm:
+        lengths: set[int] = set()
+        for sid, (ids, plain, plain_rows) in greedy.items():
+            g, rows = _run(llama, dm, ids)
+            ok, why = near_tie(plain, plain_rows, g.tokens, rows)
+            assert ok, f"{sid} (adaptive): not plain greedy: {why}"
+            assert all(d <= DRAFT_LEN for d in g.acceptance.drafted)
+            lengths.update(g.acceptance.drafted[1:])
+        assert dm.misses == 0 and dm.unresolved == 0
+        print(f"adaptive draft lengths used: {sorted(lengths)}")
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port: int = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_llamacpp_draftd_down_is_plain_greedy(llama: Llama, greedy: dict[str, Any]) -> None:
+    sid, (ids, plain, _) = next(iter(greedy.items()))
+    with DraftdDraftModel(f"http://127.0.0.1:{_closed_port()}", n=DRAFT_LEN, cooldown=0) as dm:
+        g, _ = _run(llama, dm, ids)
+        assert g.tokens == plain, f"{sid}: with draftd down the output is not plain greedy"
+        # The prime and every step asked, but the last (no room: one token left).
+        assert dm.calls == len(g.acceptance.drafted) - 1
+        assert dm.requests == dm.misses == dm.calls > 1
+        assert set(dm.miss_kinds) == {"ConnectError"}, dm.miss_kinds
+        assert all(d == 0 for d in g.acceptance.drafted)
+
+
+def test_llamacpp_draftd_silent_costs_a_timeout_then_cooldown(llama: Llama, greedy: dict[str, Any]) -> None:
+    """A server that accepts connections and never answers: the first
+    request (the prompt sent ahead) times out (a miss), and the cooldown
+    (longer than the whole generation here) sends no other request."""
+    sid, (ids, plain, _) = next(iter(greedy.items()))
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            held.append(c)  # read nothing, answer nothing
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+        with DraftdDraftModel(url, n=DRAFT_LEN, timeout=0.2, first_timeout=0.2, cooldown=3600) as dm:
+            g, _ = _run(llama, dm, ids)
+            assert g.tokens == plain, f"{sid}: with draftd silent the output is not plain greedy"
+            assert (dm.requests, dm.misses) == (1, 1), (dm.requests, dm.misses, dm.miss_kinds)
+            assert set(dm.miss_kinds) == {"TimeoutError"}, dm.miss_kinds
+            assert dm.skipped == dm.calls - 1  # all but the last (no room)
+    finally:
+        stop.set()
+        srv.close()
+        for c in held:
+            c.close()
+
+
+def test_draft_model_rejects_bad_settings() -> None:
+    for kw in ({"n": 0}, {"n": 2.5}, {"timeout": 0}, {"first_timeout": -1}, {"cooldown": -1}):
+        with pytest.raises(ValueError):
+            DraftdDraftModel("http://127.0.0.1:9", **kw)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="base_url"):
+        DraftdDraftModel("127.0.0.1:9")
