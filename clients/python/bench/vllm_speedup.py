@@ -254,7 +254,7 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         if st.get("calls") and "T_step" in comp and steps:
             t_call = st["draft_seconds"] / st["calls"]
             nbar = st["draft_tokens"] / max(st["drafts"], 1)
-            ver = comp.get(f"T_verify({round(nbar) + 1})") or comp.get(f"T_verify({k + 1})")
+            ver = verify_at(comp, nbar)
             if ver:
                 taum = (m["accepted_tokens"] + steps) / steps
                 seq = taum * comp["T_step"] / (t_call + ver)
@@ -271,6 +271,21 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         lines.append(f"| {name} | {thr} | {tps(r):.2f} | {speed} | {tau} | {eq} | {pred} | {call} |")
     lines += ["", breakdown(res, comp, pre)]
     return "\n".join(lines)
+
+
+def verify_at(comp: dict[str, float], nbar: float) -> float:
+    """T_verify(n̄+1), interpolated linearly between the measured lengths
+    (the nearest one outside them)."""
+    pts = sorted((int(k[9:-1]), v) for k, v in comp.items() if k.startswith("T_verify("))
+    if not pts:
+        return float("nan")
+    x = nbar + 1
+    if x <= pts[0][0] or len(pts) == 1:
+        return pts[0][1] if x <= pts[0][0] else pts[-1][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return pts[-1][1]
 
 
 def breakdown(res: dict[str, dict[str, Any]], comp: dict[str, float], pre: dict[str, Any] | None) -> str:
@@ -292,7 +307,7 @@ def breakdown(res: dict[str, dict[str, Any]], comp: dict[str, float], pre: dict[
         draft = dm.get("http_s", 0.0) / calls
         http = st["draft_seconds"] / calls - draft
         nbar = st["draft_tokens"] / max(st["drafts"], 1)
-        ver = comp.get(f"T_verify({round(nbar) + 1})", float("nan"))
+        ver = verify_at(comp, nbar)
         rest = cyc - draft - http - ver
         out.append(f"| {name} | {cyc * 1e3:.0f} | {draft * 1e3:.0f} | {http * 1e3:.1f} | {ver * 1e3:.0f} | {rest * 1e3:.0f} |")
     return "\n".join(out)
