@@ -18,7 +18,7 @@ Columns: output tokens/s (decode: from the first generated token to the last,
 the prompt's pass left out alike for every row), speed-up over llama.cpp alone
 at 2 threads, τ (tokens per target verification step), outputs equal to plain
 greedy (llama.cpp alone's tokens; llama-speculative-simple's text), and the
-speed-up DESIGN §8 predicts from component times measured in isolation
+speed-up docs/serving.md#the-predicted-speed-up predicts from component times measured in isolation
 (T_step: alone's decode time per token; T_verify(k): one Llama.eval of k
 positions with every position's logits, as the speculative path runs it;
 the draft round trip R(k) of draftd alone; the engine's per-cycle work).

@@ -18,7 +18,7 @@ the vLLM venv). Rows:
                     computed while the target verifies
   …-adaptive        the proposer's adaptive draft length (≤ K)
 
-and the components of the predicted speed-up (DESIGN §8, docs/serving.md):
+and the components of the predicted speed-up (docs/serving.md#the-predicted-speed-up):
 the target's prefill (max_tokens 1), its single step T_step (alone), its
 (K+1)-position verification T_verify(K+1) (an oracle proposer that drafts
 the known continuation, all accepted: bench/vllm_oracle.py), the drafter's
