@@ -103,7 +103,14 @@ def llama() -> Llama:
 
 
 def _run(llama: Llama, dm: DraftdDraftModel | None, ids: list[int], budget: bool = True) -> tuple[Generation, Any]:
-    """One greedy generation; also the logits that chose each token."""
+    """One greedy generation; also the logits that chose each token.
+
+    Every run starts from an empty cache: llama-cpp-python otherwise keeps
+    the KV of the prompt prefix the previous run shares and re-evaluates only
+    the rest, and a prompt's last position computed alone rounds differently
+    from the same position in the prompt's batch, enough to flip a later
+    near-tie (seen on an AVX-512 Xeon: token 27 of code-s)."""
+    llama.reset()
     llama.draft_model = dm
     try:
         g = generate(llama, ids, NEW_TOKENS, budget=budget)
