@@ -182,8 +182,8 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			Namespace: ns, Name: "session_tokens", Help: "Context and last-draft tokens held by sessions (--max-session-tokens), 4 bytes each.",
 		}, func() float64 { return float64(sessions().Tokens) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Name: "session_bytes", Help: "Bytes of token ids held by sessions (4 per token).",
-		}, func() float64 { return float64(sessions().Tokens * session.TokenBytes) }),
+			Namespace: ns, Name: "session_bytes", Help: "Bytes held by sessions: their token arrays as allocated (4 bytes per token), plus each session's id and 320 bytes of bookkeeping.",
+		}, func() float64 { return float64(sessions().Bytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: ns, Name: "sessions_deleted_total", Help: "Sessions deleted by DELETE /v1/sessions/ID.",
 		}, func() float64 { return float64(sessions().Deleted) }),
@@ -197,14 +197,14 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			Namespace: ns, Name: "kv_cache_bytes", Help: "Bytes of KV cache blocks in use (held by sequences or the prefix cache).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget: its part of the memory budget (--kv-cache-bytes less the sessions' 4 × --max-session-tokens).",
+			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget: its part of the memory budget (--kv-cache-bytes less what the sessions can hold: 5 × --max-session-tokens + 480 × --max-sessions).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Name: "memory_budget_bytes", Help: "The memory budget of KV cache and sessions (--kv-cache-bytes): draftd_kv_cache_budget_bytes + 4 × --max-session-tokens.",
+			Namespace: ns, Name: "memory_budget_bytes", Help: "The memory budget of KV cache and sessions (--kv-cache-bytes): draftd_kv_cache_budget_bytes + 5 × --max-session-tokens + 480 × --max-sessions.",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget + sessionCap) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "memory_bytes", Help: "Bytes of the memory budget in use: KV cache blocks (pre-draft sequences included) plus session token ids.",
-		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse + sessions().Tokens*session.TokenBytes) })),
+		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse + sessions().Bytes) })),
 		sessionEvictions(ns, sessions),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -497,19 +497,26 @@ func TestRank(t *testing.T) {
 }
 
 // TestMemoryBudgetMetrics: the memory budget is the KV cache's part plus
-// the sessions' 4 × MaxSessionTokens, and what is in use counts the
-// sessions' ids: a session of 100 context tokens and 8 draft tokens adds
-// 432 bytes to draftd_memory_bytes beside the KV blocks.
+// what the sessions can hold at most (5 bytes × MaxSessionTokens, and 320 B
+// + a 128-byte id + 32 B of rounding × MaxSessions), and what is in use
+// counts the sessions: a session "m" of 100 context tokens (400 B, in the
+// allocator's 416-byte size class) and 8 draft tokens (32 B, a size class of
+// its own) adds 416 + 32 + 320 + 1 bytes to draftd_memory_bytes beside the KV
+// blocks.
 func TestMemoryBudgetMetrics(t *testing.T) {
-	ts := startHealthy(t, Config{MaxSessionTokens: 1 << 16})
+	ts := startHealthy(t, Config{MaxSessionTokens: 1 << 16, MaxSessions: 10})
 	kv := metricOf(t, ts, "draftd_kv_cache_budget_bytes")
-	if b := metricOf(t, ts, "draftd_memory_budget_bytes"); b != kv+4<<16 {
-		t.Errorf("memory budget %g; want the KV budget %g + %d", b, kv, 4<<16)
+	if b, want := metricOf(t, ts, "draftd_memory_budget_bytes"), kv+5<<16+10*(320+128+32); b != want {
+		t.Errorf("memory budget %g; want the KV budget %g + %d", b, kv, 5<<16+10*(320+128+32))
 	}
 	sessionDraft(t, ts, fmt.Sprintf(`{"session":"m","tokens":%s,"n":8}`, idsJSON(seq(1, 100))))
 	used, kvUsed := metricOf(t, ts, "draftd_memory_bytes"), metricOf(t, ts, "draftd_kv_cache_bytes")
-	if used != kvUsed+4*108 {
-		t.Errorf("memory in use %g; want the KV blocks' %g + 432 bytes of session ids", used, kvUsed)
+	const sess = 416 + 32 + 320 + 1
+	if used != kvUsed+sess {
+		t.Errorf("memory in use %g; want the KV blocks' %g + %d bytes of the session", used, kvUsed, sess)
+	}
+	if sb := metricOf(t, ts, "draftd_session_bytes"); sb != sess {
+		t.Errorf("draftd_session_bytes %g; want %d", sb, sess)
 	}
 }
 

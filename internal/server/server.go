@@ -263,7 +263,7 @@ func New(cfg Config) (*Server, error) {
 			return b.d.Stats(), true
 		}
 		return engine.Stats{}, false
-	}, st.Stats, cfg.MaxSessionTokens*session.TokenBytes)
+	}, st.Stats, session.MaxBytes(cfg.MaxSessions, cfg.MaxSessionTokens))
 	if cfg.PredraftBranches > 0 {
 		s.pre = newPredrafter(cfg.PredraftBranches, cfg.MaxSessions, s.met)
 	}

@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -38,6 +40,23 @@ func ValidID(id string) bool {
 // TokenBytes is what the store holds per token (ids are kept as int32).
 const TokenBytes = 4
 
+// EntryBytes bounds what one session costs the store besides its token
+// arrays and its id's bytes: the entry (id, two slice headers, last use),
+// its LRU list element, its share of the id map (slots at the lowest load
+// factor after a growth) and the rounding of the id's allocation.
+// TestBytesAccounted checks Stats.Bytes against the heap the store really
+// grows by.
+const EntryBytes = 320
+
+// MaxBytes bounds what a store with these bounds can hold: 5 bytes per
+// token (4, and up to a quarter more for the allocator's rounding of an
+// array: at most 1/8 below 32 KiB, at most a page of 8 KiB above), and per
+// session EntryBytes, the longest id and up to 16 bytes of rounding of each
+// of its two arrays.
+func MaxBytes(maxSessions int, maxTokens int64) int64 {
+	return maxTokens*(TokenBytes+1) + int64(maxSessions)*(EntryBytes+MaxIDLen+32)
+}
+
 // Options bound a Store.
 type Options struct {
 	MaxSessions int              // sessions held at once (≥ 1)
@@ -56,7 +75,8 @@ const (
 // Stats is a snapshot of a store.
 type Stats struct {
 	Sessions int               // sessions held
-	Tokens   int64             // tokens held (× TokenBytes bytes)
+	Tokens   int64             // tokens held
+	Bytes    int64             // what the sessions cost: their token arrays as allocated, ids and EntryBytes each
 	Evicted  map[string]uint64 // sessions evicted, by reason
 	Deleted  uint64            // sessions deleted by their client
 }
@@ -82,6 +102,7 @@ type Store struct {
 	byID    map[string]*list.Element // of *entry
 	lru     *list.List               // front: most recently used
 	tokens  int64
+	bytes   int64 // Σ entry.bytes() over the sessions held
 	locks   map[string]*lock
 	evicted map[string]uint64
 	deleted uint64
@@ -95,6 +116,23 @@ type entry struct {
 }
 
 func (e *entry) size() int64 { return int64(len(e.ctx) + len(e.last)) }
+
+// bytes is what the entry costs: its token arrays as allocated (their
+// capacities, the allocator's rounding of their lengths), its id and
+// EntryBytes.
+func (e *entry) bytes() int64 {
+	return int64(cap(e.ctx)+cap(e.last))*TokenBytes + int64(len(e.id)) + EntryBytes
+}
+
+// int32s copies ts into a new array whose capacity is the whole allocation
+// (slices.Grow rounds it up to the allocator's size class, as append does).
+func int32s(ts []int) []int32 {
+	out := slices.Grow([]int32(nil), len(ts))[:len(ts)]
+	for i, t := range ts {
+		out[i] = int32(t)
+	}
+	return out
+}
 
 type lock struct {
 	ch   chan struct{} // holds one value while locked
@@ -208,17 +246,11 @@ func (s *Store) Put(id string, context, draft []int) bool {
 	if el := s.byID[id]; el != nil {
 		s.remove(el)
 	}
-	size := int64(len(context) + len(draft))
+	e := &entry{id: strings.Clone(id), ctx: int32s(context), last: int32s(draft), used: now}
+	size := e.size()
 	if size > s.opt.MaxTokens {
 		s.evicted[ReasonTokens]++
 		return false
-	}
-	e := &entry{id: id, ctx: make([]int32, len(context)), last: make([]int32, len(draft)), used: now}
-	for i, t := range context {
-		e.ctx[i] = int32(t)
-	}
-	for i, t := range draft {
-		e.last[i] = int32(t)
 	}
 	for s.lru.Len() >= s.opt.MaxSessions {
 		s.remove(s.lru.Back())
@@ -228,8 +260,9 @@ func (s *Store) Put(id string, context, draft []int) bool {
 		s.remove(s.lru.Back())
 		s.evicted[ReasonTokens]++
 	}
-	s.byID[id] = s.lru.PushFront(e)
+	s.byID[e.id] = s.lru.PushFront(e)
 	s.tokens += size
+	s.bytes += e.bytes()
 	return true
 }
 
@@ -260,7 +293,7 @@ func (s *Store) Stats() Stats {
 	for k, v := range s.evicted {
 		ev[k] = v
 	}
-	return Stats{Sessions: s.lru.Len(), Tokens: s.tokens, Evicted: ev, Deleted: s.deleted}
+	return Stats{Sessions: s.lru.Len(), Tokens: s.tokens, Bytes: s.bytes, Evicted: ev, Deleted: s.deleted}
 }
 
 // expire drops the sessions unused for TTL: the least recently used ones,
@@ -279,4 +312,5 @@ func (s *Store) remove(el *list.Element) {
 	e := s.lru.Remove(el).(*entry)
 	delete(s.byID, e.id)
 	s.tokens -= e.size()
+	s.bytes -= e.bytes()
 }

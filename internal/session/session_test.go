@@ -6,6 +6,8 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -164,5 +166,43 @@ func TestDeleteWhileLocked(t *testing.T) {
 	u()
 	if full, err := s.Extend("a", 1, 9); err != nil || !slices.Equal(full, []int{7, 8, 9}) {
 		t.Errorf("Extend: %v %v; want [7 8 9]", full, err)
+	}
+}
+
+// TestBytesAccounted: what Stats says sessions cost is at least the heap the
+// store really grows by holding them (runtime.MemStats after a GC, an
+// independent measure), and not more than 3× it, for small and large
+// sessions and for counts just below and above a growth of the id map.
+func TestBytesAccounted(t *testing.T) {
+	for _, c := range []struct{ n, ctx, draft, idLen int }{
+		{1000, 1, 0, 5}, {1000, 4, 2, 12}, {5000, 4, 2, 36}, {8192, 1, 1, 8}, {8193, 1, 1, 8},
+		{20000, 2, 8, 20}, {3000, 200, 16, 128}, {500, 2049, 0, 8}, {300, 8193, 8, 8}, {200, 33000, 8, 8},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := newStore(t, Options{MaxSessions: c.n, MaxTokens: int64(c.n * (c.ctx + c.draft)), TTL: time.Hour})
+		for i := range c.n {
+			id := fmt.Sprintf("%0*d", c.idLen, i) // (idLen bytes: every case's ids have room for n)
+			if !s.Put(id, make([]int, c.ctx), make([]int, c.draft)) {
+				t.Fatalf("%+v: Put %d refused", c, i)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		st := s.Stats()
+		runtime.KeepAlive(s)
+		grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		if st.Sessions != c.n {
+			t.Fatalf("%+v: %d sessions held; want %d", c, st.Sessions, c.n)
+		}
+		t.Logf("%+v: accounted %d B (%.0f B/session), heap grew %d B (%.0f B/session)",
+			c, st.Bytes, float64(st.Bytes)/float64(c.n), grew, float64(grew)/float64(c.n))
+		if st.Bytes < grew || st.Bytes > 3*grew {
+			t.Errorf("%+v: accounted %d B; the heap grew %d B (want accounted in [grew, 3 × grew])", c, st.Bytes, grew)
+		}
+		if max := MaxBytes(c.n, int64(c.n*(c.ctx+c.draft))); st.Bytes > max {
+			t.Errorf("%+v: accounted %d B > MaxBytes %d", c, st.Bytes, max)
+		}
 	}
 }
