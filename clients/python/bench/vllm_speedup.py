@@ -6,7 +6,9 @@ prompts (code, chat, prose), one request at a time and, for the rows marked
 c = 4, four at once; each row is a fresh vLLM process (bench/vllm_run.py in
 the vLLM venv). Rows:
 
+  prefill, prefill-1  the prompt's pass alone (max_tokens 1), 2 / 1 threads
   alone-T           the target alone, T threads
+  oracle-K[-t1]     the verification probe (below), 2 / 1 threads
   ngram             vLLM's n-gram proposer (prompt lookup), K = 4
   draft_model-K     vLLM's draft-model proposer with the same 0.5B drafter
                     (its bf16 export), K
@@ -53,6 +55,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent / "tests"))
+
+from realtarget import vllm_near_tie  # noqa: E402
 
 
 def cpu() -> str:
@@ -128,7 +132,6 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from realtarget import near_tie as _unused  # noqa: F401  (same module the test uses)
     from realtarget import prompts as real_prompts
 
     tok = AutoTokenizer.from_pretrained(str(a.target))
@@ -145,10 +148,12 @@ def main() -> None:
     # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores) or None, concurrency)
     rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None] | None, int]] = {
         "prefill": (["--max-tokens", "1"], 2, None, None, 1),
+        "prefill-1": (["--max-tokens", "1"], 1, None, None, 1),
         "alone-1": ([], 1, None, None, 1),
         "alone-2": ([], 2, None, None, 1),
         f"oracle-{k}": (["--method", "oracle", "--k", str(k)], 2, None, None, 1),
         "oracle-4": (["--method", "oracle", "--k", "4"], 2, None, None, 1),
+        f"oracle-{k}-t1": (["--method", "oracle", "--k", str(k)], 1, None, None, 1),
         "ngram": (["--method", "ngram", "--k", "4"], 2, None, None, 1),
         "draft_model-4": (["--method", "draft_model", "--k", "4", "--draft-model", str(a.draft_hf)], 2, None, None, 1),
         f"draft_model-{k}": (["--method", "draft_model", "--k", str(k), "--draft-model", str(a.draft_hf)], 2, None, None, 1),
@@ -187,7 +192,7 @@ def main() -> None:
                    VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
                    KMP_BLOCKTIME="0", OMP_WAIT_POLICY="PASSIVE")
         cmd = [a.python, str(HERE / "vllm_run.py"), "--model", str(a.target), "--prompts", str(prompts), "--out",
-               str(out), "--dtype", a.dtype, "--concurrency", str(conc), "--ignore-eos", *vargs]
+               str(out), "--dtype", a.dtype, "--concurrency", str(conc), "--ignore-eos", "--logprobs", *vargs]
         if cores:
             cmd = ["taskset", "-c", cores, *cmd]
         load = os.getloadavg()[0]
@@ -224,22 +229,29 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
              f"{cpu()}; {time.strftime('%Y-%m-%d')}", ""]
     plain = res.get("alone-2")
     pre = res.get("prefill")
-    comp: dict[str, float] = {}
-    if plain and pre:
-        ids = list(plain["outputs"])
-        dec = sum(plain["seconds"][i] - pre["seconds"][i] for i in ids)
-        comp["T_step"] = dec / sum(len(plain["outputs"][i]) - 1 for i in ids)
+    # The components by the target's threads (1 or 2): T_step from alone-T,
+    # T_verify(k+1) from the oracle rows run with T threads, each less the
+    # prompt's pass with T threads (prefill, prefill-1).
+    comps: dict[str, dict[str, float]] = {}
+    for t in ("2", "1"):
+        alone, pf = res.get(f"alone-{t}"), res.get("prefill" if t == "2" else "prefill-1")
+        if not (alone and pf):
+            continue
+        ids = list(alone["outputs"])
+        c = comps[t] = {}
+        c["T_step"] = sum(alone["seconds"][i] - pf["seconds"][i] for i in ids) / sum(len(alone["outputs"][i]) - 1 for i in ids)
         for name, r in res.items():
-            if name.startswith("oracle-") and r["metrics"]["drafts"]:
+            if name.startswith("oracle-") and r.get("threads") == t and r["metrics"]["drafts"]:
                 kk = int(name.split("-")[1])
-                dec = sum(r["seconds"][i] - pre["seconds"][i] for i in ids)
-                comp[f"T_verify({kk + 1})"] = dec / r["metrics"]["drafts"]
-        lines.append("components: " + ", ".join(f"{n} {v * 1e3:.0f} ms" for n, v in comp.items()))
-        lines.append("")
+                c[f"T_verify({kk + 1})"] = sum(r["seconds"][i] - pf["seconds"][i] for i in ids) / r["metrics"]["drafts"]
+        lines.append(f"components, {t} vLLM thread{'s' if t == '2' else ''}: "
+                     + ", ".join(f"{n} {v * 1e3:.0f} ms" for n, v in c.items()))
+    lines.append("")
+    comp = comps.get("2", {})
     lines += ["| row | threads (vLLM + draftd) | tokens/s | × alone (same cores) | τ | = greedy | predicted × | draft call ms (HTTP ms) |",
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in res.items():
-        if name in ("prefill",) or name.startswith("oracle-"):
+        if name.startswith(("prefill", "oracle-")):
             continue
         base = res.get("alone-2-c4" if r["concurrency"] > 1 else "alone-2")
         speed = f"{tps(r) / tps(base):.2f}" if base else "–"
@@ -248,9 +260,17 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         tau = f"{(m['accepted_tokens'] + steps) / steps:.2f}" if steps else "–"
         eq = "–"
         if plain and r["concurrency"] == 1 and r is not plain:
-            eq = f"{sum(r['outputs'][i] == plain['outputs'][i] for i in plain['outputs'])}/{len(plain['outputs'])}"
+            ok = [vllm_near_tie(plain, r, i) for i in plain["outputs"]]
+            eq = f"{sum(o for o, _ in ok)}/{len(ok)}"
+            ties = sum(o and why != "equal" for o, why in ok)
+            if ties:
+                eq += f" ({ties} near-tie{'s' if ties > 1 else ''})"
+            for i, (o, why) in zip(plain["outputs"], ok):
+                if why != "equal":
+                    print(f"vllm_speedup: {name} {i}: {why}{'' if o else ' — NOT a near-tie'}", file=sys.stderr)
         pred, call = "–", "–"
         st = r.get("proposer") or {}
+        comp = comps.get(str(r.get("threads")), {})
         if st.get("calls") and "T_step" in comp and steps:
             t_call = st["draft_seconds"] / st["calls"]
             nbar = st["draft_tokens"] / max(st["drafts"], 1)
@@ -269,7 +289,7 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
             if "+" in part:
                 thr = part
         lines.append(f"| {name} | {thr} | {tps(r):.2f} | {speed} | {tau} | {eq} | {pred} | {call} |")
-    lines += ["", breakdown(res, comp, pre)]
+    lines += ["", breakdown(res, comps, pre, res.get("prefill-1"))]
     return "\n".join(lines)
 
 
@@ -288,7 +308,8 @@ def verify_at(comp: dict[str, float], nbar: float) -> float:
     return pts[-1][1]
 
 
-def breakdown(res: dict[str, dict[str, Any]], comp: dict[str, float], pre: dict[str, Any] | None) -> str:
+def breakdown(res: dict[str, dict[str, Any]], comps: dict[str, dict[str, float]], pre2: dict[str, Any] | None,
+              pre1: dict[str, Any] | None) -> str:
     """One cycle of each c = 1 draftd row, in ms: the draft (draftd's
     handler time: parse, queue, forward passes, answer), HTTP (the
     proposer's call less that: client, JSON, loopback), the target's
@@ -298,7 +319,8 @@ def breakdown(res: dict[str, dict[str, Any]], comp: dict[str, float], pre: dict[
     out = ["| row | cycle ms | draft | HTTP + client | verify | engine + rest |", "|---|---:|---:|---:|---:|---:|"]
     for name, r in res.items():
         st, dm = r.get("proposer") or {}, r.get("draftd_metrics") or {}
-        if not st.get("calls") or r["concurrency"] != 1 or pre is None:
+        pre, comp = (pre1, comps.get("1", {})) if str(r.get("threads")) == "1" else (pre2, comps.get("2", {}))
+        if not st.get("calls") or r["concurrency"] != 1 or pre is None or not comp:
             continue
         ids = list(r["outputs"])
         cycles = r["metrics"]["drafts"] + sum(1 for _ in ids)  # + each request's last step, which had no draft

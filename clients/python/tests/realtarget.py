@@ -97,3 +97,22 @@ def near_tie(greedy: Any, assisted: Any, prompt_len: int) -> tuple[bool, str]:
     gap_a = float(sa[b[i]] - sa[a[i]])
     ok = gap_g <= NEAR_TIE_GAP and gap_a <= NEAR_TIE_GAP
     return ok, f"position {i}: greedy {a[i]} vs assisted {b[i]}; gaps {gap_g:.2e} (greedy scores), {gap_a:.2e} (assisted scores)"
+
+
+def vllm_near_tie(plain: dict[str, Any], assisted: dict[str, Any], sid: str) -> tuple[bool, str]:
+    """For two runs of bench/vllm_run.py (--logprobs): whether request sid's
+    outputs are equal, or first differ where both runs' top-2
+    log-probabilities put the two tokens within NEAR_TIE_GAP."""
+    a, b = plain["outputs"][sid], assisted["outputs"][sid]
+    if a == b:
+        return True, "equal"
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), None)
+    if i is None:
+        return False, f"lengths differ: plain {len(a)}, assisted {len(b)}"
+
+    def gap(run: dict[str, Any], first: int, second: int) -> float:
+        top = dict((int(t), lp) for t, lp in run["logprobs"][sid][i])
+        return top[first] - top[second] if first in top and second in top else float("inf")
+
+    ga, gb = gap(plain, a[i], b[i]), gap(assisted, b[i], a[i])
+    return ga <= NEAR_TIE_GAP and gb <= NEAR_TIE_GAP, f"position {i}: plain {a[i]} vs assisted {b[i]}; gaps {ga:.2e}, {gb:.2e}"

@@ -37,7 +37,7 @@ import pytest
 
 import draftd
 from conftest import REPO, Server
-from realtarget import NEAR_TIE_GAP
+from realtarget import vllm_near_tie as near_tie
 
 pytestmark = pytest.mark.realmodel
 
@@ -96,24 +96,6 @@ def prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def drafter(real_drafter: Server) -> Server:
     return real_drafter
-
-
-def near_tie(plain: dict[str, Any], assisted: dict[str, Any], sid: str) -> tuple[bool, str]:
-    """Equal, or first different where both runs' top-2 log-probabilities
-    put the two tokens within NEAR_TIE_GAP."""
-    a, b = plain["outputs"][sid], assisted["outputs"][sid]
-    if a == b:
-        return True, "equal"
-    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), None)
-    if i is None:
-        return False, f"lengths differ: plain {len(a)}, assisted {len(b)}"
-
-    def gap(run: dict[str, Any], first: int, second: int) -> float:
-        top = dict((int(t), lp) for t, lp in run["logprobs"][sid][i])
-        return top[first] - top[second] if first in top and second in top else float("inf")
-
-    ga, gb = gap(plain, a[i], b[i]), gap(assisted, b[i], a[i])
-    return ga <= NEAR_TIE_GAP and gb <= NEAR_TIE_GAP, f"position {i}: plain {a[i]} vs assisted {b[i]}; gaps {ga:.2e}, {gb:.2e}"
 
 
 def test_vllm_with_draftd_is_greedy_and_acceptance_is_evals(prompts: Path, drafter: Server, draftd_bin: Path,
