@@ -138,10 +138,12 @@ def main() -> None:
               disable_log_stats=False, seed=0, speculative_config=spec_config(a), **kw)
     sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos,
                         logprobs=2 if a.logprobs else None)
-    # Warm-up: one short generation (first-call allocations, the proposer's
-    # first connection), not timed and not in the counters' difference.
+    # Warm-up: one short generation with the same sampling parameters
+    # (first-call allocations, the log-probabilities' first use: ~4 s, the
+    # proposer's first connection), not timed and not in the counters'
+    # difference.
     llm.generate([TokensPrompt(prompt_token_ids=prompts[0]["prompt"][:16])],
-                 SamplingParams(temperature=0.0, max_tokens=4), use_tqdm=False)
+                 SamplingParams(temperature=0.0, max_tokens=4, logprobs=sp.logprobs), use_tqdm=False)
     startup = time.perf_counter() - t0
 
     before = spec_metrics(llm)

@@ -56,7 +56,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from realtarget import vllm_near_tie  # noqa: E402
+from realtarget import BF16_TIE_GAP, NEAR_TIE_GAP, vllm_near_tie  # noqa: E402
 
 
 def cpu() -> str:
@@ -260,7 +260,8 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         tau = f"{(m['accepted_tokens'] + steps) / steps:.2f}" if steps else "–"
         eq = "–"
         if plain and r["concurrency"] == 1 and r is not plain:
-            ok = [vllm_near_tie(plain, r, i) for i in plain["outputs"]]
+            gap = BF16_TIE_GAP if a.dtype in ("bfloat16", "bf16") else NEAR_TIE_GAP
+            ok = [vllm_near_tie(plain, r, i, gap) for i in plain["outputs"]]
             eq = f"{sum(o for o, _ in ok)}/{len(ok)}"
             ties = sum(o and why != "equal" for o, why in ok)
             if ties:
