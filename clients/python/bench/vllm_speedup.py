@@ -272,19 +272,23 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         pred, call = "–", "–"
         st = r.get("proposer") or {}
         comp = comps.get(str(r.get("threads")), {})
-        if st.get("calls") and "T_step" in comp and steps:
+        # The prediction is against the same baseline as the measured column
+        # (alone-2: T_step with 2 threads), the cycle's verification with the
+        # row's own target threads; none for c = 4 (one request's components
+        # do not describe a batch's).
+        base_step = comps.get("2", {}).get("T_step")
+        if st.get("calls"):
             t_call = st["draft_seconds"] / st["calls"]
-            nbar = st["draft_tokens"] / max(st["drafts"], 1)
-            ver = verify_at(comp, nbar)
-            if ver:
-                taum = (m["accepted_tokens"] + steps) / steps
-                seq = taum * comp["T_step"] / (t_call + ver)
-                pred = f"{seq:.2f}"
-                if "predraft" in name:
-                    pred += f" (overlap ≤ {taum * comp['T_step'] / max(t_call, ver):.2f})"
             dm = r.get("draftd_metrics", {})
             http = (st["draft_seconds"] - dm.get("http_s", 0.0)) / st["calls"]
             call = f"{t_call * 1e3:.0f} ({http * 1e3:.1f})"
+            nbar = st["draft_tokens"] / max(st["drafts"], 1)
+            ver = verify_at(comp, nbar) if comp else None
+            if ver and base_step and steps and r["concurrency"] == 1:
+                taum = (m["accepted_tokens"] + steps) / steps
+                pred = f"{taum * base_step / (t_call + ver):.2f}"
+                if "predraft" in name:
+                    pred += f" (overlap ≤ {taum * base_step / max(t_call, ver):.2f})"
         thr = name.rsplit("-", 1)[-1] if name.startswith("draftd-") else (r.get("threads") or "?")
         for part in name.split("-"):
             if "+" in part:
