@@ -197,3 +197,16 @@ def test_length_tuner() -> None:
         t.accept(8, 3)
     t.times(0.08, 8, 0.5)
     assert t.best() == 3
+    # Drafts of 4, every token accepted, for long enough that positions 5–8
+    # were last drafted long ago (decayed to 0.016 of a draft): they count as
+    # accepted like position 4 (q ≈ 1), so a cheap draft (10 ms a token
+    # against a 200 ms rest of the cycle) goes back to K: E(8) = 8.76,
+    # 31.3 tokens/s against E(4) = 4.88, 20.3. With a fixed prior of ½ for
+    # them, E(6) = 5.40 at 20.8 tokens/s beat E(8) = 5.57 at 19.9: 6.
+    t = LengthTuner(8)
+    for _ in range(8):
+        t.accept(8, 8)
+    for _ in range(200):
+        t.accept(4, 4)
+    t.times(0.04, 4, 0.2)
+    assert t.best() == 8

@@ -133,9 +133,14 @@ class LengthTuner:
     E(n) = 1 + Σ_{j≤n} Π_{i≤j} q_i tokens; the draft call's time per token
     d; and the rest of the cycle (the target's verification and the
     engine) R, taken as independent of n. best() = argmax_n E(n) / (R + d·n),
-    n ≤ K; K until 8 drafts and a cycle have been seen. A verification that
-    grows with n makes the true best shorter than this one: it errs towards
-    K, the fixed length."""
+    n ≤ K; K until 8 drafts and a cycle have been seen. A position seldom
+    reached (drafts shorter than it) is taken to be accepted as often as
+    the one before it, q_j = (accepted_j + 2·q_{j−1}) / (reached_j + 2),
+    q_0 = ½: with a fixed prior of ½ the positions past the current length,
+    no longer drafted, looked worse as their counts decayed and the length
+    stuck short (measured on the real pair: τ 3.4 against 4.8 at K = 8). A
+    verification that grows with n makes the true best shorter than this
+    one: it errs towards K, the fixed length."""
 
     def __init__(self, k: int, decay: float = 0.97) -> None:
         self.k = k
@@ -168,9 +173,9 @@ class LengthTuner:
     def best(self) -> int:
         if self.drafts < 8 or self.per_token is None or self.rest is None:
             return self.k
-        best, best_rate, e, run = self.k, 0.0, 1.0, 1.0
+        best, best_rate, e, run, q = self.k, 0.0, 1.0, 1.0, 0.5
         for n in range(1, self.k + 1):
-            q = (self.accepted[n - 1] + 1) / (self.reached[n - 1] + 2)  # Laplace: unseen positions 1/2
+            q = (self.accepted[n - 1] + 2 * q) / (self.reached[n - 1] + 2)  # unseen: as the position before
             run *= q
             e += run
             rate = e / (self.rest + self.per_token * n)
