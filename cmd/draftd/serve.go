@@ -70,7 +70,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxDraft   = fs.Int("max-draft-len", engine.DefaultMaxDraftLen, fmt.Sprintf("largest n a request may ask; [1, %d]", engine.MaxMaxDraftLen))
 		threads    = fs.Int("threads", 0, fmt.Sprintf("kernel worker threads; [0, 4×cores = %d], 0: all cores", maxThreads()))
 		maxBatch   = fs.Int("max-batch", engine.DefaultMaxBatch, fmt.Sprintf("sequences per engine step; [1, %d]", engine.MaxMaxBatch))
-		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("memory budget in bytes of the KV cache and the sessions (5 × --max-session-tokens + 480 × --max-sessions of it is set aside for sessions, the KV cache gets the rest, at least %d); 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", minKVCacheBytes, minKVCacheBytes, int64(maxKVCacheBytes)))
+		kvBytes    = fs.Int64("kv-cache-bytes", 0, fmt.Sprintf("memory budget in bytes of the KV cache and the sessions (%d × --max-session-tokens + %d × --max-sessions of it is set aside for sessions, the KV cache gets the rest, at least %d); 0 (a quarter of free memory, ≤ 8 GiB) or [%d, %d]", session.MaxBytes(0, 1), session.MaxBytes(1, 0), minKVCacheBytes, minKVCacheBytes, int64(maxKVCacheBytes)))
 		maxQueue   = fs.Int("max-queue", engine.DefaultMaxQueue, fmt.Sprintf("drafts waiting for a batch slot before 503 queue_full (a /v1/drafts call counts its items until each is admitted); [1, %d]", engine.MaxMaxQueue))
 		queueTO    = fs.Duration("queue-timeout", engine.DefaultQueueTimeout, fmt.Sprintf("longest wait for a batch slot before 503 queue_timeout (the head of the queue too); (0, %v]", engine.MaxQueueTimeout))
 		maxBody    = fs.Int64("max-body-bytes", d.MaxBodyBytes, fmt.Sprintf("POST /draft body limit in bytes (413 above); [%d, %d]", server.MinBodyBytes, server.MaxBodyBytes))
@@ -167,8 +167,8 @@ func runServe(ctx context.Context, args []string) error {
 	sessBytes := session.MaxBytes(*maxSess, *sessTokens)
 	kvPart := memBudget - sessBytes
 	if kvPart < minKVCacheBytes {
-		return clientUsageError(fs, fmt.Sprintf("--kv-cache-bytes %d (the memory budget of KV cache and sessions) leaves %d bytes of KV cache after the %d bytes set aside for sessions (5 × --max-session-tokens %d + %d × --max-sessions %d); want at least %d: raise --kv-cache-bytes or lower --max-session-tokens or --max-sessions",
-			memBudget, kvPart, sessBytes, *sessTokens, session.MaxBytes(1, 0), *maxSess, minKVCacheBytes))
+		return clientUsageError(fs, fmt.Sprintf("--kv-cache-bytes %d (the memory budget of KV cache and sessions) leaves %d bytes of KV cache after the %d bytes set aside for sessions (%d × --max-session-tokens %d + %d × --max-sessions %d); want at least %d: raise --kv-cache-bytes or lower --max-session-tokens or --max-sessions",
+			memBudget, kvPart, sessBytes, session.MaxBytes(0, 1), *sessTokens, session.MaxBytes(1, 0), *maxSess, minKVCacheBytes))
 	}
 	lookup := draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]}
 	strat, err := draft.New(*strategy, lookup)

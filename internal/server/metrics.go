@@ -6,6 +6,7 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,9 @@ type metrics struct {
 
 // newMetrics registers the collectors; stats reads the engine's state, ok
 // false while there is no engine; sessionCap is the sessions' share of the
+// sessionCapHelp says what session.MaxBytes sets aside, per flag.
+var sessionCapHelp = fmt.Sprintf("%d × --max-session-tokens + %d × --max-sessions", session.MaxBytes(0, 1), session.MaxBytes(1, 0))
+
 // memory budget in bytes.
 func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats, sessionCap int64) *metrics {
 	const ns = "draftd"
@@ -197,10 +201,10 @@ func newMetrics(stats func() (engine.Stats, bool), sessions func() session.Stats
 			Namespace: ns, Name: "kv_cache_bytes", Help: "Bytes of KV cache blocks in use (held by sequences or the prefix cache).",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesInUse) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget: its part of the memory budget (--kv-cache-bytes less what the sessions can hold: 5 × --max-session-tokens + 480 × --max-sessions).",
+			Namespace: ns, Name: "kv_cache_budget_bytes", Help: "The KV cache's byte budget: its part of the memory budget (--kv-cache-bytes less what the sessions can hold: " + sessionCapHelp + ").",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: ns, Name: "memory_budget_bytes", Help: "The memory budget of KV cache and sessions (--kv-cache-bytes): draftd_kv_cache_budget_bytes + 5 × --max-session-tokens + 480 × --max-sessions.",
+			Namespace: ns, Name: "memory_budget_bytes", Help: "The memory budget of KV cache and sessions (--kv-cache-bytes): draftd_kv_cache_budget_bytes + " + sessionCapHelp + ".",
 		}, stat(func(s engine.Stats) float64 { return float64(s.KVBytesBudget + sessionCap) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "memory_bytes", Help: "Bytes of the memory budget in use: KV cache blocks (pre-draft sequences included) plus session token ids.",

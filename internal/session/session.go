@@ -246,12 +246,12 @@ func (s *Store) Put(id string, context, draft []int) bool {
 	if el := s.byID[id]; el != nil {
 		s.remove(el)
 	}
-	e := &entry{id: strings.Clone(id), ctx: int32s(context), last: int32s(draft), used: now}
-	size := e.size()
+	size := int64(len(context) + len(draft))
 	if size > s.opt.MaxTokens {
 		s.evicted[ReasonTokens]++
 		return false
 	}
+	e := &entry{id: strings.Clone(id), ctx: int32s(context), last: int32s(draft), used: now}
 	for s.lru.Len() >= s.opt.MaxSessions {
 		s.remove(s.lru.Back())
 		s.evicted[ReasonCount]++

@@ -58,6 +58,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from realtarget import BF16_TIE_GAP, NEAR_TIE_GAP, vllm_near_tie  # noqa: E402
 
+#: The row of the prompt's pass alone, by the target's threads.
+PREFILL = {"2": "prefill", "1": "prefill-1"}
+
 
 def cpu() -> str:
     info = Path("/proc/cpuinfo").read_text()
@@ -228,13 +231,12 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
     lines = [f"vLLM {a.dtype} target {a.target.name}, {a.prompts} prompts × {a.tokens} tokens, greedy; "
              f"{cpu()}; {time.strftime('%Y-%m-%d')}", ""]
     plain = res.get("alone-2")
-    pre = res.get("prefill")
     # The components by the target's threads (1 or 2): T_step from alone-T,
     # T_verify(k+1) from the oracle rows run with T threads, each less the
     # prompt's pass with T threads (prefill, prefill-1).
     comps: dict[str, dict[str, float]] = {}
     for t in ("2", "1"):
-        alone, pf = res.get(f"alone-{t}"), res.get("prefill" if t == "2" else "prefill-1")
+        alone, pf = res.get(f"alone-{t}"), res.get(PREFILL[t])
         if not (alone and pf):
             continue
         ids = list(alone["outputs"])
@@ -247,7 +249,12 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         lines.append(f"components, {t} vLLM thread{'s' if t == '2' else ''}: "
                      + ", ".join(f"{n} {v * 1e3:.0f} ms" for n, v in c.items()))
     lines.append("")
-    comp = comps.get("2", {})
+    # The prediction is against the same baseline as the measured column
+    # (alone-2: T_step with 2 threads), the cycle's verification with the
+    # row's own target threads; none for c = 4 (one request's components do
+    # not describe a batch's).
+    base_step = comps.get("2", {}).get("T_step")
+    gap = BF16_TIE_GAP if a.dtype in ("bfloat16", "bf16") else NEAR_TIE_GAP
     lines += ["| row | threads (vLLM + draftd) | tokens/s | × alone (same cores) | τ | = greedy | predicted × | draft call ms (HTTP ms) |",
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in res.items():
@@ -260,7 +267,6 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         tau = f"{(m['accepted_tokens'] + steps) / steps:.2f}" if steps else "–"
         eq = "–"
         if plain and r["concurrency"] == 1 and r is not plain:
-            gap = BF16_TIE_GAP if a.dtype in ("bfloat16", "bf16") else NEAR_TIE_GAP
             ok = [vllm_near_tie(plain, r, i, gap) for i in plain["outputs"]]
             eq = f"{sum(o for o, _ in ok)}/{len(ok)}"
             ties = sum(o and why != "equal" for o, why in ok)
@@ -272,11 +278,6 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         pred, call = "–", "–"
         st = r.get("proposer") or {}
         comp = comps.get(str(r.get("threads")), {})
-        # The prediction is against the same baseline as the measured column
-        # (alone-2: T_step with 2 threads), the cycle's verification with the
-        # row's own target threads; none for c = 4 (one request's components
-        # do not describe a batch's).
-        base_step = comps.get("2", {}).get("T_step")
         if st.get("calls"):
             t_call = st["draft_seconds"] / st["calls"]
             dm = r.get("draftd_metrics", {})
@@ -294,7 +295,7 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
             if "+" in part:
                 thr = part
         lines.append(f"| {name} | {thr} | {tps(r):.2f} | {speed} | {tau} | {eq} | {pred} | {call} |")
-    lines += ["", breakdown(res, comps, pre, res.get("prefill-1"))]
+    lines += ["", breakdown(res, comps)]
     return "\n".join(lines)
 
 
@@ -313,8 +314,7 @@ def verify_at(comp: dict[str, float], nbar: float) -> float:
     return pts[-1][1]
 
 
-def breakdown(res: dict[str, dict[str, Any]], comps: dict[str, dict[str, float]], pre2: dict[str, Any] | None,
-              pre1: dict[str, Any] | None) -> str:
+def breakdown(res: dict[str, dict[str, Any]], comps: dict[str, dict[str, float]]) -> str:
     """One cycle of each c = 1 draftd row, in ms: the draft (draftd's
     handler time: parse, queue, forward passes, answer), HTTP (the
     proposer's call less that: client, JSON, loopback), the target's
@@ -324,7 +324,8 @@ def breakdown(res: dict[str, dict[str, Any]], comps: dict[str, dict[str, float]]
     out = ["| row | cycle ms | draft | HTTP + client | verify | engine + rest |", "|---|---:|---:|---:|---:|---:|"]
     for name, r in res.items():
         st, dm = r.get("proposer") or {}, r.get("draftd_metrics") or {}
-        pre, comp = (pre1, comps.get("1", {})) if str(r.get("threads")) == "1" else (pre2, comps.get("2", {}))
+        t = "1" if str(r.get("threads")) == "1" else "2"
+        pre, comp = res.get(PREFILL[t]), comps.get(t, {})
         if not st.get("calls") or r["concurrency"] != 1 or pre is None or not comp:
             continue
         ids = list(r["outputs"])
