@@ -177,7 +177,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	cfg := server.Config{
 		Name: *path,
-		Open: openBackend(backendOptions{
+		Open: withMemoryLimit(openBackend(backendOptions{
 			ModelPath: *path,
 			Resolve:   resolveModel,
 			Model:     model.Options{Threads: *threads, KV: kv},
@@ -186,7 +186,7 @@ func runServe(ctx context.Context, args []string) error {
 				BackgroundDelay: *predraftD},
 			Lookup:     lookup,
 			DraftVocab: *draftVocab, DraftVocabFile: *vocabPath,
-		}),
+		}), memLimitFlags{budget: memBudget, inflight: *maxInfl, maxQueue: *maxQueue, maxBatch: *maxBatch}, logger),
 		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
 		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,
 		MaxBatchItems: *batchItems, MaxSessions: *maxSess, MaxSessionTokens: *sessTokens, SessionTTL: *sessTTL,

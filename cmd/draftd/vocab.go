@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -195,11 +196,21 @@ func runVocab(ctx context.Context, args []string) error {
 	return nil
 }
 
+// maxVocabFileBytes bounds the --draft-vocab-file serve reads: a ranking
+// of a 2-million-token vocabulary (each id ≤ 8 bytes and its count ≤ 21
+// with their separators) is under 60 MB; anything larger is not a file
+// `draftd vocab` wrote.
+const maxVocabFileBytes = 64 << 20
+
 // draftVocabIDs reads a `draftd vocab` file and returns the ids a draft head
 // of n rows keeps for a model of vocab rows: every special token, then the
 // most frequent ids until n.
 func draftVocabIDs(path string, n, vocab int) ([]int, error) {
-	data, err := fileio.ReadFile(path) // a regular file: a FIFO would block start-up
+	// A regular file (a FIFO would block start-up) of a ranking's size.
+	data, err := fileio.ReadFileMax(path, maxVocabFileBytes)
+	if errors.Is(err, fileio.ErrTooLarge) {
+		return nil, fmt.Errorf("%w (a draftd vocab ranking is at most %d bytes)", err, int64(maxVocabFileBytes))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,5 +47,24 @@ func TestDraftVocabIDs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s n=%d: have %v; want an error with %q", c.body, c.n, err, c.want)
 		}
+	}
+}
+
+// TestDraftVocabFileBounded (issue 37): a --draft-vocab-file larger than
+// any ranking `draftd vocab` writes (a sparse file here) is a usage error
+// naming the file and the bound, found from its size without reading it.
+func TestDraftVocabFileBounded(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "huge.json")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(maxVocabFileBytes + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	err = Run(context.Background(), []string{"serve", "--model", tinyGGUF, "--draft-vocab", "10", "--draft-vocab-file", p})
+	if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("have %v; want a usage error naming %s and its bound", err, p)
 	}
 }

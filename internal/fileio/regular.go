@@ -6,6 +6,7 @@
 package fileio
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -55,19 +56,32 @@ func kind(m fs.FileMode) string {
 }
 
 // ReadFile is os.ReadFile for regular files only (see openRegular).
-func ReadFile(path string) ([]byte, error) {
+func ReadFile(path string) ([]byte, error) { return ReadFileMax(path, math.MaxInt-1) }
+
+// ErrTooLarge: a file is larger than what its reader accepts.
+var ErrTooLarge = errors.New("file too large")
+
+// ReadFileMax is ReadFile for a file of at most limit bytes: a larger one
+// (or one that grows past limit while it is read) fails with ErrTooLarge
+// and an error naming the file, its size and the limit, before more than
+// limit+1 bytes are held (a sparse file of many GiB is not read).
+func ReadFileMax(path string, limit int64) ([]byte, error) {
 	f, size, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if uint64(size) > math.MaxInt-1 {
-		return nil, fmt.Errorf("%s: file of %d bytes is too large to read", path, size)
+	limit = min(limit, math.MaxInt-1)
+	if size > limit {
+		return nil, fmt.Errorf("%s: %w (%d bytes; the limit is %d)", path, ErrTooLarge, size, limit)
 	}
 	data := make([]byte, 0, size+1)
 	for {
 		n, err := f.Read(data[len(data):cap(data)])
 		data = data[:len(data)+n]
+		if int64(len(data)) > limit {
+			return nil, fmt.Errorf("%s: %w (it grew past the limit of %d bytes while read)", path, ErrTooLarge, limit)
+		}
 		if err == io.EOF {
 			return data, nil
 		}
