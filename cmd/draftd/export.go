@@ -60,6 +60,7 @@ var hfArchitectures = map[string]string{
 var (
 	errExportUnsupported = errors.New("cannot be exported")
 	errOutNotEmpty       = errors.New("exists and is not empty (--force replaces it)")
+	errOutHoldsModel     = errors.New("holds the --model file: replacing it would delete the model (write the export elsewhere)")
 )
 
 // exportResult is what --json prints.
@@ -103,7 +104,7 @@ func runExport(ctx context.Context, args []string) error {
 	if *threads == 0 {
 		*threads = runtime.GOMAXPROCS(0)
 	}
-	dir, err := checkExportDir(*out, *force)
+	dir, err := checkExportDir(*out, *modelPath, *force)
 	if err != nil {
 		return fmt.Errorf("export: --out %w", err)
 	}
@@ -122,8 +123,10 @@ func runExport(ctx context.Context, args []string) error {
 
 // checkExportDir validates --out before anything is written: a clean path
 // whose last element is a name (not ".", ".." or a root), that is not a
-// file, and is absent or empty unless force. It returns the cleaned path.
-func checkExportDir(out string, force bool) (string, error) {
+// file, does not hold the model file, and is absent or empty unless force.
+// A symbolic link to a directory stands for that directory. It returns the
+// cleaned path (the link's target for a link).
+func checkExportDir(out, modelPath string, force bool) (string, error) {
 	if strings.IndexByte(out, 0) >= 0 {
 		return "", fmt.Errorf("%q: contains a NUL byte", out)
 	}
@@ -138,8 +141,20 @@ func checkExportDir(out string, force bool) (string, error) {
 		return dir, nil
 	case err != nil:
 		return "", err
+	case st.Mode()&os.ModeSymlink != 0:
+		target, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return "", fmt.Errorf("%s: a symbolic link that does not lead to a directory: %w", dir, err)
+		}
+		if tst, err := os.Stat(target); err != nil || !tst.IsDir() {
+			return "", fmt.Errorf("%s: a symbolic link to %s, which is not a directory", dir, target)
+		}
+		return checkExportDir(target, modelPath, force)
 	case !st.IsDir():
 		return "", fmt.Errorf("%s: exists and is not a directory", dir)
+	}
+	if inside(modelPath, dir) {
+		return "", fmt.Errorf("%s: %w", dir, errOutHoldsModel)
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -149,6 +164,20 @@ func checkExportDir(out string, force bool) (string, error) {
 		return "", fmt.Errorf("%s: %w", dir, errOutNotEmpty)
 	}
 	return dir, nil
+}
+
+// inside reports whether the file path lies under the directory dir, both
+// with their symbolic links resolved.
+func inside(path, dir string) bool {
+	p, err1 := filepath.EvalSymlinks(path)
+	d, err2 := filepath.EvalSymlinks(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	p, err1 = filepath.Abs(p)
+	d, err2 = filepath.Abs(d)
+	rel, err := filepath.Rel(d, p)
+	return err1 == nil && err2 == nil && err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // exportTensor is one output tensor: its HF name and shape, and the GGUF
@@ -199,17 +228,23 @@ func exportGGUF(ctx context.Context, path, out, dt string, force bool, threads i
 	}
 
 	parent := filepath.Dir(out)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	made, err := mkdirAllNew(parent)
+	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".export-")
+	prefix := "." + filepath.Base(out) + ".export-"
+	fileio.RemoveStaleDirs(parent, prefix) // what a killed export left
+	tmp, unlock, err := fileio.TempDir(parent, prefix)
 	if err != nil {
+		removeNew(made)
 		return nil, err
 	}
 	done := false
 	defer func() {
+		unlock()
 		if !done {
 			os.RemoveAll(tmp)
+			removeNew(made)
 		}
 	}()
 	if err := os.Chmod(tmp, 0o755); err != nil {
@@ -224,11 +259,39 @@ func exportGGUF(ctx context.Context, path, out, dt string, force bool, threads i
 	if err := writeExportWeights(ctx, filepath.Join(tmp, safetensors.SingleName), cfg, tensors, dt, threads); err != nil {
 		return nil, err
 	}
-	if err := replaceDir(tmp, out, force); err != nil {
+	testPause(ctx, "export-commit")
+	if err := commitDir(ctx, tmp, out, force); err != nil {
 		return nil, err
 	}
 	done = true
 	return res, nil
+}
+
+// mkdirAllNew is os.MkdirAll that returns the directories it created,
+// deepest first.
+func mkdirAllNew(dir string) ([]string, error) {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || !errors.Is(err, os.ErrNotExist) || filepath.Dir(d) == d {
+			break
+		}
+		missing = append(missing, d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		removeNew(missing)
+		return nil, err
+	}
+	return missing, nil
+}
+
+// removeNew removes the directories mkdirAllNew created, deepest first,
+// each only while empty.
+func removeNew(dirs []string) {
+	for _, d := range dirs {
+		if os.Remove(d) != nil {
+			return
+		}
+	}
 }
 
 func exportArchList() string {
@@ -441,25 +504,67 @@ func indentJSON(v any) ([]byte, error) {
 	return append(b, '\n'), err
 }
 
-// replaceDir renames the finished directory tmp to out. An absent out is
-// replaced in one rename, an empty one removed first; a non-empty one
-// (force) is first moved aside beside it, then removed.
-func replaceDir(tmp, out string, force bool) error {
+// commitDir puts the finished directory tmp in place of out, as the last
+// step of an export, and is where a signal stops being able to stop it:
+// nothing is renamed once ctx has ended, and a signal that arrives between
+// the rename and the check after it is undone (out put back as it was).
+// An absent out is replaced in one rename; an existing one (empty, or not
+// with force) is swapped with tmp in one atomic exchange where the system
+// has it (Linux), else moved aside first. The old content is then removed.
+func commitDir(ctx context.Context, tmp, out string, force bool) error {
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	if err := fileio.SyncDir(tmp); err != nil {
+		return err
+	}
 	st, err := os.Lstat(out)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return os.Rename(tmp, out)
+		if err := os.Rename(tmp, out); err != nil {
+			return err
+		}
+		testPause(ctx, "export-renamed")
+		if ctx.Err() != nil {
+			os.Rename(out, tmp) // the deferred cleanup removes it
+			return errInterrupted
+		}
+		return fileio.SyncDir(filepath.Dir(out))
 	case err != nil:
 		return err
 	case !st.IsDir():
 		return fmt.Errorf("%s: exists and is not a directory", out)
 	}
-	if os.Remove(out) == nil { // it was empty
-		return os.Rename(tmp, out)
-	}
-	if !force {
+	if ents, err := os.ReadDir(out); err != nil {
+		return err
+	} else if len(ents) > 0 && !force {
 		return fmt.Errorf("%s: %w", out, errOutNotEmpty)
 	}
+	err = fileio.Exchange(tmp, out)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return replaceAside(ctx, tmp, out)
+	}
+	if err != nil {
+		return err
+	}
+	testPause(ctx, "export-renamed")
+	if ctx.Err() != nil {
+		if err := fileio.Exchange(tmp, out); err != nil {
+			return fmt.Errorf("%w; putting %s back: %v (the old directory is %s)", errInterrupted, out, err, tmp)
+		}
+		return errInterrupted
+	}
+	// tmp now holds the old directory: a process killed while it is
+	// removed leaves it to the next export's cleanup.
+	if err := fileio.SyncDir(filepath.Dir(out)); err != nil {
+		return err
+	}
+	return os.RemoveAll(tmp)
+}
+
+// replaceAside is commitDir's way without an atomic exchange: out is moved
+// aside to tmp + ".old", tmp renamed to out, the old one removed.
+func replaceAside(ctx context.Context, tmp, out string) error {
 	old := tmp + ".old"
 	if err := os.Rename(out, old); err != nil {
 		return err
@@ -468,5 +573,31 @@ func replaceDir(tmp, out string, force bool) error {
 		os.Rename(old, out) // put the old directory back
 		return err
 	}
+	testPause(ctx, "export-renamed")
+	if ctx.Err() != nil {
+		err := os.Rename(out, tmp)
+		if err == nil {
+			err = os.Rename(old, out)
+		}
+		if err != nil {
+			return fmt.Errorf("%w; putting %s back: %v (the old directory is %s)", errInterrupted, out, err, old)
+		}
+		return errInterrupted
+	}
+	if err := fileio.SyncDir(filepath.Dir(out)); err != nil {
+		return err
+	}
 	return os.RemoveAll(old)
+}
+
+// testPause stops at the named point when DRAFTD_TEST_PAUSE names it: it
+// says so on stderr ("draftd: paused at NAME") and waits until ctx ends (a
+// signal), so that a test can signal a process at a known stage without
+// sleeping. Without the variable it does nothing.
+func testPause(ctx context.Context, name string) {
+	if os.Getenv("DRAFTD_TEST_PAUSE") != name {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "draftd: paused at %s (DRAFTD_TEST_PAUSE)\n", name)
+	<-ctx.Done()
 }

@@ -19,7 +19,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/draftd/draftd/internal/fileio"
 	"github.com/draftd/draftd/internal/gguf"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/safetensors"
@@ -492,5 +494,184 @@ func TestExportErrors(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 5 {
 		t.Errorf("%s holds %d entries after two exports; want 5 (no temporary left)", dir, len(ents))
+	}
+}
+
+// dirNames lists dir's entries.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestExportLateSignal (issue 37): a SIGINT that reaches a real export
+// process after its last weight byte is written — paused there by
+// DRAFTD_TEST_PAUSE, no sleep — leaves --out as it was (absent, or with
+// --force the old directory) and no temporary, and the exit status is 1.
+func TestExportLateSignal(t *testing.T) {
+	tok := exportTokenizer(t, 512)
+	src := t.TempDir()
+	gg := filepath.Join(src, "m.gguf")
+	withTokenizer(t, filepath.Join(shippedModels, "tiny-qwen3-q8_0.gguf"), gg, tok)
+	for _, c := range []struct {
+		name  string
+		old   bool // --out exists with a file in it, and --force
+		pause string
+	}{
+		{"absent out", false, "export-commit"},
+		{"forced over an old out", true, "export-commit"},
+		{"absent out, signal after the rename", false, "export-renamed"},
+		{"forced over an old out, signal after the swap", true, "export-renamed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			args := []string{"export", "--model", gg, "--out", out}
+			if c.old {
+				os.Mkdir(out, 0o755)
+				os.WriteFile(filepath.Join(out, "keep"), []byte("old"), 0o644)
+				args = append(args, "--force")
+			}
+			p := startProcEnv(t, []string{"DRAFTD_TEST_PAUSE=" + c.pause}, args...)
+			p.waitLine("paused at "+c.pause, 60*time.Second)
+			p.cmd.Process.Signal(os.Interrupt)
+			if code := p.wait(60 * time.Second); code != 1 {
+				t.Errorf("exit status %d after a late SIGINT; want 1; stderr:\n%s", code, p.stderr())
+			}
+			want := []string(nil)
+			if c.old {
+				want = []string{"out"}
+				if b, err := os.ReadFile(filepath.Join(out, "keep")); err != nil || string(b) != "old" || len(dirNames(t, out)) != 1 {
+					t.Errorf("--out after the signal holds %q (keep: %q, %v); want the old directory", dirNames(t, out), b, err)
+				}
+			}
+			if have := dirNames(t, dir); !slices.Equal(have, want) {
+				t.Errorf("%s holds %q after the signal; want %q", dir, have, want)
+			}
+		})
+	}
+}
+
+// TestExportWeakSpots (issue 37): the next export removes the temporary
+// directory a killed one left (not one a live export holds); a failed
+// export removes the parent directories it created; a symbolic link to an
+// empty directory is exported into; --out naming the directory that holds
+// the model is refused, --force or not, and the model stays.
+func TestExportWeakSpots(t *testing.T) {
+	tok := exportTokenizer(t, 512)
+	dir := t.TempDir()
+	gg := filepath.Join(dir, "m.gguf")
+	withTokenizer(t, filepath.Join(shippedModels, "tiny-qwen3-q8_0.gguf"), gg, tok)
+	exported := []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+
+	t.Run("stale temporary removed", func(t *testing.T) {
+		parent := t.TempDir()
+		stale := filepath.Join(parent, ".out.export-123456")
+		os.Mkdir(stale, 0o755)
+		os.WriteFile(filepath.Join(stale, "model.safetensors"), make([]byte, 4096), 0o644)
+		live, unlock, err := fileio.TempDir(parent, ".out.export-") // a live export's
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unlock()
+		other := filepath.Join(parent, ".out.export-12x")
+		os.Mkdir(other, 0o755)
+		if err := Run(context.Background(), []string{"export", "--model", gg, "--out", filepath.Join(parent, "out")}); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{filepath.Base(live), ".out.export-12x", "out"}
+		slices.Sort(want)
+		if have := dirNames(t, parent); !slices.Equal(have, want) {
+			t.Errorf("%s holds %q; want %q (the stale temporary gone, the live one and other names kept)", parent, have, want)
+		}
+	})
+
+	t.Run("no parents left by a failed export", func(t *testing.T) {
+		parent := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err := Run(ctx, []string{"export", "--model", gg, "--out", filepath.Join(parent, "a", "b", "out")})
+		if !errors.Is(err, errInterrupted) {
+			t.Fatalf("have %v; want %v", err, errInterrupted)
+		}
+		if have := dirNames(t, parent); len(have) != 0 {
+			t.Errorf("a failed export left %q in %s", have, parent)
+		}
+	})
+
+	t.Run("symbolic link to an empty directory", func(t *testing.T) {
+		parent := t.TempDir()
+		target := filepath.Join(parent, "target")
+		os.Mkdir(target, 0o755)
+		link := filepath.Join(parent, "link")
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if err := Run(context.Background(), []string{"export", "--model", gg, "--out", link}); err != nil {
+			t.Fatalf("have %v; want the export written through the link", err)
+		}
+		if have := dirNames(t, target); !slices.Equal(have, exported) {
+			t.Errorf("%s holds %q; want %q", target, have, exported)
+		}
+		if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s is no longer a link (%v)", link, err)
+		}
+		dangling := filepath.Join(parent, "dangling")
+		os.Symlink(filepath.Join(parent, "nowhere"), dangling)
+		if err := Run(context.Background(), []string{"export", "--model", gg, "--out", dangling}); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("a dangling link: have %v; want an error naming the link", err)
+		}
+	})
+
+	t.Run("out holds the model", func(t *testing.T) {
+		mdir := t.TempDir()
+		m := filepath.Join(mdir, "sub", "m.gguf")
+		os.Mkdir(filepath.Dir(m), 0o755)
+		raw, _ := os.ReadFile(gg)
+		os.WriteFile(m, raw, 0o644)
+		for _, args := range [][]string{{"--out", mdir, "--force"}, {"--out", mdir}, {"--out", filepath.Dir(m), "--force"}} {
+			err := Run(context.Background(), append([]string{"export", "--model", m}, args...))
+			if err == nil || !strings.Contains(err.Error(), "holds the --model file") {
+				t.Errorf("%q: have %v; want a refusal naming the model file", args, err)
+			}
+		}
+		if b, err := os.ReadFile(m); err != nil || len(b) != len(raw) {
+			t.Errorf("the model file after the refused exports: %d bytes, %v", len(b), err)
+		}
+	})
+}
+
+// TestExportReplaceAside: where no atomic exchange exists, an export whose
+// context ended during the renames puts the old directory back.
+func TestExportReplaceAside(t *testing.T) {
+	dir := t.TempDir()
+	tmp, out := filepath.Join(dir, ".out.export-1"), filepath.Join(dir, "out")
+	os.Mkdir(tmp, 0o755)
+	os.WriteFile(filepath.Join(tmp, "new"), nil, 0o644)
+	os.Mkdir(out, 0o755)
+	os.WriteFile(filepath.Join(out, "old"), nil, 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := replaceAside(ctx, tmp, out); !errors.Is(err, errInterrupted) {
+		t.Fatalf("have %v; want %v", err, errInterrupted)
+	}
+	if have := dirNames(t, out); !slices.Equal(have, []string{"old"}) {
+		t.Errorf("out holds %q; want the old directory", have)
+	}
+	if have := dirNames(t, tmp); !slices.Equal(have, []string{"new"}) {
+		t.Errorf("the temporary holds %q; want the new directory", have)
+	}
+	if err := replaceAside(context.Background(), tmp, out); err != nil {
+		t.Fatal(err)
+	}
+	if have := dirNames(t, dir); !slices.Equal(have, []string{"out"}) || !slices.Equal(dirNames(t, out), []string{"new"}) {
+		t.Errorf("after the replacement %s holds %q, out %q; want only out with the new file", dir, have, dirNames(t, out))
 	}
 }

@@ -78,7 +78,16 @@ type proc struct {
 
 func startProc(t testing.TB, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, nil, args...)
+}
+
+// startProcEnv is startProc with env added to the test's environment.
+func startProcEnv(t testing.TB, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(draftdBin(t), args...), grew: make(chan struct{}), done: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

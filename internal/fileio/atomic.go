@@ -1,5 +1,6 @@
 // Package fileio holds the file plumbing shared by the model-file packages:
-// read-only memory maps and atomic writes. It knows nothing of file formats.
+// read-only memory maps, atomic writes of files and directories. It knows
+// nothing of file formats.
 package fileio
 
 import (
