@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/server"
@@ -33,10 +35,12 @@ type memLimitFlags struct {
 
 // goLimit is the Go memory limit for a process whose Go memory right after
 // the model loaded was base: base + the memory budget + the bodies in
-// flight + memOverheadBytes + 8 bytes per token of every request that can
-// be queued or running (its ids, held after its body is released).
+// flight + memOverheadBytes + what the requests that can be queued or
+// running hold per token of their longest context and draft: 16 bytes
+// queued (the parsed ids and the engine's copy, 8 bytes each), 32 running
+// (those, and the lookup index's text, chain and hash table).
 func (f memLimitFlags) goLimit(base int64, rules engine.Rules) int64 {
-	perRequest := 8 * int64(f.maxQueue+f.maxBatch) * int64(rules.MaxContext+rules.MaxDraftLen)
+	perRequest := int64(16*f.maxQueue+32*f.maxBatch) * int64(rules.MaxContext+rules.MaxDraftLen)
 	return base + f.budget + f.inflight + memOverheadBytes + perRequest
 }
 
@@ -67,8 +71,26 @@ func withMemoryLimit(open func(context.Context, engine.Observer) (server.Backend
 		base := goMemoryInUse()
 		limit := f.goLimit(base, b.Info().Rules)
 		debug.SetMemoryLimit(limit)
-		log.Info("memory limit", "go_memory_limit", limit, "source", "flags", "go_memory_at_load", base,
+		log.Info("memory limit", "go_memory_limit", limit, "source", "flags", "go_memory_at_load", base, "rss_at_load", selfRSS(),
 			"memory_budget", f.budget, "max_inflight_body_bytes", f.inflight, "overhead", limit-base-f.budget-f.inflight)
 		return b, nil
 	}
+}
+
+// selfRSS is the process's resident set size from /proc/self/statm (Linux),
+// or 0 where that cannot be read.
+func selfRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
 }

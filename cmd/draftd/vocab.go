@@ -209,7 +209,7 @@ func draftVocabIDs(path string, n, vocab int) ([]int, error) {
 	// A regular file (a FIFO would block start-up) of a ranking's size.
 	data, err := fileio.ReadFileMax(path, maxVocabFileBytes)
 	if errors.Is(err, fileio.ErrTooLarge) {
-		return nil, fmt.Errorf("%w (a draftd vocab ranking is at most %d bytes)", err, int64(maxVocabFileBytes))
+		return nil, fmt.Errorf("%w: not a draftd vocab ranking (those are at most %d MiB)", err, maxVocabFileBytes>>20)
 	}
 	if err != nil {
 		return nil, err
