@@ -2,6 +2,7 @@ package fileio
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,4 +43,28 @@ func TestNotRegularFails(t *testing.T) {
 		t.Errorf("Map: %d bytes, %v; want %d bytes", len(m), err, len(want))
 	}
 	Unmap(m)
+}
+
+// TestReadFileMax: a file within the limit reads whole; one over it fails
+// with ErrTooLarge naming the file, without being read (a sparse file).
+func TestReadFileMax(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	os.WriteFile(small, []byte("12345"), 0o644)
+	if b, err := ReadFileMax(small, 5); err != nil || string(b) != "12345" {
+		t.Errorf("within the limit: %q, %v", b, err)
+	}
+	huge := filepath.Join(dir, "huge")
+	f, err := os.Create(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(8 << 30)
+	f.Close()
+	for _, p := range []string{small, huge} {
+		_, err := ReadFileMax(p, 4)
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s over a limit of 4: have %v; want ErrTooLarge naming it", p, err)
+		}
+	}
 }
