@@ -58,7 +58,10 @@ A client whose connection ends before its answer (reset, or closed normally)
 cancels its queued or running request, logged and counted as status 499.
 Every flag's valid range is in its description; a value outside it is a
 usage error (exit 2) — for a range that depends on the model (its maximum
-context), once the model is loaded.`
+context), once the model is loaded. Once loaded, serve sets the Go memory
+limit from --kv-cache-bytes, --max-inflight-body-bytes, --max-queue,
+--max-batch and the model (logged as "memory limit"; a GOMEMLIMIT in the
+environment is kept instead).`
 
 func runServe(ctx context.Context, args []string) error {
 	d := server.Defaults
