@@ -675,3 +675,29 @@ func TestExportReplaceAside(t *testing.T) {
 		t.Errorf("after the replacement %s holds %q, out %q; want only out with the new file", dir, have, dirNames(t, out))
 	}
 }
+
+// TestExportKilledLeftover (issue 37): an export killed outright at its
+// last stage (SIGKILL, as a second Ctrl-C's immediate exit) leaves its
+// hidden temporary and --out as it was; the next export of the same --out
+// removes the temporary and writes --out.
+func TestExportKilledLeftover(t *testing.T) {
+	tok := exportTokenizer(t, 512)
+	dir := t.TempDir()
+	gg := filepath.Join(t.TempDir(), "m.gguf")
+	withTokenizer(t, filepath.Join(shippedModels, "tiny-qwen3-q8_0.gguf"), gg, tok)
+	out := filepath.Join(dir, "out")
+	p := startProcEnv(t, []string{"DRAFTD_TEST_PAUSE=export-commit"}, "export", "--model", gg, "--out", out)
+	p.waitLine("paused at export-commit", 60*time.Second)
+	p.cmd.Process.Kill()
+	p.wait(60 * time.Second)
+	left := dirNames(t, dir)
+	if len(left) != 1 || !strings.HasPrefix(left[0], ".out.export-") {
+		t.Fatalf("a killed export left %q; want its temporary only", left)
+	}
+	if err := Run(context.Background(), []string{"export", "--model", gg, "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	if have := dirNames(t, dir); !slices.Equal(have, []string{"out"}) {
+		t.Errorf("after the next export %s holds %q; want only out", dir, have)
+	}
+}
