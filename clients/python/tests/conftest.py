@@ -4,8 +4,8 @@ processes on free loopback ports, and the real model files.
 
 Environment: DRAFTD_BIN (use this binary instead of building one),
 DRAFTD_REAL_MODELS (the real GGUF files, default ~/.cache/draftd/real, as
-scripts/realmodels names them), CI (when "true", a missing real model
-fails the test instead of skipping it).
+scripts/realmodels names them), DRAFTD_STRICT (the strictness switch,
+draftd._testing.strict: under it every skip is a failure).
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from draftd._testing import need
+from draftd._testing.pytest_strict import *  # noqa: F401,F403  (the switch's hooks)
+
 REPO = Path(__file__).resolve().parents[3]
 
 DRAFTER_FILE = "qwen2.5-coder-0.5b-instruct.gguf"
@@ -33,13 +36,10 @@ def real_models_dir() -> Path:
 
 
 def real_model(name: str) -> Path:
-    """The path of a real model file, or a skip (a failure when CI=true)."""
+    """The path of a real model file, or a skip (a failure under the
+    strictness switch)."""
     p = real_models_dir() / name
-    if not p.is_file():
-        msg = f"real model {p} is missing: run scripts/realmodels (or set DRAFTD_REAL_MODELS)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need(p.is_file(), f"real model {p} is missing: run scripts/realmodels (or set DRAFTD_REAL_MODELS)")
     return p
 
 
@@ -59,7 +59,7 @@ def target() -> tuple[object, object]:
     """(model, tokenizer) of the real target, Qwen2.5-Coder-1.5B-Instruct in
     float32 (realtarget.load_target), loaded once per pytest session: the
     load (transformers dequantizes the GGUF in Python) is the largest fixed
-    cost of the end-to-end tests. Skips (fails when CI=true) without the
+    cost of the end-to-end tests. Skips (fails under the strictness switch) without the
     file; torch and transformers are imported only here."""
     from realtarget import load_target
 
@@ -139,7 +139,7 @@ def serve(draftd_bin: Path) -> Iterator[object]:
 def real_drafter(draftd_bin: Path) -> Iterator[Server]:
     """One ``draftd serve`` on the real drafter (Qwen2.5-Coder-0.5B GGUF),
     one thread, for every end-to-end test of the session (they name the
-    strategy in each request). Skips (fails when CI=true) without the file;
+    strategy in each request). Skips (fails under the strictness switch) without the file;
     the server must exit 0."""
     import draftd
 

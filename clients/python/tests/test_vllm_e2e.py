@@ -21,8 +21,8 @@ differ from the drafter's Q8_0, so drafts are still rejected now and then),
 2 prompts × 32 tokens, one thread each side, so a run is mostly vLLM's
 start-up. bf16 where the CPU has BF16 instructions, else float32 (vLLM's
 bf16 fallback on AVX2 is several times slower and checks nothing more).
-Without the venv or the model directory the test skips, or fails when
-CI=true.
+Without the venv or the model directory the test skips, or fails under
+the strictness switch (DRAFTD_STRICT).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 import draftd
+from draftd._testing import need
 from conftest import REPO, Server
 from realtarget import vllm_near_tie as near_tie
 
@@ -47,11 +48,7 @@ NEW_TOKENS, K = 32, 4
 
 
 def need(path: Path, what: str, how: str) -> Path:
-    if not path.exists():
-        msg = f"{what} {path} is missing: {how}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need(path.exists(), f"{what} {path} is missing: {how}")
     return path
 
 
