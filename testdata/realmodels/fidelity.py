@@ -6,7 +6,7 @@ the model's own chat template, prose from the machine's documentation — the
 greedy continuations of
 
   * draftd (`draftd serve --strategy model`, one POST /draft per prompt),
-  * llama.cpp (node-llama-cpp's prebuilt CPU build, testdata/llamacpp),
+  * llama.cpp (node-llama-cpp's prebuilt CPU build, testdata/node-llama-cpp),
   * transformers on the same GGUF, dequantized to float32 on the CPU: the
     float reference,
 
@@ -255,7 +255,7 @@ def run_draftd(binary: Path, model: Path, prompts: list[Prompt], n: int, kernels
 
 
 def llamacpp_dir() -> Path:
-    return REPO / "testdata" / "llamacpp"
+    return REPO / "testdata" / "node-llama-cpp"
 
 
 def run_llamacpp(model: Path, prompts: list[Prompt], n: int, threads: int) -> tuple[list[list[int]], dict[str, Any]]:
