@@ -193,15 +193,11 @@ def make_prompts(tokenizer: Any, count: int, chars: int) -> list[Prompt]:
 
 
 def draftd_binary() -> Path:
-    """Builds cmd/draftd (CGO_ENABLED=0) into a temporary directory."""
-    out = Path(os.environ.get("DRAFTD_FIDELITY_BIN", "")) if os.environ.get("DRAFTD_FIDELITY_BIN") else None
-    if out and out.is_file():
-        return out
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"draftd-fidelity-{os.getpid()}"
-    tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "CGO_ENABLED": "0", "PATH": os.environ.get("PATH", "") + ":/usr/local/go/bin"}
-    subprocess.run(["go", "build", "-o", str(tmp / "draftd"), "./cmd/draftd"], cwd=REPO, env=env, check=True)
-    return tmp / "draftd"
+    """cmd/draftd built (draftd._testing.serve.build_draftd: $DRAFTD_BIN,
+    else CGO_ENABLED=0 go build) into a temporary directory."""
+    from draftd._testing.serve import build_draftd
+
+    return build_draftd(Path(os.environ.get("TMPDIR", "/tmp")) / f"draftd-fidelity-{os.getpid()}" / "draftd")
 
 
 def run_draftd(binary: Path, model: Path, prompts: list[Prompt], n: int, kernels: str | None,
