@@ -19,7 +19,8 @@ drafter GGUF in ``draftd serve``. Checks:
 vLLM runs in its own venv (scripts/vllmenv; $DRAFTD_VLLM_PYTHON overrides),
 one process per run (bench/vllm_run.py). Cost (CI): the target is the 0.5B
 itself (what is checked is the path, not the speed-up; its bf16 numerics
-differ from the drafter's Q8_0, so drafts are still rejected now and then),
+differ from the drafter GGUF's (mostly Q5_0 with a Q8_0 head, from Qwen's AWQ
+checkpoint), so drafts are still rejected now and then),
 2 prompts × 32 tokens, one thread each side, so a run is mostly vLLM's
 start-up. bf16 where the CPU has BF16 instructions, else float32 (vLLM's
 bf16 fallback on AVX2 is several times slower and checks nothing more).
