@@ -35,7 +35,7 @@ call (draft compute + HTTP); overlapped rows also show the bound
 Every run's JSON is kept in --out; a run whose JSON exists is not redone
 (delete it to redo), so an interrupted table resumes. A measurement, not a
 test: nothing is asserted; outputs' equality with plain greedy is reported
-(realtarget's near-tie rule, as in tests/test_vllm_e2e.py).
+(draftd._testing.neartie, the gap of --dtype, as in tests/test_vllm_e2e.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ request field). Default: 3 prompts (code, chat, prose; the short code
 prompt, ~110 tokens) × 24 new tokens, strategies model and hybrid.
 DRAFTD_E2E_FULL=1: 8 prompts × 64 tokens, all four strategies (hybrid and
 pld through sessions). The model files come from $DRAFTD_REAL_MODELS
-(conftest.real_model); without them (or without torch and transformers) the
+(draftd._testing.serve.real_model); without them (or without torch and transformers) the
 test skips, a failure under the strictness switch (DRAFTD_STRICT).
 """
 

@@ -29,7 +29,7 @@ Cost (CI): one Llama of the target (n_ctx 1024, 2 threads), one ``draftd
 serve`` (1 thread) for both strategies, 2 prompts × 32 tokens.
 DRAFTD_E2E_FULL=1: 3 prompts (code, chat, prose) × 64 tokens. Needs
 llama_cpp in the venv (scripts/llamacpp-python; under the strictness
-switch its absence fails) and the real models (conftest.real_model).
+switch its absence fails) and the real models (draftd._testing.serve.real_model).
 """
 
 from __future__ import annotations
