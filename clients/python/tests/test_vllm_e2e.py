@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 import draftd
-from draftd._testing import need
+from draftd._testing import need as require
 from draftd._testing.neartie import gap_for
 from draftd._testing.realtarget import vllm_near_tie as near_tie
 from draftd._testing.serve import REPO, Server
@@ -52,7 +52,7 @@ NEW_TOKENS, K = 32, 4
 
 
 def need(path: Path, what: str, how: str) -> Path:
-    need(path.exists(), f"{what} {path} is missing: {how}")
+    require(path.exists(), f"{what} {path} is missing: {how}")
     return path
 
 
@@ -84,11 +84,12 @@ def vllm_run(out: Path, *args: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model = hf_dir(HF_NAME)  # first: its absence is the message, not an import error
     from transformers import AutoTokenizer
 
     from draftd._testing.realtarget import prompts as real_prompts
 
-    tok = AutoTokenizer.from_pretrained(str(hf_dir(HF_NAME)))
+    tok = AutoTokenizer.from_pretrained(str(model))
     p = tmp_path_factory.mktemp("vllm") / "prompts.json"
     p.write_text(json.dumps([{"id": i, "prompt": ids} for i, ids in real_prompts(tok, 2, short_code=True)]))
     return p
