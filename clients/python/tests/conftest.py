@@ -18,7 +18,11 @@ from pathlib import Path
 import pytest
 
 from draftd._testing.pytest_strict import *  # noqa: F401,F403  (the switch's hooks)
-from draftd._testing.serve import DRAFTER_FILE, TARGET_FILE, Server, build_draftd, real_model, start_server
+from draftd._testing.serve import (DRAFTER_FILE, REPO, TARGET_FILE, Server, build_draftd, real_model,
+                                   real_models_dir, start_server)
+
+# Test files import these from here too; they are draftd._testing.serve's.
+__all__ = ["DRAFTER_FILE", "REPO", "TARGET_FILE", "Server", "real_model", "real_models_dir", "start_server"]
 
 
 @pytest.fixture(scope="session")
