@@ -45,7 +45,7 @@ from draftd.hf import assisted_generate  # noqa: E402
 
 from draftd._testing.realtarget import INSTRUCTIONS, chat_text, prompts  # noqa: E402
 from draftd._testing.realtarget import generate_near_tie as near_tie  # noqa: E402
-from draftd._testing.serve import Server  # noqa: E402
+from draftd._testing.serve import TARGET_FILE, Server, real_model  # noqa: E402
 
 FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
 N_PROMPTS, NEW_TOKENS = (8, 64) if FULL else (3, 24)
@@ -114,11 +114,14 @@ def test_assisted_is_greedy_and_acceptance_is_evals(strategy: str, target: tuple
     assert eval_steps == client_steps, f"steps per sample: draftd eval {eval_steps}; client {client_steps}"
 
 
-def test_chat_text_is_the_models_template(target: tuple[Any, Any]) -> None:
+def test_chat_text_is_the_models_template() -> None:
     """realtarget.chat_text, the one copy of Qwen2.5's chat template written
     out (for llama.cpp, which takes text), renders as the target's own
-    template does."""
-    _, tok = target
+    template does (its tokenizer only: no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    path = real_model(TARGET_FILE)
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     for q in INSTRUCTIONS:
         want = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
         assert chat_text(q) == want
