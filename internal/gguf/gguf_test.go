@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/draftd/draftd/internal/dtype"
@@ -477,27 +476,24 @@ func writeSparse(t testing.TB, path string, n uint64) {
 	}
 }
 
-// TestOpenNoCopy opens a 1 GiB sparse file: it must be fast, and the tensor
-// data must point into the mapping rather than a copy.
+// TestOpenNoCopy opens a 1 GiB sparse file: Open must not copy or read the
+// tensor data (it allocates under 1 MiB for it) and the tensor's bytes must
+// be the mapping's own, at the data offset. (No wall-clock bound: a read is
+// caught by the allocation and the address; the time is BenchmarkOpen1GiB's.)
 func TestOpenNoCopy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "big.gguf")
 	const n = 1 << 30
 	writeSparse(t, path, n)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	start := time.Now()
 	f, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
 	defer f.Close()
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
 		t.Errorf("Open of 1 GiB allocated %d bytes; want a mapping, not a copy", alloc)
-	}
-	if elapsed > time.Second {
-		t.Errorf("Open of 1 GiB took %v; want a mapping, not a read", elapsed)
 	}
 	ti, _ := f.Tensor("big")
 	if len(ti.Data) != n {

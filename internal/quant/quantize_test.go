@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/draftd/draftd/internal/dtype"
+	"github.com/draftd/draftd/internal/testenv"
 )
 
 // numpyPython is the interpreter with numpy (Debian python3-numpy), as the
@@ -21,7 +22,7 @@ func numpyPython(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no python3 with numpy (scripts/test installs Debian python3-numpy)")
+	testenv.Skip(t, "no python3 with numpy (scripts/test installs Debian python3-numpy)")
 	return ""
 }
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-LLAMACPP = HERE.parent.parent / "testdata" / "llamacpp"  # node-llama-cpp (npm ci there), shared with scripts/fidelity
+LLAMACPP = HERE.parent.parent / "testdata" / "node-llama-cpp"  # node-llama-cpp (npm ci there), shared with scripts/fidelity
 
 
 @dataclass
@@ -167,7 +167,7 @@ def generate(model: Any, torch: Any, prompts: list[list[int]], new_tokens: int, 
 
 def generate_llamacpp(target: Path, prompts: list[list[int]], new_tokens: int, eos_ids: list[int],
                       threads: int, sequences: int) -> tuple[list[list[int]], dict[str, Any]]:
-    """Greedy continuations from llama.cpp (testdata/llamacpp/batch.mjs), up
+    """Greedy continuations from llama.cpp (testdata/node-llama-cpp/batch.mjs), up
     to `sequences` prompts decoding together."""
     req = {"model": str(target), "n": new_tokens, "threads": threads, "sequences": sequences,
            "eos": eos_ids, "prompts": prompts}

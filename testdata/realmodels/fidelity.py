@@ -6,7 +6,7 @@ the model's own chat template, prose from the machine's documentation — the
 greedy continuations of
 
   * draftd (`draftd serve --strategy model`, one POST /draft per prompt),
-  * llama.cpp (node-llama-cpp's prebuilt CPU build, testdata/llamacpp),
+  * llama.cpp (node-llama-cpp's prebuilt CPU build, testdata/node-llama-cpp),
   * transformers on the same GGUF, dequantized to float32 on the CPU: the
     float reference,
 
@@ -193,15 +193,11 @@ def make_prompts(tokenizer: Any, count: int, chars: int) -> list[Prompt]:
 
 
 def draftd_binary() -> Path:
-    """Builds cmd/draftd (CGO_ENABLED=0) into a temporary directory."""
-    out = Path(os.environ.get("DRAFTD_FIDELITY_BIN", "")) if os.environ.get("DRAFTD_FIDELITY_BIN") else None
-    if out and out.is_file():
-        return out
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"draftd-fidelity-{os.getpid()}"
-    tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "CGO_ENABLED": "0", "PATH": os.environ.get("PATH", "") + ":/usr/local/go/bin"}
-    subprocess.run(["go", "build", "-o", str(tmp / "draftd"), "./cmd/draftd"], cwd=REPO, env=env, check=True)
-    return tmp / "draftd"
+    """cmd/draftd built (draftd._testing.serve.build_draftd: $DRAFTD_BIN,
+    else CGO_ENABLED=0 go build) into a temporary directory."""
+    from draftd._testing.serve import build_draftd
+
+    return build_draftd(Path(os.environ.get("TMPDIR", "/tmp")) / f"draftd-fidelity-{os.getpid()}" / "draftd")
 
 
 def run_draftd(binary: Path, model: Path, prompts: list[Prompt], n: int, kernels: str | None,
@@ -255,7 +251,7 @@ def run_draftd(binary: Path, model: Path, prompts: list[Prompt], n: int, kernels
 
 
 def llamacpp_dir() -> Path:
-    return REPO / "testdata" / "llamacpp"
+    return REPO / "testdata" / "node-llama-cpp"
 
 
 def run_llamacpp(model: Path, prompts: list[Prompt], n: int, threads: int) -> tuple[list[list[int]], dict[str, Any]]:

@@ -10,8 +10,8 @@ config mapping and tokenizer builder), which nobody here wrote:
     transformers' tokenizer of the GGUF, and render the chat template the same.
 
 transformers parses the GGUF once per session (it is slow: most of the test's
-time). Without the model file the test skips, except under CI=true, where
-scripts/test fetches it first and a missing file is a failure."""
+time). Without the model file the test skips, except under the strictness switch
+(DRAFTD_STRICT; scripts/test fetches the file first), where it fails."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from draftd._testing import need
 
 import fidelity
 
@@ -33,11 +34,7 @@ def real_dir() -> Path:
 @pytest.fixture(scope="module")
 def gguf() -> Path:
     path = real_dir() / FILE
-    if not path.is_file():
-        msg = f"{path} missing: run scripts/realmodels --only qwen2.5-coder-0.5b"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need(path.is_file(), f"{path} missing: run scripts/realmodels --only qwen2.5-coder-0.5b")
     return path
 
 

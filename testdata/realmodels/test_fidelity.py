@@ -3,8 +3,8 @@ continuations on the smallest real GGUF (SmolLM2-135M-Instruct, Q4_1) against
 transformers' float32 run of the same file, margin-aware (see fidelity.py).
 scripts/fidelity regenerates the full three-way table.
 
-Without the model file the test skips, except under CI=true, where
-scripts/test fetches it first and a missing file is a failure."""
+Without the model file the test skips, except under the strictness switch
+(DRAFTD_STRICT; scripts/test fetches the file first), where it fails."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from draftd._testing import need
 
 import fidelity
 
@@ -38,11 +39,7 @@ def real_dir() -> Path:
 
 def test_draftd_matches_float_reference_on_real_weights() -> None:
     path = real_dir() / fidelity.MODELS[MODEL]
-    if not path.is_file():
-        msg = f"{path} missing: run scripts/realmodels --only {MODEL}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need(path.is_file(), f"{path} missing: run scripts/realmodels --only {MODEL}")
     res = fidelity.run([MODEL], PROMPTS, N, THRESHOLD, ["draftd"], 2, real_dir())
     m = res["models"][MODEL]
     pair = m["pairs"][0]

@@ -29,22 +29,17 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+import torch
 
-import torch  # noqa: E402
-
-import draftd  # noqa: E402
-from draftd.hf import assisted_generate  # noqa: E402
-
-from conftest import DRAFTER_FILE, REPO, TARGET_FILE, real_models_dir, start_server  # noqa: E402
-from realtarget import load_target, near_tie, prompts  # noqa: E402
+import draftd
+from draftd._testing.realtarget import generate_near_tie as near_tie
+from draftd._testing.realtarget import load_target, prompts
+from draftd._testing.serve import DRAFTER_FILE, TARGET_FILE, build_draftd, real_models_dir, start_server
+from draftd.hf import assisted_generate
 
 
 def loadavg() -> str:
@@ -54,7 +49,7 @@ def loadavg() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=Path, default=real_models_dir(), help="directory of the real GGUF files ($DRAFTD_REAL_MODELS)")
-    ap.add_argument("--draftd", type=Path, help="draftd binary (default: go build the repository's)")
+    ap.add_argument("--draftd", type=Path, help="draftd binary (default: $DRAFTD_BIN, else go build the repository's)")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--draft-len", type=int, default=8)
@@ -72,12 +67,7 @@ def main() -> int:
         if not (t.isdigit() and d.isdigit() and int(t) > 0 and int(d) > 0):
             ap.error(f"--configs item {c!r} is not T+D with positive integers")
         configs.append((int(t), int(d)))
-    binary = a.draftd
-    if binary is None:
-        binary = Path("/tmp") / f"draftd-speedup-{os.getpid()}"
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        subprocess.run([go, "build", "-o", str(binary), "./cmd/draftd"], cwd=REPO, check=True,
-                       env=dict(os.environ, CGO_ENABLED="0"))
+    binary = a.draftd or build_draftd(Path("/tmp") / f"draftd-speedup-{os.getpid()}")
     strategies = a.strategies.split(",")
     load_before = loadavg()
     t_load = time.perf_counter()

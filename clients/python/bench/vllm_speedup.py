@@ -35,7 +35,7 @@ call (draft compute + HTTP); overlapped rows also show the bound
 Every run's JSON is kept in --out; a run whose JSON exists is not redone
 (delete it to redo), so an interrupted table resumes. A measurement, not a
 test: nothing is asserted; outputs' equality with plain greedy is reported
-(realtarget's near-tie rule, as in tests/test_vllm_e2e.py).
+(draftd._testing.neartie, the gap of --dtype, as in tests/test_vllm_e2e.py).
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-sys.path.insert(0, str(HERE.parent / "tests"))
+from draftd._testing import metrics as prom
+from draftd._testing.neartie import gap_for
+from draftd._testing.realtarget import vllm_near_tie
+from draftd._testing.serve import build_draftd, start_server
 
-from realtarget import BF16_TIE_GAP, NEAR_TIE_GAP, vllm_near_tie  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 #: The row of the prompt's pass alone, by the target's threads.
 PREFILL = {"2": "prefill", "1": "prefill-1"}
@@ -70,49 +70,25 @@ def cpu() -> str:
     return f"{name.group(1) if name else platform.processor()} ({' '.join(keep)})"
 
 
-def metrics(url: str) -> dict[str, float]:
-    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line:
-            continue
-        k, _, v = line.rpartition(" ")
-        try:
-            out[k] = float(v)
-        except ValueError:
-            pass
-    return out
+def metrics(url: str) -> list[tuple[str, dict[str, str], float]]:
+    return prom.scrape(url)
 
 
-def msum(m: dict[str, float], prefix: str) -> float:
-    return sum(v for k, v in m.items() if k.startswith(prefix))
+def msum(m: list[tuple[str, dict[str, str], float]], name: str) -> float:
+    """The sum of every sample called name (all labels)."""
+    return prom.value(m, name)
 
 
 class Draftd:
+    """draftd serve (draftd._testing.serve), healthy, pinned to cores if given."""
+
     def __init__(self, binary: Path, model: Path, threads: int, flags: list[str], cores: str | None) -> None:
-        cmd = [str(binary), "serve", "--model", str(model), "--addr", "127.0.0.1:0", "--threads", str(threads), *flags]
-        if cores:
-            cmd = ["taskset", "-c", cores, *cmd]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            if m := re.search(r"msg=listening addr=(\S+)", line):
-                self.url = f"http://{m.group(1)}"
-                break
-        else:
-            raise RuntimeError(f"draftd serve exited {self.proc.wait()}")
-        for _ in range(600):
-            try:
-                if json.loads(urllib.request.urlopen(self.url + "/health", timeout=5).read())["status"] == "ok":
-                    return
-            except Exception:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("draftd serve never became healthy")
+        self.server = start_server(binary, model, "--threads", str(threads), *flags, cpus=cores)
+        self.url = self.server.url
+        self.server.wait_healthy(120)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
+        self.server.stop()
 
 
 def main() -> None:
@@ -123,7 +99,7 @@ def main() -> None:
     ap.add_argument("--drafter", type=Path,
                     default=Path(os.environ.get("DRAFTD_REAL_MODELS") or "~/.cache/draftd/real").expanduser()
                     / "qwen2.5-coder-0.5b-instruct.gguf")
-    ap.add_argument("--draftd", type=Path, help="the draftd binary (default: go build)")
+    ap.add_argument("--draftd", type=Path, help="the draftd binary (default: $DRAFTD_BIN, else go build the repository's)")
     ap.add_argument("--python", default=str(Path("~/.cache/draftd/vllm-venv/bin/python").expanduser()))
     ap.add_argument("--prompts", type=int, default=3, help="prompts, alternating code, chat, prose")
     ap.add_argument("--tokens", type=int, default=64)
@@ -135,18 +111,14 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from realtarget import prompts as real_prompts
+    from draftd._testing.realtarget import prompts as real_prompts
 
     tok = AutoTokenizer.from_pretrained(str(a.target))
     prompts = a.out / "prompts.json"
     # short_code: the code prompt is ~110 tokens, not ~380 (the target's
     # prefill is the same in every row and only dilutes the comparison)
     prompts.write_text(json.dumps([{"id": i, "prompt": p} for i, p in real_prompts(tok, a.prompts, short_code=True)]))
-    binary = a.draftd
-    if binary is None:
-        binary = a.out / "draftd"
-        subprocess.run(["go", "build", "-o", str(binary), "./cmd/draftd"], cwd=REPO, check=True,
-                       env=dict(os.environ, CGO_ENABLED="0", PATH=os.environ["PATH"] + ":/usr/local/go/bin"))
+    binary = a.draftd or build_draftd(a.out / "draftd")
     k = a.k
     # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores) or None, concurrency)
     rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None] | None, int]] = {
@@ -211,8 +183,9 @@ def main() -> None:
                     "step_s": msum(after, "draftd_step_seconds_sum") - msum(before, "draftd_step_seconds_sum"),
                     "http_s": msum(after, "draftd_http_request_duration_seconds_sum")
                     - msum(before, "draftd_http_request_duration_seconds_sum"),
-                    "predraft_hits": msum(after, "draftd_predraft_requests_total{result=\"hit\"")
-                    - msum(before, "draftd_predraft_requests_total{result=\"hit\""),
+                    # the label is outcome (a prefix match on result="hit" read 0)
+                    "predraft_hits": prom.value(after, "draftd_predraft_requests_total", {"outcome": "hit"})
+                    - prom.value(before, "draftd_predraft_requests_total", {"outcome": "hit"}),
                     "predraft_requests": msum(after, "draftd_predraft_requests_total")
                     - msum(before, "draftd_predraft_requests_total"),
                 }
@@ -254,7 +227,7 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
     # row's own target threads; none for c = 4 (one request's components do
     # not describe a batch's).
     base_step = comps.get("2", {}).get("T_step")
-    gap = BF16_TIE_GAP if a.dtype in ("bfloat16", "bf16") else NEAR_TIE_GAP
+    gap = gap_for(a.dtype)
     lines += ["| row | threads (vLLM + draftd) | tokens/s | × alone (same cores) | τ | = greedy | predicted × | draft call ms (HTTP ms) |",
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in res.items():

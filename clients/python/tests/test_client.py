@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 import draftd
+from draftd._testing import metrics
 
 KV = ("--kv-cache-bytes", str(64 << 20))
 
@@ -31,15 +32,8 @@ def generate(draftd_bin: Path, model: Path, tokens: list[int], n: int) -> list[i
 
 
 def metric(url: str, name: str, **labels: str) -> float:
-    """The value of one Prometheus sample of the server's /metrics."""
-    text = httpx.get(url + "/metrics").text
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    """The sum of the server's /metrics samples called name with these labels."""
+    return metrics.value(metrics.scrape(url), name, labels)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ real drafter (Qwen2.5-Coder-0.5B-Instruct GGUF), through
 draftd.hf.assisted_generate. Checks, per strategy:
 
 1. lossless: the assisted output equals the target's plain greedy output,
-   up to a near-tie (realtarget.near_tie states the rule);
+   up to a near-tie (draftd._testing.neartie states the rule; float32's gap);
 2. the acceptance the client counted equals ``draftd eval``'s: the
    assisted continuations become a docs/evaluation.md dataset, ``draftd eval
    --concurrency 1 --strategy S`` replays it against the same server, and
@@ -23,7 +23,8 @@ request field). Default: 3 prompts (code, chat, prose; the short code
 prompt, ~110 tokens) × 24 new tokens, strategies model and hybrid.
 DRAFTD_E2E_FULL=1: 8 prompts × 64 tokens, all four strategies (hybrid and
 pld through sessions). The model files come from $DRAFTD_REAL_MODELS
-(conftest.real_model); without them the test skips, or fails when CI=true.
+(draftd._testing.serve.real_model); without them (or without torch and transformers) the
+test skips, a failure under the strictness switch (DRAFTD_STRICT).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ pytest.importorskip("transformers")
 import draftd  # noqa: E402
 from draftd.hf import assisted_generate  # noqa: E402
 
-from conftest import Server  # noqa: E402
-from realtarget import near_tie, prompts  # noqa: E402
+from draftd._testing.realtarget import INSTRUCTIONS, chat_text, prompts  # noqa: E402
+from draftd._testing.realtarget import generate_near_tie as near_tie  # noqa: E402
+from draftd._testing.serve import TARGET_FILE, Server, real_model  # noqa: E402
 
 FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
 N_PROMPTS, NEW_TOKENS = (8, 64) if FULL else (3, 24)
@@ -110,3 +112,16 @@ def test_assisted_is_greedy_and_acceptance_is_evals(strategy: str, target: tuple
     eval_steps = {s["id"]: s["steps"] for s in r["per_sample"]}
     assert eval_tokens == client_tokens
     assert eval_steps == client_steps, f"steps per sample: draftd eval {eval_steps}; client {client_steps}"
+
+
+def test_chat_text_is_the_models_template() -> None:
+    """realtarget.chat_text, the one copy of Qwen2.5's chat template written
+    out (for llama.cpp, which takes text), renders as the target's own
+    template does (its tokenizer only: no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    path = real_model(TARGET_FILE)
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    for q in INSTRUCTIONS:
+        want = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        assert chat_text(q) == want

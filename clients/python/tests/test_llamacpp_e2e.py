@@ -6,8 +6,8 @@ through draftd.llamacpp.DraftdDraftModel. Checks, per strategy:
 1. lossless: the output of llama.cpp greedy with the draftd draft model
    equals plain llama.cpp greedy (the same Llama with no draft model), up
    to a near-tie: at the first differing position both runs' own logits
-   rank the two tokens within NEAR_TIE_GAP (batched verification rounds
-   differently from one-token decoding);
+   rank the two tokens within float32's near-tie gap (draftd._testing.neartie:
+   batched verification rounds differently from one-token decoding);
 2. the acceptance llama.cpp's verification loop produced equals ``draftd
    eval``'s on the same continuations: the assisted outputs become a
    docs/evaluation.md dataset, ``draftd eval --n N --strategy S`` replays it
@@ -28,8 +28,8 @@ counted as misses, and the output is plain greedy's.
 Cost (CI): one Llama of the target (n_ctx 1024, 2 threads), one ``draftd
 serve`` (1 thread) for both strategies, 2 prompts × 32 tokens.
 DRAFTD_E2E_FULL=1: 3 prompts (code, chat, prose) × 64 tokens. Needs
-llama_cpp in the venv (scripts/llamacpp-python; under CI=true its absence
-fails) and the real models (conftest.real_model).
+llama_cpp in the venv (scripts/llamacpp-python; under the strictness
+switch its absence fails) and the real models (draftd._testing.serve.real_model).
 """
 
 from __future__ import annotations
@@ -45,36 +45,34 @@ from typing import Any
 
 import pytest
 
-if os.environ.get("CI") == "true":
-    import llama_cpp  # noqa: F401  (CI installs it: scripts/llamacpp-python; absent is a failure there)
-else:
-    pytest.importorskip("llama_cpp")
+# Absent, the module skips: a failure under the strictness switch
+# (scripts/test installs it with scripts/llamacpp-python).
+pytest.importorskip("llama_cpp")
 
 import numpy as np  # noqa: E402
 from llama_cpp import Llama  # noqa: E402
 
 from draftd.llamacpp import DraftdDraftModel, Generation, generate  # noqa: E402
 
-from conftest import DRAFTER_FILE, REPO, TARGET_FILE, Server, real_model, start_server  # noqa: E402
+from draftd._testing.neartie import from_rows, gap_for  # noqa: E402
+from draftd._testing.neartie import near_tie as _near_tie  # noqa: E402
+from draftd._testing.realtarget import INSTRUCTIONS, PROSE, chat_text  # noqa: E402
+from draftd._testing.serve import DRAFTER_FILE, REPO, TARGET_FILE, Server, real_model, start_server  # noqa: E402
 
 FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
 N_PROMPTS, NEW_TOKENS = (3, 64) if FULL else (2, 32)
 STRATEGIES = ["model", "hybrid"]
 DRAFT_LEN = 4
-#: A divergence from plain greedy is a near-tie when, in each run's own
-#: logits at that position, the two tokens are this close (the rule of
-#: tests/realtarget.py).
-NEAR_TIE_GAP = 1e-2
+#: llama.cpp's logits are float32: draftd._testing.neartie's gap for it.
+NEAR_TIE_GAP = gap_for("float32")
 
 pytestmark = pytest.mark.realmodel
 
 _CODE = (REPO / "testdata/reference/quantize_ref.py").read_text().splitlines()
 PROMPTS = [
     ("code-s", "\n".join(_CODE[27:41]) + "\n"),
-    ("chat-0", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-               "<|im_start|>user\nWrite a Python function that returns the n-th Fibonacci number iteratively, "
-               "with a docstring.<|im_end|>\n<|im_start|>assistant\n"),
-    ("prose-0", "The printing press, invented by Johannes Gutenberg around 1440, changed Europe because"),
+    ("chat-0", chat_text(INSTRUCTIONS[0])),
+    ("prose-0", PROSE[0]),
 ][:N_PROMPTS]
 
 
@@ -133,16 +131,8 @@ def greedy(llama: Llama) -> dict[str, tuple[list[int], list[int], Any]]:
 
 
 def near_tie(plain: list[int], plain_rows: Any, got: list[int], got_rows: Any) -> tuple[bool, str]:
-    if plain == got:
-        return True, "equal"
-    i = next((k for k in range(min(len(plain), len(got))) if plain[k] != got[k]), None)
-    if i is None:
-        return False, f"lengths differ: plain {len(plain)}, assisted {len(got)} tokens"
-    a, b = plain[i], got[i]
-    gap_p = float(plain_rows[i][a] - plain_rows[i][b])
-    gap_g = float(got_rows[i][b] - got_rows[i][a])
-    ok = gap_p <= NEAR_TIE_GAP and gap_g <= NEAR_TIE_GAP
-    return ok, f"position {i}: plain {a} vs assisted {b}; gaps {gap_p:.2e} (plain logits), {gap_g:.2e} (assisted logits)"
+    """draftd._testing.neartie's rule on each run's own logit rows."""
+    return _near_tie(plain, got, from_rows(plain_rows), from_rows(got_rows), NEAR_TIE_GAP)
 
 
 def _eval(draftd_bin: Path, url: str, data: Path, strategy: str, out: Path) -> dict[str, Any]:

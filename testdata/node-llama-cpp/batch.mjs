@@ -1,6 +1,6 @@
 // The target engine of the real-τ dataset when `scripts/realtau gen --engine
 // llama.cpp`: llama.cpp from the prebuilt CPU binaries node-llama-cpp ships on
-// npm (testdata/llamacpp/package.json, shared with the fidelity table; nothing is built from source).
+// npm (testdata/node-llama-cpp/package.json, shared with the fidelity table; nothing is built from source).
 // Reads {"model", "n", "threads", "sequences", "eos": [ids], "prompts": [[ids]...]}
 // as JSON on stdin and writes {"engine", "info", "continuations": [[ids]...]}
 // on stdout. Token ids in, token ids out: no tokenizer or chat template of

@@ -35,7 +35,7 @@ default spins only briefly after a graph, so it does not hold the cores
 draftd then drafts on.
 
   DRAFTD_LLAMACPP_TOOLS=$(scripts/llamacpp-python | tail -n1) \\
-  ~/.cache/draftd/venv/bin/python clients/python/bench/llamacpp_sidebyside.py --out /tmp/sbs
+  ~/.cache/draftd/venv/bin/python clients/python/bench/llamacpp_speedup.py --out /tmp/sbs
 
 A measurement, not a test (nothing asserted; equality is reported). The test of
 the same path is tests/test_llamacpp_e2e.py.
@@ -47,7 +47,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -56,21 +55,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+from draftd._testing import metrics as prom
+from draftd._testing.neartie import from_top, gap_for
+from draftd._testing.neartie import near_tie as _near_tie
 
-from conftest import DRAFTER_FILE, REPO, TARGET_FILE, real_models_dir, start_server  # noqa: E402
+# realtarget imports torch only in load_target, which never runs here (torch's
+# OpenMP runtime must not share a worker's process with llama.cpp's)
+from draftd._testing.realtarget import PROSE, chat_text
+from draftd._testing.serve import DRAFTER_FILE, REPO, TARGET_FILE, build_draftd, real_models_dir, start_server
 
-#: The near-tie gap of tests/realtarget.py and tests/test_llamacpp_e2e.py (not
-#: imported: realtarget imports torch, whose OpenMP runtime the workers'
-#: llama.cpp must not share).
-NEAR_TIE_GAP = 1e-2
-
-CHAT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-PROSE = [
-    "The printing press, invented by Johannes Gutenberg around 1440, changed Europe because",
-    "In the spring the river rose above its banks, and the villagers",
-]
+#: llama.cpp's logits are float32: draftd._testing.neartie's gap for it.
+NEAR_TIE_GAP = gap_for("float32")
 
 
 def prompt_texts(per_kind: int) -> list[tuple[str, str]]:
@@ -84,8 +79,7 @@ def prompt_texts(per_kind: int) -> list[tuple[str, str]]:
         ("code-py", "\n".join((REPO / "testdata/reference/quantize_ref.py").read_text().splitlines()[:40]) + "\n"),
     ]
     chat_q = json.loads((REPO / "scripts/realtau.d/chat.json").read_text())
-    chat = [(f"chat-{i}", f"<|im_start|>system\n{CHAT_SYSTEM}<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n"
-                          "<|im_start|>assistant\n") for i, q in enumerate(chat_q)]
+    chat = [(f"chat-{i}", chat_text(q)) for i, q in enumerate(chat_q)]
     prose = [(f"prose-{i}", p) for i, p in enumerate(PROSE)]
     if per_kind > min(len(code), len(chat), len(prose)):
         raise SystemExit(f"--per-kind {per_kind}: at most {min(len(code), len(prose))}")
@@ -156,19 +150,11 @@ def _top2(llama: Any, ids: list[int], out: list[int]) -> list[list[float]]:
 
 
 def near_tie(plain: list[int], plain_top: list[list[float]], got: list[int], got_top: list[list[float]]) -> tuple[bool, str]:
-    """Equal, or first different where each run's own logits have the two
-    tokens as its best two within NEAR_TIE_GAP (tests/test_llamacpp_e2e.py's rule)."""
-    if plain == got:
-        return True, "equal"
-    i = next((k for k in range(min(len(plain), len(got))) if plain[k] != got[k]), None)
-    if i is None:
-        return False, f"lengths differ: {len(plain)}, {len(got)}"
+    """draftd._testing.neartie's rule on each run's top-2 ([id, logit, id, logit] per position)."""
+    def pairs(top: list[list[float]]) -> list[list[tuple[int, float]]]:
+        return [[(int(t[0]), t[1]), (int(t[2]), t[3])] for t in top]
 
-    def gap(top: list[float], first: int, second: int) -> float:
-        return top[1] - top[3] if int(top[0]) == first and int(top[2]) == second else float("inf")
-
-    gp, gg = gap(plain_top[i], plain[i], got[i]), gap(got_top[i], got[i], plain[i])
-    return gp <= NEAR_TIE_GAP and gg <= NEAR_TIE_GAP, f"token {i}: plain {plain[i]} vs {got[i]}; gaps {gp:.2e}, {gg:.2e}"
+    return _near_tie(plain, got, from_top(pairs(plain_top)), from_top(pairs(got_top)), NEAR_TIE_GAP)
 
 
 def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
@@ -256,17 +242,13 @@ def worker_draftd(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _metrics(httpx: Any, url: str) -> dict[str, float]:
-    text = httpx.get(url + "/metrics", timeout=10).text
-    out = {"sum": 0.0, "count": 0.0}
-    for line in text.splitlines():
-        if line.startswith('draftd_http_request_duration_seconds_sum{route="/draft"'):
-            out["sum"] = float(line.split()[-1])
-        elif line.startswith('draftd_http_request_duration_seconds_count{route="/draft"'):
-            out["count"] = float(line.split()[-1])
-        elif line.startswith("draftd_predraft_requests_total{"):
-            m = re.search(r'outcome="(\w+)"', line)
-            if m:
-                out[m.group(1)] = float(line.split()[-1])
+    """/draft's request-duration sum and count, and the pre-draft outcomes."""
+    m = prom.parse(httpx.get(url + "/metrics", timeout=10).text)
+    out = {"sum": prom.value(m, "draftd_http_request_duration_seconds_sum", {"route": "/draft"}),
+           "count": prom.value(m, "draftd_http_request_duration_seconds_count", {"route": "/draft"})}
+    for name, labels, v in m:
+        if name == "draftd_predraft_requests_total" and "outcome" in labels:
+            out[labels["outcome"]] = v
     return out
 
 
@@ -367,7 +349,7 @@ def main() -> int:
     ap.add_argument("--models", type=Path, default=real_models_dir())
     ap.add_argument("--tools", type=Path, default=os.environ.get("DRAFTD_LLAMACPP_TOOLS"),
                     help="directory of llama-server and llama-speculative-simple (scripts/llamacpp-python's last line)")
-    ap.add_argument("--draftd", type=Path, help="draftd binary (default: go build the repository's)")
+    ap.add_argument("--draftd", type=Path, help="draftd binary (default: $DRAFTD_BIN, else go build the repository's)")
     ap.add_argument("--per-kind", type=int, default=2, help="prompts of each kind (code, chat, prose)")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--n", type=int, default=4, help="draft length of every speculative row")
@@ -393,12 +375,7 @@ def main() -> int:
         ap.error("--n ≥ 1, --tokens ≥ 2, --per-kind ≥ 1")
     a.out.mkdir(parents=True, exist_ok=True)
     target, drafter = a.models / TARGET_FILE, a.models / DRAFTER_FILE
-    draftd_bin = a.draftd
-    if draftd_bin is None:
-        draftd_bin = a.out / "draftd"
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        subprocess.run([go, "build", "-o", str(draftd_bin), "./cmd/draftd"], cwd=REPO, env={**os.environ, "CGO_ENABLED": "0"},
-                       check=True)
+    draftd_bin = a.draftd or build_draftd(a.out / "draftd")
     log = lambda *x: print(*x, file=sys.stderr, flush=True)  # noqa: E731
     loads = [loadavg()]
 
@@ -559,17 +536,8 @@ def main() -> int:
 
 
 def _start_draftd(bin_: Path, model: Path, flags: list[str], cpus: str | None) -> Any:
-    import draftd
-
-    if cpus:
-        # start_server runs `draftd serve` directly; pin it by wrapping the binary.
-        wrapper = Path(tempfile.mkdtemp()) / "draftd"
-        wrapper.write_text(f"#!/bin/sh\nexec taskset -c {cpus} {bin_} \"$@\"\n")
-        wrapper.chmod(0o755)
-        bin_ = wrapper
-    s = start_server(bin_, model, *flags)
-    with draftd.Client(s.url) as c:
-        c.wait_ready(300)
+    s = start_server(bin_, model, *flags, cpus=cpus)
+    s.wait_healthy(300)
     return s
 
 
