@@ -17,9 +17,12 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/draftd/draftd/internal/engine"
+	"github.com/draftd/draftd/internal/eval"
 	"github.com/draftd/draftd/internal/model"
 )
 
@@ -286,4 +289,60 @@ func TestConfidenceSessions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplayWithBound: draftd eval's client with --min-confidence against a
+// real server: full, session and batch replays give the same τ and
+// per-sample steps (the bounded drafts are the same whichever way they are
+// asked), every confidence the replay recorded is at or above the bound,
+// and the bound drafts fewer tokens than the unbounded replay.
+func TestReplayWithBound(t *testing.T) {
+	data := soakData(t, 6, 60)
+	ts := startHealthy(t, Config{})
+	run := func(p string, bound float64, rows func(eval.ConfidenceRow)) *eval.Report {
+		t.Helper()
+		d, err := eval.NewDrafter(eval.BackendDraftd, eval.NewHTTPClient(3), ts.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.(*eval.DraftdClient).MinConfidence = bound
+		r, err := eval.Replay(t.Context(), d, data, eval.ReplayOptions{
+			N: 8, Concurrency: 3, Timeout: time.Minute, Protocol: p, SessionPrefix: fmt.Sprintf("%s-%v-", p, bound), Confidences: rows,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Failures != 0 {
+			t.Fatalf("%s: %d failures (first %s)", p, r.Failures, r.FirstError)
+		}
+		return r
+	}
+	const bound = 0.5
+	var mu sync.Mutex
+	var low, rows int
+	full := run(eval.ProtocolFull, bound, func(r eval.ConfidenceRow) {
+		mu.Lock()
+		defer mu.Unlock()
+		rows++
+		if r.Confidence < bound {
+			low++
+		}
+	})
+	if low > 0 || int64(rows) != full.DraftTokens {
+		t.Errorf("%d of %d recorded confidences below the bound %v; %d draft tokens", low, rows, bound, full.DraftTokens)
+	}
+	for _, p := range []string{eval.ProtocolSession, eval.ProtocolBatch} {
+		r := run(p, bound, nil)
+		if r.Tau != full.Tau || r.DraftTokens != full.DraftTokens || !slices.Equal(r.AcceptHist, full.AcceptHist) {
+			t.Errorf("%s: τ %v, %d draft tokens, hist %v; full: τ %v, %d, %v", p, r.Tau, r.DraftTokens, r.AcceptHist, full.Tau, full.DraftTokens, full.AcceptHist)
+		}
+	}
+	free := run(eval.ProtocolSession, 0, nil)
+	if full.DraftTokens >= free.DraftTokens || full.DraftedPerAccepted >= free.DraftedPerAccepted {
+		t.Errorf("bound %v: %d draft tokens, %.2f per accepted; unbounded %d, %.2f", bound, full.DraftTokens, full.DraftedPerAccepted, free.DraftTokens, free.DraftedPerAccepted)
+	}
+	if full.DraftMSPerAccepted <= 0 || full.AcceptedTokens == 0 {
+		t.Errorf("draft_ms_per_accepted %v over %d accepted tokens", full.DraftMSPerAccepted, full.AcceptedTokens)
+	}
+	t.Logf("bound %v: τ %.3f, %.2f drafted per accepted; unbounded τ %.3f, %.2f", bound, full.Tau, full.DraftedPerAccepted, free.Tau, free.DraftedPerAccepted)
 }
