@@ -6,13 +6,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/draftd/draftd/internal/draft"
@@ -47,6 +50,8 @@ func runEval(ctx context.Context, args []string) error {
 		protocol    = fs.String("protocol", eval.ProtocolFull, "how drafts are asked (draftd only): full (POST /draft, whole context), session (the context once, then accepted+bonus), batch (one POST /v1/drafts per round of the samples in flight, session items)")
 		clipN       = fs.Bool("clip-n", false, "ask at most the tokens the continuation has left after the step's bonus token (min(n, remaining − 1)), as a target that stops at max_tokens uses no more; a step with one token left sends no request (as vLLM's and llama.cpp's draftd proposers do)")
 		targetLat   = fs.Duration("target-latency", 0, "wait this long after each draft (each round for --protocol batch), as the target's verification would")
+		minConf     = fs.Float64("min-confidence", 0, "confidence bound sent with every request (draftd backend; \"min_confidence\" of docs/protocol.md): each draft stops before its first token whose drafter probability is below it; (0, 1], 0: none sent")
+		confOut     = fs.String("confidences-out", "", "ask every draft token's confidence and write one JSON line per draft token to this `file`: sample, step, position, confidence, accepted (draftd backend, --protocol full or session; scripts/calibrate prints the calibration table from it)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: draftd eval --url http://HOST:PORT --data data.jsonl [flags]\n\n"+
@@ -85,6 +90,12 @@ func runEval(ctx context.Context, args []string) error {
 		return clientUsageError(fs, "--strategy is for --protocol full only")
 	case *clipN && *protocol == eval.ProtocolBatch:
 		return clientUsageError(fs, "--clip-n is for --protocol full and session")
+	case !(*minConf >= 0 && *minConf <= 1):
+		return clientUsageError(fs, fmt.Sprintf("--min-confidence %v outside [0, 1]", *minConf))
+	case *minConf > 0 && *backend != eval.BackendDraftd:
+		return clientUsageError(fs, "--min-confidence is for the draftd backend only")
+	case *confOut != "" && (*backend != eval.BackendDraftd || len(rawURLs) > 1 || *protocol == eval.ProtocolBatch):
+		return clientUsageError(fs, "--confidences-out needs --backend draftd, one --url and --protocol full or session")
 	}
 	hc := eval.NewHTTPClient(*concurrency)
 	var bases []string
@@ -99,7 +110,7 @@ func runEval(ctx context.Context, args []string) error {
 			return err
 		}
 		if dc, ok := d.(*eval.DraftdClient); ok {
-			dc.Strategy = *strategy
+			dc.Strategy, dc.MinConfidence = *strategy, *minConf
 		}
 		bases, routed = append(bases, base), append(routed, d)
 	}
@@ -143,15 +154,30 @@ func runEval(ctx context.Context, args []string) error {
 	for _, s := range samples {
 		total += len(s.Continuation)
 	}
-	bar := eval.NewProgress(total, fmt.Sprintf("replaying %d samples", len(samples)))
-	report, err := eval.Replay(ctx, drafter, samples, eval.ReplayOptions{
-		N: *n, Concurrency: *concurrency, Timeout: *timeout, Progress: bar.Add,
+	ropt := eval.ReplayOptions{
+		N: *n, Concurrency: *concurrency, Timeout: *timeout,
 		Protocol: *protocol, TargetLatency: *targetLat, ClipN: *clipN, SessionPrefix: fmt.Sprintf("eval-%x-", time.Now().UnixNano()),
-	})
+	}
+	var rows *confidenceRows
+	if *confOut != "" {
+		if rows, err = newConfidenceRows(*confOut); err != nil {
+			return err
+		}
+		ropt.Confidences = rows.add
+	}
+	bar := eval.NewProgress(total, fmt.Sprintf("replaying %d samples", len(samples)))
+	ropt.Progress = bar.Add
+	report, err := eval.Replay(ctx, drafter, samples, ropt)
 	bar.Done()
+	if rows != nil {
+		if cerr := rows.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	if report == nil {
 		return err
 	}
+	report.MinConfidence = *minConf
 	report.Backend, report.URL, report.Data, report.ServerInfo = *backend, strings.Join(bases, ","), *dataPath, serverInfo
 	if dc, ok := routed[0].(*eval.DraftdClient); ok && len(routed) == 1 {
 		report.AddWire(dc.Wire)
@@ -180,6 +206,41 @@ func runEval(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("eval interrupted: %w", err)
+	}
+	return nil
+}
+
+// confidenceRows writes --confidences-out: one JSON line per draft token.
+type confidenceRows struct {
+	mu  sync.Mutex
+	f   *os.File
+	w   *bufio.Writer
+	err error
+}
+
+func newConfidenceRows(path string) (*confidenceRows, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--confidences-out: %w", err)
+	}
+	return &confidenceRows{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+func (c *confidenceRows) add(r eval.ConfidenceRow) {
+	b, _ := json.Marshal(r)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		_, c.err = c.w.Write(append(b, '\n'))
+	}
+}
+
+func (c *confidenceRows) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := errors.Join(c.err, c.w.Flush(), c.f.Close())
+	if err != nil {
+		return fmt.Errorf("--confidences-out: %w", err)
 	}
 	return nil
 }

@@ -94,6 +94,7 @@ func runServe(ctx context.Context, args []string) error {
 		sessTokens = fs.Int64("max-session-tokens", d.MaxSessionTokens, fmt.Sprintf("context + last-draft tokens held over all sessions (4 bytes each); beyond, the least recently used session is evicted; [max context + --max-draft-len, %d]", int64(server.MaxMaxSessionTokens)))
 		predraft   = fs.Int("predraft-branches", 0, fmt.Sprintf("next requests drafted ahead per session while the engine has free slots (model strategy; below every request in priority); [0, %d], 0: off", server.MaxPredraftBranches))
 		predraftD  = fs.Duration("predraft-delay", 2*time.Millisecond, fmt.Sprintf("pre-draft work starts only this long after the last step that held a request (a client's next request usually comes sooner); [0, %v]", engine.MaxBackgroundDelay))
+		minConf    = fs.Float64("min-confidence", 0, "confidence bound of /v1/drafts items and session requests that give no min_confidence: their chain stops before the first token whose drafter probability is below it; [0, 1], 0: off (a plain /draft without the field always returns n tokens)")
 		sessTTL    = fs.Duration("session-ttl", d.SessionTTL, fmt.Sprintf("a session unused this long is dropped (409 unknown_session after); (0, %v]", server.MaxSessionTTL))
 	)
 	if stop, err := parseClientFlags(fs, args); stop {
@@ -144,6 +145,7 @@ func runServe(ctx context.Context, args []string) error {
 		{*sessTokens < 1 || *sessTokens > server.MaxMaxSessionTokens, outside("max-session-tokens", *sessTokens, 1, int64(server.MaxMaxSessionTokens))},
 		{*predraft < 0 || *predraft > server.MaxPredraftBranches, outside("predraft-branches", *predraft, 0, server.MaxPredraftBranches)},
 		{*predraftD < 0 || *predraftD > engine.MaxBackgroundDelay, fmt.Sprintf("--predraft-delay %v outside [0, %v]", *predraftD, engine.MaxBackgroundDelay)},
+		{!(*minConf >= 0 && *minConf <= engine.MaxConfidence), outside("min-confidence", *minConf, 0, engine.MaxConfidence)},
 		{*sessTTL <= 0 || *sessTTL > server.MaxSessionTTL, fmt.Sprintf("--session-ttl %v outside (0, %v]", *sessTTL, server.MaxSessionTTL)},
 		{!slices.Contains(draft.Names, *strategy), "--strategy must be one of " + strings.Join(draft.Names, ", ")},
 		{*trustMatch < 0 || *trustMatch > draft.MaxMatch, outside("trust-match", *trustMatch, 0, draft.MaxMatch)},
@@ -193,7 +195,7 @@ func runServe(ctx context.Context, args []string) error {
 		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
 		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,
 		MaxBatchItems: *batchItems, MaxSessions: *maxSess, MaxSessionTokens: *sessTokens, SessionTTL: *sessTTL,
-		PredraftBranches: *predraft,
+		PredraftBranches: *predraft, MinConfidence: float32(*minConf),
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -105,7 +105,29 @@ type Result struct {
 	// runner-up there and the probabilities of the draft token and of it;
 	// nil without Item.Alts.
 	Alts []Alt // (len(Draft))
+	// Confidences (with Item.Confidences or Item.MinConfidence > 0) holds
+	// the confidence of each draft token (see Confidence); nil otherwise.
+	Confidences []float32 // (len(Draft))
+	// Stopped reports that the chain stopped before a token whose
+	// confidence fell below Item.MinConfidence (the draft is then shorter
+	// than asked).
+	Stopped bool
 }
+
+// ConfidenceSignal names the drafter's confidence in a draft token that
+// Result.Confidences reports and Item.MinConfidence bounds: the softmax
+// probability of the token under the drafter (its top-1 probability, over
+// the LM head's vocabulary), the value the LM-head argmax kernel already
+// compared to choose the token (model.Seq.PNext). A token the model did not
+// choose from its own distribution — a lookup proposal of a model-free
+// strategy, or a token of a hybrid step that checked a lookup proposal
+// (the kept proposal tokens and the model's token after them) — has no
+// such value: its confidence is 1 (unmeasured), and the bound never stops
+// before it.
+const ConfidenceSignal = "top1_prob"
+
+// MaxConfidence bounds Item.MinConfidence: confidences lie in [0, 1].
+const MaxConfidence = 1
 
 // Alt is the drafter's second choice at one draft position (for
 // pre-drafting): ID is the most likely id other than the draft token there,
@@ -163,11 +185,12 @@ var (
 // while it parses a body (to name the JSON field in its messages); Draft
 // applies them for every other caller.
 const (
-	CodeMissingTokens   = "missing_tokens"         // no context, or an empty one
-	CodeTokenOutOfRange = "token_out_of_range"     // an id < 0 or ≥ vocab
-	CodeInvalidN        = "invalid_n"              // n outside [1, MaxDraftLen]
-	CodeContextTooLong  = "context_too_long"       // the context fills the model's maximum
-	CodeContextOverKV   = "context_over_kv_budget" // context + draft need more KV than the budget
+	CodeMissingTokens     = "missing_tokens"         // no context, or an empty one
+	CodeTokenOutOfRange   = "token_out_of_range"     // an id < 0 or ≥ vocab
+	CodeInvalidN          = "invalid_n"              // n outside [1, MaxDraftLen]
+	CodeContextTooLong    = "context_too_long"       // the context fills the model's maximum
+	CodeContextOverKV     = "context_over_kv_budget" // context + draft need more KV than the budget
+	CodeInvalidConfidence = "invalid_request"        // MinConfidence outside [0, MaxConfidence]
 )
 
 // Rules are the limits a request is checked against.
@@ -242,15 +265,17 @@ type Engine struct {
 
 // request is one Draft call on its way through the engine.
 type request struct {
-	ctx    context.Context
-	tokens []int // (L) the context, a private copy with room for n more
-	n      int   // draft tokens to produce, already shortened to fit MaxContext
-	strat  draft.Guided
-	alts   bool        // record Result.Alts
-	bg     *Background // non-nil: background work (lowq)
-	reply  chan reply
-	enq    time.Time     // when it was queued (Observer.BackgroundWait)
-	elem   *list.Element // its place in the queue; nil once popped or withdrawn (guarded by queue.mu)
+	ctx     context.Context
+	tokens  []int // (L) the context, a private copy with room for n more
+	n       int   // draft tokens to produce, already shortened to fit MaxContext
+	strat   draft.Guided
+	alts    bool        // record Result.Alts
+	conf    bool        // record Result.Confidences (asked, or minConf > 0)
+	minConf float32     // Item.MinConfidence
+	bg      *Background // non-nil: background work (lowq)
+	reply   chan reply
+	enq     time.Time     // when it was queued (Observer.BackgroundWait)
+	elem    *list.Element // its place in the queue; nil once popped or withdrawn (guarded by queue.mu)
 	// members are the drafts of one DraftBatch call, queued as this one
 	// entry (each with its own reply) and admitted one after the other at
 	// the same step boundary; nil for one draft.
@@ -388,6 +413,13 @@ type Item struct {
 	// resumed later from where it was), and is ended with ErrEvicted when a
 	// request needs its KV. Promote turns it into an ordinary request.
 	Background *Background
+	// MinConfidence, when > 0, stops the chain before the first token whose
+	// confidence (ConfidenceSignal) is below it: the draft then has fewer
+	// than N tokens (possibly none) and Result.Stopped is set. The stopped
+	// sequence leaves the batch at once. 0 = off; at most MaxConfidence.
+	MinConfidence float32
+	// Confidences asks for Result.Confidences (also given with a bound).
+	Confidences bool
 }
 
 // Background is the handle of one background draft (Item.Background).
@@ -460,10 +492,17 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		if errs[i] = e.validate(it.Tokens, it.N); errs[i] != nil {
 			continue
 		}
+		if !(it.MinConfidence >= 0 && it.MinConfidence <= MaxConfidence) { // NaN too
+			errs[i] = inputErr(CodeInvalidConfidence, "min_confidence = %v is outside [0, %d]", it.MinConfidence, MaxConfidence)
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
 		g, r, err := e.route(it.Tokens, it.N, it.Strategy)
+		if g == nil && err == nil && (it.Confidences || it.MinConfidence > 0) {
+			r.Confidences = unmeasured(len(r.Draft))
+		}
 		if g == nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, nil, err
@@ -484,7 +523,8 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		// read it after we return), with room for the draft.
 		own := make([]int, len(it.Tokens), len(it.Tokens)+n)
 		copy(own, it.Tokens)
-		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, alts: it.Alts, bg: bg, reply: make(chan reply, 1)})
+		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, alts: it.Alts, bg: bg, reply: make(chan reply, 1),
+			conf: it.Confidences || it.MinConfidence > 0, minConf: it.MinConfidence})
 		slots = append(slots, i)
 	}
 	if len(members) == 0 {
@@ -572,6 +612,16 @@ func reserve(n *atomic.Int64, k, max int) bool {
 			return true
 		}
 	}
+}
+
+// unmeasured is the confidences of n tokens the model did not choose from
+// its own distribution (see ConfidenceSignal).
+func unmeasured(n int) []float32 {
+	c := make([]float32, n)
+	for i := range c {
+		c[i] = 1
+	}
+	return c
 }
 
 func (e *Engine) validate(tokens []int, n int) error {

@@ -25,7 +25,10 @@ type seq struct {
 	pos    int   // positions whose KV is written: all[:pos]
 	cached int   // positions [0, cached) came from the cache
 	ms     model.Seq
-	alts   []Alt // (drafted so far) with req.alts
+	alts   []Alt     // (drafted so far) with req.alts
+	conf   []float32 // (drafted so far) with req.conf
+	// stopped: the chain stopped before a token below req.minConf
+	stopped bool
 	strategyState
 }
 
@@ -454,7 +457,7 @@ func (e *Engine) step(active []*seq) []*seq {
 		if s.pos+k == len(s.all) { // the strategy may add a proposal
 			seqs = s.propose(seqs)
 			decode += s.nprop
-			s.ms.Alts = s.req.alts && s.nprop == 0
+			s.ms.Alts = (s.req.alts || s.req.conf) && s.nprop == 0
 		} else {
 			seqs = append(seqs, &s.ms)
 		}
@@ -503,7 +506,7 @@ func (e *Engine) step(active []*seq) []*seq {
 			}
 		}
 		s.ms.Tokens, s.ms.Alts = nil, false
-		if len(s.all)-s.L == s.req.n {
+		if len(s.all)-s.L == s.req.n || s.stopped {
 			e.finish(s)
 			continue
 		}
@@ -557,6 +560,9 @@ func (e *Engine) finish(s *seq) {
 	}
 	if s.req.alts {
 		res.Alts = s.alts
+	}
+	if s.req.conf {
+		res.Confidences, res.Stopped = s.conf, s.stopped
 	}
 	e.respond(s.req, res, nil)
 }

@@ -95,6 +95,17 @@ func (s *seq) advance() {
 	if s.nprop == 0 {
 		s.pos += len(s.ms.Tokens)
 		if s.pos == len(s.all) {
+			if s.req.conf {
+				c := float32(1) // unmeasured: cannot happen (s.ms.Alts was asked)
+				if s.ms.Alts {
+					c = s.ms.PNext
+				}
+				if c < s.req.minConf {
+					s.stopped = true // the token is not taken: no KV, not committed
+					return
+				}
+				s.conf = append(s.conf, c)
+			}
 			s.all = append(s.all, s.ms.Next)
 			s.greedy[0] = s.ms.Next
 			s.drafter.Accept(s.greedy[:])
@@ -116,6 +127,11 @@ func (s *seq) advance() {
 	if s.req.alts { // no distribution with a proposal in the step
 		for range kept + 1 {
 			s.alts = append(s.alts, Alt{ID: -1, P: -1, PAlt: -1})
+		}
+	}
+	if s.req.conf { // nor a confidence: unmeasured, never stopped on
+		for range kept + 1 {
+			s.conf = append(s.conf, 1)
 		}
 	}
 	s.pos += s.known + kept

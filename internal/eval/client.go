@@ -97,17 +97,58 @@ func NewDrafter(backend string, hc *http.Client, base string) (Drafter, error) {
 }
 
 // DraftdClient calls draftd's POST /draft: {"tokens":[...],"n":n} →
-// {"draft":[...]}, with "strategy":Strategy in the body when Strategy is set.
+// {"draft":[...]}, with "strategy":Strategy in the body when Strategy is set
+// and "min_confidence":MinConfidence when it is > 0.
 type DraftdClient struct {
 	HTTP     *http.Client
 	URL      string // base URL, no trailing slash
 	Wire     *Wire  // what was sent and parsed (nil: not counted)
 	Strategy string // drafting strategy asked in every request; "" = the server's --strategy
+	// MinConfidence is the confidence bound sent with every request
+	// (docs/protocol.md, "min_confidence"); 0: none sent (the server's
+	// --min-confidence then applies to session and batch items).
+	MinConfidence float64
 }
 
 // Draft implements Drafter.
 func (c *DraftdClient) Draft(ctx context.Context, tokens []int, n int) ([]int, error) {
-	body := make([]byte, 0, 16+8*len(tokens))
+	d, _, err := c.draft(ctx, tokens, n, false)
+	return d, err
+}
+
+// draftAnswer is a /draft answer or a /v1/drafts result.
+type draftAnswer struct {
+	Draft       *[]int    `json:"draft"`
+	Confidences []float64 `json:"confidences"`
+}
+
+// check returns the draft and, when asked (conf), its confidences.
+func (a *draftAnswer) check(conf bool) ([]int, []float64, error) {
+	if a.Draft == nil {
+		return nil, nil, fmt.Errorf(`%w: no "draft" in the answer`, ErrBadResponse)
+	}
+	if conf && len(a.Confidences) != len(*a.Draft) {
+		return nil, nil, fmt.Errorf(`%w: %d "confidences" for %d draft tokens`, ErrBadResponse, len(a.Confidences), len(*a.Draft))
+	}
+	return *a.Draft, a.Confidences, nil
+}
+
+// appendBound appends the confidence fields of c's requests (and
+// "confidences":true when conf) to a body.
+func (c *DraftdClient) appendBound(body []byte, conf bool) []byte {
+	if c.MinConfidence > 0 {
+		body = append(body, `,"min_confidence":`...)
+		body = strconv.AppendFloat(body, c.MinConfidence, 'g', -1, 64)
+	}
+	if conf {
+		body = append(body, `,"confidences":true`...)
+	}
+	return body
+}
+
+// draft is Draft, with the confidences of the draft's tokens when conf.
+func (c *DraftdClient) draft(ctx context.Context, tokens []int, n int, conf bool) ([]int, []float64, error) {
+	body := make([]byte, 0, 64+8*len(tokens))
 	body = append(body, `{"tokens":`...)
 	body = appendInts(body, tokens)
 	body = append(body, `,"n":`...)
@@ -116,17 +157,13 @@ func (c *DraftdClient) Draft(ctx context.Context, tokens []int, n int) ([]int, e
 		body = append(body, `,"strategy":`...)
 		body = strconv.AppendQuote(body, c.Strategy)
 	}
+	body = c.appendBound(body, conf)
 	body = append(body, '}')
-	var out struct {
-		Draft *[]int `json:"draft"`
-	}
+	var out draftAnswer
 	if err := c.post(ctx, "/draft", body, "", &out); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if out.Draft == nil {
-		return nil, fmt.Errorf(`%w: no "draft" in the answer`, ErrBadResponse)
-	}
-	return *out.Draft, nil
+	return out.check(conf)
 }
 
 // LlamaServerClient calls llama.cpp's llama-server POST /completion so that

@@ -61,7 +61,7 @@ type SessionItem struct {
 	N        int
 }
 
-func appendItem(b []byte, it SessionItem) []byte {
+func (c *DraftdClient) appendItem(b []byte, it SessionItem, conf bool) []byte {
 	b = append(b, `{"session":`...)
 	b = strconv.AppendQuote(b, it.Session)
 	if it.Tokens != nil {
@@ -70,23 +70,25 @@ func appendItem(b []byte, it SessionItem) []byte {
 	} else {
 		b = fmt.Appendf(b, `,"accepted":%d,"bonus":%d`, it.Accepted, it.Bonus)
 	}
-	return fmt.Appendf(b, `,"n":%d}`, it.N)
+	b = fmt.Appendf(b, `,"n":%d`, it.N)
+	return append(c.appendBound(b, conf), '}')
 }
 
 // SessionDraft sends one session request to POST /draft (with the
 // X-Draftd-Session header, for proxies).
 func (c *DraftdClient) SessionDraft(ctx context.Context, it SessionItem) ([]int, error) {
-	body := appendItem(make([]byte, 0, 64+8*len(it.Tokens)), it)
-	var out struct {
-		Draft *[]int `json:"draft"`
-	}
+	d, _, err := c.sessionDraft(ctx, it, false)
+	return d, err
+}
+
+// sessionDraft is SessionDraft, with the confidences when conf.
+func (c *DraftdClient) sessionDraft(ctx context.Context, it SessionItem, conf bool) ([]int, []float64, error) {
+	body := c.appendItem(make([]byte, 0, 96+8*len(it.Tokens)), it, conf)
+	var out draftAnswer
 	if err := c.post(ctx, "/draft", body, it.Session, &out); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if out.Draft == nil {
-		return nil, fmt.Errorf(`%w: no "draft" in the answer`, ErrBadResponse)
-	}
-	return *out.Draft, nil
+	return out.check(conf)
 }
 
 // BatchDraft sends items in one POST /v1/drafts; errs[i] is item i's
@@ -97,7 +99,7 @@ func (c *DraftdClient) BatchDraft(ctx context.Context, items []SessionItem) (dra
 		if i > 0 {
 			body = append(body, ',')
 		}
-		body = appendItem(body, it)
+		body = c.appendItem(body, it, false)
 	}
 	body = append(body, "]}"...)
 	var out struct {
@@ -173,17 +175,17 @@ func (st *sessionState) item(full []int, L, n int) SessionItem {
 	return SessionItem{Session: st.id, Accepted: st.accepted, Bonus: st.bonus, N: n}
 }
 
-// sessionDraft is one step of the session protocol: a 409 is answered by
+// sessionStep is one step of the session protocol: a 409 is answered by
 // resending the whole context at once (one more request, same step).
-func sessionDraft(ctx context.Context, c *DraftdClient, st *sessionState, full []int, L, n int, resends *int64) ([]int, error) {
-	d, err := c.SessionDraft(ctx, st.item(full, L, n))
+func sessionStep(ctx context.Context, c *DraftdClient, st *sessionState, full []int, L, n int, resends *int64, conf bool) ([]int, []float64, error) {
+	d, cf, err := c.sessionDraft(ctx, st.item(full, L, n), conf)
 	if unknownSession(err) && st.established {
 		*resends++
 		st.established = false
-		d, err = c.SessionDraft(ctx, st.item(full, L, n))
+		d, cf, err = c.sessionDraft(ctx, st.item(full, L, n), conf)
 	}
 	st.established = err == nil
-	return d, err
+	return d, cf, err
 }
 
 // replayBatch replays the samples in lockstep rounds: up to Concurrency
@@ -197,6 +199,7 @@ func replayBatch(ctx context.Context, c *DraftdClient, samples []Sample, opt Rep
 		p    int
 		st   sessionState
 		s    *tally
+		sent bool // its first request was sent (the one carrying the prompt)
 	}
 	results := make([]*SampleResult, len(samples))
 	next := 0
@@ -221,7 +224,8 @@ func replayBatch(ctx context.Context, c *DraftdClient, samples []Sample, opt Rep
 		if opt.Timeout > 0 {
 			rctx, cancel = context.WithTimeout(ctx, opt.Timeout)
 		}
-		t0 := time.Now()
+		now := opt.clock()
+		t0 := now()
 		drafts, errs, err := c.BatchDraft(rctx, items)
 		if err == nil {
 			for k, a := range active { // a 409: resend this sample's context alone
@@ -232,7 +236,7 @@ func replayBatch(ctx context.Context, c *DraftdClient, samples []Sample, opt Rep
 				}
 			}
 		}
-		lat := time.Since(t0)
+		lat := now().Sub(t0)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			return results, ctx.Err()
@@ -246,7 +250,8 @@ func replayBatch(ctx context.Context, c *DraftdClient, samples []Sample, opt Rep
 			}
 			a.st.established = e == nil
 			cont := samples[a.i].Continuation
-			acc := scoreStep(a.s, d, e, lat, cont, a.p, opt.N, progress)
+			acc := scoreStep(a.s, d, e, lat, !a.sent, cont, a.p, opt.N, progress)
+			a.sent = true
 			if a.p+acc < len(cont) {
 				a.st.accepted, a.st.bonus = acc, cont[a.p+acc]
 			}

@@ -38,6 +38,32 @@ type ReplayOptions struct {
 	// no more; a step with one token left sends no request and scores an
 	// empty draft. Not with ProtocolBatch.
 	ClipN bool
+	// Confidences, when set, asks a *DraftdClient for each draft token's
+	// confidence ("confidences":true; ProtocolFull and ProtocolSession)
+	// and is called (from many goroutines) with one row per draft token
+	// of every successful request.
+	Confidences func(ConfidenceRow)
+
+	now func() time.Time // the request latencies' clock (nil: time.Now); tests set it
+}
+
+// clock returns the clock of request latencies.
+func (o *ReplayOptions) clock() func() time.Time {
+	if o.now != nil {
+		return o.now
+	}
+	return time.Now
+}
+
+// ConfidenceRow is one draft token of a replay with its confidence: the
+// calibration data of docs/performance.md (acceptance against the
+// drafter's confidence, per position).
+type ConfidenceRow struct {
+	Sample     string  `json:"sample"`
+	Step       int     `json:"step"`     // the sample's verification step (0: the first)
+	Position   int     `json:"position"` // 0-based position in the draft
+	Confidence float64 `json:"confidence"`
+	Accepted   bool    `json:"accepted"` // the target accepted the token (position < accepted length)
 }
 
 // SampleResult is the replay of one sample.
@@ -58,6 +84,8 @@ type tally struct {
 	reached       []int64 // (n) steps whose draft had a token at position i
 	accepted      []int64 // (n) steps whose draft token at position i was accepted
 	latencies     []time.Duration
+	warmNS        int64 // Σ latency of the requests after each sample's first (draft_ms_per_accepted)
+	acceptedToks  int64 // Σ accepted draft tokens
 	fails         failures
 	resends       int64 // 409 unknown_session answered by resending the context
 }
@@ -79,6 +107,8 @@ func (t *tally) merge(u *tally) {
 		t.accepted[i] += u.accepted[i]
 	}
 	t.latencies = append(t.latencies, u.latencies...)
+	t.warmNS += u.warmNS
+	t.acceptedToks += u.acceptedToks
 	t.fails.merge(u.fails)
 	t.resends += u.resends
 }
@@ -119,6 +149,9 @@ func Replay(ctx context.Context, d Drafter, samples []Sample, opt ReplayOptions)
 		}
 	default:
 		return nil, fmt.Errorf("unknown protocol %q (want %s, %s or %s)", opt.Protocol, ProtocolFull, ProtocolSession, ProtocolBatch)
+	}
+	if opt.Confidences != nil && (!isDraftd || opt.Protocol == ProtocolBatch) {
+		return nil, errors.New("confidences need a draftd server (one --url, --backend draftd) and protocol full or session")
 	}
 	if opt.Protocol == ProtocolBatch {
 		start := time.Now()
@@ -194,6 +227,8 @@ func replaySample(ctx context.Context, d Drafter, s Sample, session string, opt 
 	full = append(append(full, s.Prompt...), cont...)
 	dc, _ := d.(*DraftdClient)
 	st := sessionState{id: session}
+	ask := opt.Confidences != nil
+	sent := false // the first request (which carries the prompt) was sent
 	for p := 0; p < len(cont); {
 		if ctx.Err() != nil {
 			return errInterrupted
@@ -206,17 +241,21 @@ func replaySample(ctx context.Context, d Drafter, s Sample, session string, opt 
 		if opt.ClipN {
 			n = min(n, len(cont)-p-1)
 		}
-		t0 := time.Now()
+		now := opt.clock()
+		t0 := now()
 		var draft []int
+		var conf []float64
 		var err error
 		switch {
 		case n == 0: // ClipN: one token left, nothing to ask
 		case opt.Protocol == ProtocolSession:
-			draft, err = sessionDraft(rctx, dc, &st, full, len(s.Prompt)+p, n, &t.resends)
+			draft, conf, err = sessionStep(rctx, dc, &st, full, len(s.Prompt)+p, n, &t.resends, ask)
+		case ask:
+			draft, conf, err = dc.draft(rctx, full[:len(s.Prompt)+p], n, true)
 		default:
 			draft, err = d.Draft(rctx, full[:len(s.Prompt)+p], n)
 		}
-		lat := time.Since(t0)
+		lat := now().Sub(t0)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			return errInterrupted
@@ -224,7 +263,13 @@ func replaySample(ctx context.Context, d Drafter, s Sample, session string, opt 
 		if n == 0 {
 			lat = -1 // no request: no latency to record
 		}
-		a := scoreStep(t, draft, err, lat, cont, p, n, progress)
+		a := scoreStep(t, draft, err, lat, !sent, cont, p, n, progress)
+		if ask && err == nil {
+			for i := range min(len(draft), len(conf), n) {
+				opt.Confidences(ConfidenceRow{Sample: s.ID, Step: int(t.steps) - 1, Position: i, Confidence: conf[i], Accepted: i < a})
+			}
+		}
+		sent = sent || lat >= 0
 		if p+a < len(cont) {
 			st.accepted, st.bonus = a, cont[p+a]
 		}
@@ -244,10 +289,15 @@ func replaySample(ctx context.Context, d Drafter, s Sample, session string, opt 
 // scoreStep scores one verification step at position p of cont into t and
 // returns the accepted length: a failed request (err) is an empty draft, a
 // draft is clipped to n; lat < 0 marks a step that sent no request (an
-// empty draft with no latency).
-func scoreStep(t *tally, draft []int, err error, lat time.Duration, cont []int, p, n int, progress func(int)) int {
+// empty draft with no latency); first marks the sample's first request
+// (which carries the prompt), whose latency draft_ms_per_accepted leaves
+// out.
+func scoreStep(t *tally, draft []int, err error, lat time.Duration, first bool, cont []int, p, n int, progress func(int)) int {
 	if lat >= 0 {
 		t.requests++
+		if !first {
+			t.warmNS += int64(lat)
+		}
 	}
 	if err != nil {
 		t.fails.add(err)
@@ -258,6 +308,7 @@ func scoreStep(t *tally, draft []int, err error, lat time.Duration, cont []int, 
 		t.draftTokens += int64(len(draft))
 	}
 	a := commonPrefix(draft, cont[p:])
+	t.acceptedToks += int64(a)
 	t.hist[a]++
 	for i := range draft {
 		t.reached[i]++

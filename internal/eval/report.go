@@ -58,11 +58,24 @@ type Report struct {
 
 	WallS float64 `json:"wall_s"`
 	// LatencyMS is over successful requests only; failures are counted apart.
-	LatencyMS        Latency   `json:"latency_ms"`
-	DraftTokens      int64     `json:"draft_tokens"` // Σ len(draft), successful requests
-	DraftTokensPerS  float64   `json:"draft_tokens_per_s"`
-	RequestsPerS     float64   `json:"requests_per_s"`
-	AcceptedPerStep  float64   `json:"accepted_per_step"`  // τ − 1
+	LatencyMS       Latency `json:"latency_ms"`
+	DraftTokens     int64   `json:"draft_tokens"` // Σ len(draft), successful requests
+	DraftTokensPerS float64 `json:"draft_tokens_per_s"`
+	RequestsPerS    float64 `json:"requests_per_s"`
+	AcceptedPerStep float64 `json:"accepted_per_step"` // τ − 1
+	// DraftMSPerAccepted is what a stack pays the drafter per token it
+	// keeps: the latency summed over every draft request except each
+	// sample's first (which carries the prompt), divided by the accepted
+	// draft tokens (Σ accepted length over all steps). 0 when none was
+	// accepted.
+	DraftMSPerAccepted float64 `json:"draft_ms_per_accepted"`
+	// DraftedPerAccepted is draft_tokens / accepted draft tokens: the
+	// drafter's tokens per token the target keeps.
+	DraftedPerAccepted float64 `json:"drafted_per_accepted"`
+	AcceptedTokens     int64   `json:"accepted_tokens"` // Σ accepted length over all steps
+	// MinConfidence is the confidence bound sent with each request (0:
+	// none sent).
+	MinConfidence    float64   `json:"min_confidence"`
 	AcceptHist       []int64   `json:"accept_hist"`        // (n+1) steps by accepted length 0..n
 	AcceptByPosition []float64 `json:"accept_by_position"` // (n)
 	PositionReached  []int64   `json:"position_reached"`   // (n)
@@ -128,6 +141,11 @@ func newReport(t *tally, wall time.Duration, opt ReplayOptions) *Report {
 		r.Tau = float64(t.tokens) / float64(t.steps)
 		r.AcceptedPerStep = r.Tau - 1
 	}
+	r.AcceptedTokens = t.acceptedToks
+	if t.acceptedToks > 0 {
+		r.DraftMSPerAccepted = float64(t.warmNS) / 1e6 / float64(t.acceptedToks)
+		r.DraftedPerAccepted = float64(t.draftTokens) / float64(t.acceptedToks)
+	}
 	if s := wall.Seconds(); s > 0 {
 		r.DraftTokensPerS = float64(t.draftTokens) / s
 		r.RequestsPerS = float64(t.steps) / s
@@ -175,7 +193,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, " against %s (%s)", r.URL, r.Backend)
 	}
 	fmt.Fprintf(&b, ", n=%d, concurrency %d\n\n", r.N, r.Concurrency)
-	fmt.Fprintf(&b, "  τ (micro)        %.4f   (%d tokens / %d steps)\n", r.Tau, r.Tokens, r.Steps)
+	fmt.Fprintf(&b, "  τ (micro)        %.4f   (%d tokens / %d steps)   draft ms per accepted token %.2f   drafted per accepted %.2f\n",
+		r.Tau, r.Tokens, r.Steps, r.DraftMSPerAccepted, r.DraftedPerAccepted)
+	if r.MinConfidence > 0 {
+		fmt.Fprintf(&b, "  min confidence   %g   (sent with each request)\n", r.MinConfidence)
+	}
 	fmt.Fprintf(&b, "  τ (macro)        %.4f   (mean over samples)\n", r.TauMacro)
 	fmt.Fprintf(&b, "  requests         %d   failures %d", r.Requests, r.Failures)
 	if r.Requests > 0 && r.Failures > 0 {

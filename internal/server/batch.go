@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/draftd/draftd/internal/draft"
@@ -78,13 +77,10 @@ func (s *Server) handleDrafts(w http.ResponseWriter, r *http.Request, x *exchang
 		}
 		s.served(res[i], nil)
 		out = append(out, `,"draft":[`...)
-		for j, id := range res[i].Draft {
-			if j > 0 {
-				out = append(out, ',')
-			}
-			out = strconv.AppendInt(out, int64(id), 10)
-		}
-		out = append(out, "]}"...)
+		out = appendIDs(out, res[i].Draft)
+		out = append(out, ']')
+		out = appendBound(out, boundOf(&reqs[i], reqs[i].bound(s.cfg.MinConfidence, true), res[i]))
+		out = append(out, '}')
 	}
 	out = append(out, "]}\n"...)
 	writeJSON(w, http.StatusOK, out)
@@ -211,7 +207,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 			s.log.Error("pre-drafted branch of another length; drafting on demand", "session", q.Session, "branch_fit", br.fit, "fit", q.Fit)
 			br, out = nil, predraftMiss
 		case out == predraftHit:
-			res[i] = br.res
+			res[i] = truncate(br.res, q.bound(s.cfg.MinConfidence, true))
 			s.pre.since(out, t0)
 		default:
 			if partial == nil {
@@ -233,7 +229,8 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 			continue
 		}
 		items = append(items, BatchItem{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy,
-			Alts: s.pre != nil && q.Session != "" && s.predraftable(b, q) && s.pre.wanted()})
+			Alts:          s.pre != nil && q.Session != "" && s.predraftable(b, q) && s.pre.wanted(),
+			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences})
 		slot = append(slot, i)
 	}
 	if len(items) > 0 {
@@ -259,7 +256,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 			continue
 		}
 		if br.err == nil && len(br.res.Draft) == reqs[i].Fit {
-			res[i] = br.res
+			res[i] = truncate(br.res, reqs[i].bound(s.cfg.MinConfidence, true))
 			s.pre.since(predraftPartial, t0)
 			continue
 		}
@@ -267,7 +264,8 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		// before the promotion): draft on demand.
 		outcome[i] = predraftMiss
 		q := &reqs[i]
-		r, e, err := b.d.DraftBatch(ctx, []BatchItem{{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy, Alts: true}})
+		r, e, err := b.d.DraftBatch(ctx, []BatchItem{{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy, Alts: true,
+			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences}})
 		if err == nil {
 			err = e[0]
 		}

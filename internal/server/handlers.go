@@ -79,6 +79,7 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 	}
 	ctx := r.Context() // ends when the client goes: the work stops with it
 	var res engine.Result
+	bound := req.bound(s.cfg.MinConfidence, false)
 	switch {
 	case req.Session != "":
 		reqs, errs := []draftRequest{req}, []error{nil}
@@ -87,12 +88,20 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 			res, err = all[0], errs[0]
 		}
 		req = reqs[0]
+	case req.Strategy != "" && !slices.Contains(b.strs, req.Strategy):
+		err = reqErr(CodeInvalidStrategy, (&draft.UnknownError{Name: req.Strategy}).Error())
+	case bound > 0 || req.Confidences:
+		var all []engine.Result
+		var errs []error
+		all, errs, err = b.d.DraftBatch(ctx, []BatchItem{{Tokens: req.Tokens, N: req.Fit, Strategy: req.Strategy,
+			MinConfidence: bound, Confidences: req.Confidences}})
+		if err == nil {
+			res, err = all[0], errs[0]
+		}
 	case req.Strategy == "":
 		res, err = b.d.Draft(ctx, req.Tokens, req.Fit)
-	case slices.Contains(b.strs, req.Strategy):
-		res, err = b.d.DraftStrategy(ctx, req.Tokens, req.Fit, req.Strategy)
 	default:
-		err = reqErr(CodeInvalidStrategy, (&draft.UnknownError{Name: req.Strategy}).Error())
+		res, err = b.d.DraftStrategy(ctx, req.Tokens, req.Fit, req.Strategy)
 	}
 	x.add(slog.Int("context", len(req.Tokens)), slog.Int("n", req.N))
 	if req.Session != "" {
@@ -102,7 +111,7 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 		return err
 	}
 	s.served(res, x)
-	writeJSON(w, http.StatusOK, appendDraft(make([]byte, 0, 16+8*len(res.Draft)), res.Draft))
+	writeJSON(w, http.StatusOK, appendDraft(make([]byte, 0, 48+20*len(res.Draft)), res.Draft, boundOf(&req, bound, res)))
 	return nil
 }
 

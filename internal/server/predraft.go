@@ -239,7 +239,9 @@ func (p *predrafter) launch(b *backend, id string, ctx, draft []int, alts []engi
 	p.met.predraftBranches.WithLabelValues("started").Add(float64(len(chosen)))
 	for i, br := range chosen {
 		it := items[i]
-		it.Alts, br.bg, br.met = true, engine.NewBackground(), p.met
+		// Every confidence, so that a request with a bound is answered
+		// from the branch cut where the on-demand draft stops (truncate).
+		it.Alts, it.Confidences, br.bg, br.met = true, true, engine.NewBackground(), p.met
 		it.Background = br.bg
 		bctx, cancel := context.WithCancel(context.Background())
 		br.cancel, br.done = cancel, make(chan struct{})
@@ -260,6 +262,9 @@ func (br *branch) run(b *backend, ctx context.Context, it BatchItem) {
 			br.res.Draft = br.res.Draft[1:]
 			if len(br.res.Alts) > 0 {
 				br.res.Alts = br.res.Alts[1:]
+			}
+			if len(br.res.Confidences) > 0 {
+				br.res.Confidences = br.res.Confidences[1:]
 			}
 		}
 	}

@@ -60,6 +60,27 @@ type draftRequest struct {
 	Incremental bool
 	Accepted    int // 0 ≤ Accepted; its upper bound is the session's last draft
 	Bonus       int // an id in [0, vocab)
+
+	// Confidence-bounded drafts (docs/protocol.md): "min_confidence" (in
+	// [0, 1]; HasMinConfidence when given) and "confidences" (true: report
+	// each token's confidence).
+	MinConfidence    float32
+	HasMinConfidence bool
+	Confidences      bool
+}
+
+// bound is the confidence bound in force for req: its own
+// "min_confidence", else def — the serve default, which applies to session
+// requests and /v1/drafts items only (a plain POST /draft without the
+// field returns n tokens, whatever the default).
+func (req *draftRequest) bound(def float32, batch bool) float32 {
+	switch {
+	case req.HasMinConfidence:
+		return req.MinConfidence
+	case batch || req.Session != "":
+		return def
+	}
+	return 0
 }
 
 // span is where a field's value lies in the body; end 0: absent.
@@ -92,6 +113,7 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 	var toks [len(tokenFields)]span
 	var ns [len(nFields)]span
 	var strat, id, sess, acc, bonus span // "strategy", "id", "session", "accepted", "bonus"
+	var minConf, confs span              // "min_confidence", "confidences"
 	i = skipSpace(body, i+1)
 	for body[i] != '}' {
 		kEnd := skipString(body, i)
@@ -124,6 +146,10 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 			acc = span{i, vEnd}
 		case "bonus":
 			bonus = span{i, vEnd}
+		case "min_confidence":
+			minConf = span{i, vEnd}
+		case "confidences":
+			confs = span{i, vEnd}
 		}
 		i = skipSpace(body, vEnd)
 		if body[i] == ',' {
@@ -143,6 +169,9 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 			json.Unmarshal(req.ID, &v) // valid JSON: cannot fail
 			req.ID = jsonString(v)
 		}
+	}
+	if err := parseConfidence(&req, body, minConf, confs); err != nil {
+		return req, err
 	}
 	if sess.present(body) || acc.present(body) || bonus.present(body) {
 		if err := parseSession(&req, body, sess, acc, bonus, toks[:], lim); err != nil || req.Incremental {
@@ -219,6 +248,33 @@ func parseRest(req *draftRequest, body []byte, ns []span, strat span, lim limits
 		}
 		if req.Strategy == "" {
 			return reqErr(CodeInvalidStrategy, `"strategy" is an empty string, which names no drafting strategy; name one, or leave the field out for the server's default`)
+		}
+	}
+	return nil
+}
+
+// parseConfidence reads "min_confidence" (a number in [0, 1]) and
+// "confidences" (a boolean).
+func parseConfidence(req *draftRequest, body []byte, minConf, confs span) error {
+	if minConf.present(body) {
+		b := body[minConf.start:minConf.end]
+		v, err := strconv.ParseFloat(string(b), 32)
+		if !isNumByte(b[0]) || err != nil || !(v >= 0 && v <= engine.MaxConfidence) {
+			got := kindOf(b)
+			if isNumByte(b[0]) {
+				got = clip(string(b))
+			}
+			return reqErr(CodeInvalidRequest, fmt.Sprintf(`"min_confidence" must be a number in [0, 1] (0: no bound), got %s`, got))
+		}
+		req.MinConfidence, req.HasMinConfidence = float32(v), true
+	}
+	if confs.present(body) {
+		switch string(body[confs.start:confs.end]) {
+		case "true":
+			req.Confidences = true
+		case "false":
+		default:
+			return reqErr(CodeInvalidRequest, `"confidences" must be true or false, got `+kindOf(body[confs.start:confs.end]))
 		}
 	}
 	return nil
@@ -483,16 +539,105 @@ func kindOf(b []byte) string {
 	return "invalid JSON"
 }
 
-// appendDraft encodes the answer {"draft":[ids]}.
-func appendDraft(dst []byte, ids []int) []byte {
+// appendDraft encodes the answer {"draft":[ids]} (with the fields of a
+// bounded draft when shown, see appendBound).
+func appendDraft(dst []byte, ids []int, b *boundAnswer) []byte {
 	dst = append(dst, `{"draft":[`...)
+	dst = appendIDs(dst, ids)
+	dst = append(dst, ']')
+	dst = appendBound(dst, b)
+	return append(dst, "}\n"...)
+}
+
+// appendIDs encodes ids separated by commas.
+func appendIDs(dst []byte, ids []int) []byte {
 	for i, id := range ids {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
 		dst = strconv.AppendInt(dst, int64(id), 10)
 	}
-	return append(dst, "]}\n"...)
+	return dst
+}
+
+// Stop reasons of a bounded draft (docs/protocol.md).
+const (
+	stopN          = "n"          // n tokens drafted
+	stopConfidence = "confidence" // the next token's confidence fell below the bound (or a model-free strategy had nothing more to propose)
+	stopContext    = "context"    // the model's maximum context reached
+)
+
+// boundAnswer is what an answer adds when a bound was in force or the
+// confidences were asked for; nil: nothing (the answer is the plain one).
+type boundAnswer struct {
+	reason string
+	conf   []float32 // nil: not asked
+}
+
+// boundOf is the boundAnswer of res for req with the bound in force, nil
+// when neither a bound nor confidences were asked.
+func boundOf(req *draftRequest, bound float32, res engine.Result) *boundAnswer {
+	if bound <= 0 && !req.Confidences {
+		return nil
+	}
+	b := &boundAnswer{reason: stopN}
+	switch {
+	case res.Stopped:
+		b.reason = stopConfidence
+	case len(res.Draft) == req.N:
+	case len(res.Draft) == req.Fit:
+		b.reason = stopContext
+	default: // a model-free strategy found no more
+		b.reason = stopConfidence
+	}
+	if req.Confidences {
+		b.conf = res.Confidences
+		if b.conf == nil {
+			b.conf = []float32{}
+		}
+	}
+	return b
+}
+
+// appendBound appends ,"stop_reason":…[,"confidences":[…]] for b (nothing
+// for nil).
+func appendBound(dst []byte, b *boundAnswer) []byte {
+	if b == nil {
+		return dst
+	}
+	dst = append(dst, `,"stop_reason":"`...)
+	dst = append(dst, b.reason...)
+	dst = append(dst, '"')
+	if b.conf != nil {
+		dst = append(dst, `,"confidences":[`...)
+		for i, c := range b.conf {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendFloat(dst, float64(c), 'g', -1, 32)
+		}
+		dst = append(dst, ']')
+	}
+	return dst
+}
+
+// truncate is res as drafted with the bound: cut before the first token
+// whose confidence is below bound (a pre-drafted answer, drafted without
+// the bound and with every confidence, made equal to the on-demand one).
+func truncate(res engine.Result, bound float32) engine.Result {
+	if bound <= 0 || len(res.Confidences) != len(res.Draft) {
+		return res
+	}
+	for j, c := range res.Confidences {
+		if c < bound {
+			res.Draft, res.Confidences, res.Stopped = res.Draft[:j], res.Confidences[:j], true
+			if len(res.Alts) > j {
+				res.Alts = res.Alts[:j]
+			}
+			break
+		}
+	}
+	return res
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

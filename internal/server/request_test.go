@@ -73,7 +73,7 @@ func TestParseDraftRequest(t *testing.T) {
 func TestAppendDraft(t *testing.T) {
 	for _, ids := range [][]int{{}, {0}, {1, 22, 151935}} {
 		var out struct{ Draft []int }
-		b := appendDraft(nil, ids)
+		b := appendDraft(nil, ids, nil)
 		if err := json.Unmarshal(b, &out); err != nil || !slices.Equal(out.Draft, ids) || out.Draft == nil {
 			t.Errorf("appendDraft(%v) = %s (%v)", ids, b, err)
 		}
@@ -117,6 +117,20 @@ func referenceParse(body []byte, lim limits) (tokens []int, n int, code string) 
 	present := func(k string) bool { x, ok := obj[k]; return ok && x != nil }
 	if present("id") {
 		if _, ok := obj["id"].(string); !ok {
+			return nil, 0, CodeInvalidRequest
+		}
+	}
+	if present("min_confidence") {
+		num, ok := obj["min_confidence"].(json.Number)
+		if !ok {
+			return nil, 0, CodeInvalidRequest
+		}
+		if v, err := strconv.ParseFloat(string(num), 32); err != nil || v < 0 || v > 1 {
+			return nil, 0, CodeInvalidRequest
+		}
+	}
+	if present("confidences") {
+		if _, ok := obj["confidences"].(bool); !ok {
 			return nil, 0, CodeInvalidRequest
 		}
 	}
@@ -217,6 +231,11 @@ func FuzzParseDraftRequest(f *testing.F) {
 		`{"session":"a.b:c-1","tokens":[1,2]}`, `{"session":"s","accepted":2,"bonus":7,"n":3}`, `{"session":"s","accepted":-1,"bonus":7}`,
 		`{"session":"s","accepted":1}`, `{"session":"","tokens":[1]}`, `{"accepted":1,"bonus":2}`, `{"session":"s","accepted":1,"bonus":512}`,
 		`{"session":"s","tokens":[1],"bonus":1}`, `{"session":"s"}`, `{"tokens":[1],"id":"x"}`, `{"tokens":[1],"id":3}`, `{"session":"s\u0041","tokens":[1]}`,
+		`{"tokens":[1],"min_confidence":0.3}`, `{"tokens":[1],"min_confidence":0}`, `{"tokens":[1],"min_confidence":1}`,
+		`{"tokens":[1],"min_confidence":1.0000001}`, `{"tokens":[1],"min_confidence":-0.1}`, `{"tokens":[1],"min_confidence":"0.3"}`,
+		`{"tokens":[1],"min_confidence":1e-400}`, `{"tokens":[1],"min_confidence":3e-1,"confidences":true}`, `{"tokens":[1],"min_confidence":null}`,
+		`{"tokens":[1],"confidences":false}`, `{"tokens":[1],"confidences":1}`, `{"tokens":[1],"confidences":"true"}`,
+		`{"session":"s","accepted":1,"bonus":2,"min_confidence":0.5,"confidences":true}`, `{"min_confidence":2}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -244,6 +263,9 @@ func FuzzParseDraftRequest(f *testing.F) {
 		}
 		if !slices.Equal(req.Tokens, wantTokens) || req.N != wantN {
 			t.Fatalf("%q: have %v n %d; reference %v n %d", body, req.Tokens, req.N, wantTokens, wantN)
+		}
+		if !(req.MinConfidence >= 0 && req.MinConfidence <= 1) || !req.HasMinConfidence && req.MinConfidence != 0 {
+			t.Fatalf("%q: min_confidence %v (given %v)", body, req.MinConfidence, req.HasMinConfidence)
 		}
 		if req.Incremental {
 			if req.Session == "" || req.Accepted < 0 || req.Bonus < 0 || req.Bonus >= testLimits.Vocab || req.N < 1 {

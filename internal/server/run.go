@@ -241,9 +241,13 @@ func (s *Server) Close(ctx context.Context) error {
 // server's own settings.
 type info struct {
 	BackendInfo
-	DraftLen int       `json:"draft_len"`
-	Version  string    `json:"version"`
-	Build    buildInfo `json:"build"`
+	DraftLen int `json:"draft_len"`
+	// The confidence bound of requests that give none (Config.MinConfidence)
+	// and the signal it bounds (engine.ConfidenceSignal).
+	MinConfidence    float32   `json:"min_confidence"`
+	ConfidenceSignal string    `json:"confidence_signal"`
+	Version          string    `json:"version"`
+	Build            buildInfo `json:"build"`
 }
 
 type buildInfo struct {
@@ -257,7 +261,8 @@ type buildInfo struct {
 
 func (s *Server) info(bi BackendInfo) info {
 	b := readBuildInfo()
-	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, Version: b.version(), Build: b}
+	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, MinConfidence: s.cfg.MinConfidence,
+		ConfidenceSignal: engine.ConfidenceSignal, Version: b.version(), Build: b}
 }
 
 func readBuildInfo() buildInfo {

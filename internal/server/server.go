@@ -93,6 +93,10 @@ type BatchItem struct {
 	// Alts and Background are engine.Item's (pre-drafting).
 	Alts       bool
 	Background *engine.Background
+	// MinConfidence and Confidences are engine.Item's (confidence-bounded
+	// drafts).
+	MinConfidence float32
+	Confidences   bool
 }
 
 // WeightShare is one storage type's part of the weights (a K-quant mix such
@@ -127,7 +131,11 @@ type Config struct {
 	// PredraftBranches is the number of next requests drafted ahead per
 	// session (0: pre-drafting off).
 	PredraftBranches int
-	Now              func() time.Time // the sessions' clock (nil: time.Now); tests inject one
+	// MinConfidence is the confidence bound of /v1/drafts items and session
+	// requests that give no "min_confidence" (0: none); a plain POST /draft
+	// without the field is never bounded.
+	MinConfidence float32
+	Now           func() time.Time // the sessions' clock (nil: time.Now); tests inject one
 }
 
 // Defaults are the values zero Config fields take (and the defaults of the
@@ -213,6 +221,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: max session tokens %d outside [1, %d]", ErrConfig, c.MaxSessionTokens, int64(MaxMaxSessionTokens))
 	case c.SessionTTL < 0 || c.SessionTTL > MaxSessionTTL:
 		return fmt.Errorf("%w: session TTL %v outside (0, %v]", ErrConfig, c.SessionTTL, MaxSessionTTL)
+	case !(c.MinConfidence >= 0 && c.MinConfidence <= engine.MaxConfidence):
+		return fmt.Errorf("%w: min confidence %v outside [0, %d]", ErrConfig, c.MinConfidence, engine.MaxConfidence)
 	case c.PredraftBranches < 0 || c.PredraftBranches > MaxPredraftBranches:
 		return fmt.Errorf("%w: pre-draft branches %d outside [0, %d]", ErrConfig, c.PredraftBranches, MaxPredraftBranches)
 	}

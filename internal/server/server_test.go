@@ -69,7 +69,8 @@ func (b *engineBackend) DraftStrategy(ctx context.Context, tokens []int, n int, 
 func (b *engineBackend) DraftBatch(ctx context.Context, items []BatchItem) ([]engine.Result, []error, error) {
 	ei := make([]engine.Item, len(items))
 	for i, it := range items {
-		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N, Alts: it.Alts, Background: it.Background}
+		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N, Alts: it.Alts, Background: it.Background,
+			MinConfidence: it.MinConfidence, Confidences: it.Confidences}
 		if it.Strategy != "" {
 			st, err := draft.New(it.Strategy, draft.DefaultOptions())
 			if err != nil {
