@@ -121,11 +121,16 @@ func (o *Output) Write(path string) error {
 }
 
 // Candidates lists the recipes auto selection considers for s, best first:
-// from the source's Ceiling down, skipping recipes whose types draftd cannot
-// encode yet.
+// for a GGUF source Keep (the file as it is: re-encoding quantized weights
+// into a recipe adds no quality, and a larger recipe only bytes to stream),
+// then from the source's Ceiling down, skipping recipes whose types draftd
+// cannot encode yet.
 func (s *Source) Candidates() []Recipe {
 	ceil := s.Ceiling()
 	var out []Recipe
+	if s.Format == "gguf" {
+		out = append(out, Keep)
+	}
 	seen := false
 	for _, r := range recipes {
 		seen = seen || r.Name == ceil.Name

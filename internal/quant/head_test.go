@@ -243,3 +243,37 @@ func TestHeadTypeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoKeepsGGUF: --quant auto on a GGUF that fits the budget keeps it as
+// it is (the recipe keep: every tensor's type and bytes), rather than
+// re-encoding it into a recipe — for a file of Q5_0/Q4_1/K-quant weights
+// that was f32 or q8_0, a larger file with no better weights and a slower
+// decode pass. Below the file's own size auto falls back to the recipes.
+func TestAutoKeepsGGUF(t *testing.T) {
+	path := filepath.Join(modelsDir, "tiny-qwen3k-kmix.gguf")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	keep, err := s.Layout(Keep, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.Auto(1<<40, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Recipe.Name != "keep" || o.Bytes != keep.Bytes {
+		t.Fatalf("auto chose %s (%d bytes); want keep (%d bytes)", o.Recipe.Name, o.Bytes, keep.Bytes)
+	}
+	out := filepath.Join(t.TempDir(), "auto.gguf")
+	if err := o.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	sameExceptHead(t, openFile(t, path), openFile(t, out), "", 0)
+	o, err = s.Auto(keep.Bytes-1, Options{})
+	if err != nil || o.Recipe.Name == "keep" || o.Bytes > keep.Bytes-1 {
+		t.Errorf("auto under the file's size: %v, %v; want a recipe that fits", o, err)
+	}
+}
