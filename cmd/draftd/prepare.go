@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/draftd/draftd/internal/dtype"
 	"github.com/draftd/draftd/internal/hub"
 	"github.com/draftd/draftd/internal/quant"
 )
@@ -50,6 +51,7 @@ type prepareResult struct {
 	Model       string         `json:"model"`
 	Revision    string         `json:"revision"` // the commit for a Hub model; "" for a local one
 	Quant       string         `json:"quant"`
+	HeadType    string         `json:"head_type,omitempty"` // --head-type, when given
 	TensorTypes map[string]int `json:"tensor_types"`
 	Params      int64          `json:"params"`
 }
@@ -60,18 +62,20 @@ func runPrepare(ctx context.Context, args []string) error {
 	var (
 		out      = fs.String("out", "", "write the GGUF file here (required)")
 		revision = fs.String("revision", "", "Hub revision: branch, tag or commit (default main; or MODEL@REV)")
-		qname    = fs.String("quant", "auto", "recipe: auto, "+recipeNames())
+		qname    = fs.String("quant", "auto", "recipe: auto, keep (a GGUF's own tensor types), "+recipeNames())
+		headName = fs.String("head-type", "", "the LM head's type instead of the recipe's: "+headTypeNames())
 		maxBytes = fs.Int64("max-bytes", 0, fmt.Sprintf("largest file allowed (default %d minus the size of this binary)", deployBudget))
-		asJSON   = fs.Bool("json", false, `print {"file","bytes","model","revision","quant","tensor_types","params"}`)
+		asJSON   = fs.Bool("json", false, `print {"file","bytes","model","revision","quant","head_type" (with --head-type),"tensor_types","params"}`)
 		threads  = fs.Int("threads", 0, "encoding threads (0: all cores)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: draftd prepare MODEL --out FILE.gguf [--revision REV] [--quant Q] [--max-bytes B] [--json]\n\n"+
+		fmt.Fprintln(fs.Output(), "usage: draftd prepare MODEL --out FILE.gguf [--revision REV] [--quant Q] [--head-type T] [--max-bytes B] [--json]\n\n"+
 			"MODEL is a Hugging Face model id (Qwen/Qwen3-1.7B[@rev]), a local HF directory or\n"+
 			"a GGUF file (re-quantized). Hub downloads go to the Hugging Face cache\n"+
 			"(HF_HUB_CACHE, default $HF_HOME/hub); HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1\n"+
 			"are honoured. --quant auto picks the highest-quality recipe whose file fits\n"+
-			"--max-bytes.\n\nflags:")
+			"--max-bytes. --quant keep copies a GGUF's tensors as they are; with --head-type\n"+
+			"it re-encodes the LM head alone.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	var pos []string
@@ -99,6 +103,14 @@ func runPrepare(ctx context.Context, args []string) error {
 		if _, err := quant.Lookup(*qname); err != nil {
 			return clientUsageError(fs, err.Error())
 		}
+	}
+	var head *dtype.Type
+	if *headName != "" {
+		t, err := quant.ParseHeadType(*headName)
+		if err != nil {
+			return clientUsageError(fs, "--head-type: "+err.Error())
+		}
+		head = &t
 	}
 	if *maxBytes < 0 {
 		return clientUsageError(fs, fmt.Sprintf("--max-bytes %d must be positive", *maxBytes))
@@ -128,7 +140,7 @@ func runPrepare(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
-	res, err := convertModel(ctx, src, *out, *qname, *maxBytes, *threads, log)
+	res, err := convertModel(ctx, src, *out, *qname, head, *maxBytes, *threads, log)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
@@ -137,6 +149,14 @@ func runPrepare(ctx context.Context, args []string) error {
 		return enc.Encode(res)
 	}
 	return nil
+}
+
+func headTypeNames() string {
+	var names []string
+	for _, t := range quant.HeadTypes {
+		names = append(names, strings.ToLower(t.String()))
+	}
+	return strings.Join(names, ", ")
 }
 
 func recipeNames() string {
@@ -185,8 +205,9 @@ func orMain(rev string) string {
 }
 
 // convertModel writes src as a GGUF of recipe qname ("auto": the best that
-// fits maxBytes) to out, and checks the written file against the budget.
-func convertModel(ctx context.Context, src *fetched, out, qname string, maxBytes int64, threads int, log io.Writer) (*prepareResult, error) {
+// fits maxBytes) with the LM head in head (nil: the recipe's type) to out,
+// and checks the written file against the budget.
+func convertModel(ctx context.Context, src *fetched, out, qname string, head *dtype.Type, maxBytes int64, threads int, log io.Writer) (*prepareResult, error) {
 	s, err := quant.Open(src.Path)
 	if err != nil {
 		return nil, err
@@ -198,7 +219,7 @@ func convertModel(ctx context.Context, src *fetched, out, qname string, maxBytes
 	} else {
 		name = name[strings.IndexByte(name, '/')+1:]
 	}
-	opt := quant.Options{Name: name, Threads: threads, Context: ctx}
+	opt := quant.Options{Name: name, Threads: threads, Context: ctx, HeadType: head}
 	var o *quant.Output
 	if qname == "auto" {
 		if o, err = s.Auto(maxBytes, opt); err != nil {
@@ -233,8 +254,12 @@ func convertModel(ctx context.Context, src *fetched, out, qname string, maxBytes
 		return nil, fmt.Errorf("%s is %d bytes, over --max-bytes %d; removed it", out, st.Size(), maxBytes)
 	}
 	fmt.Fprintf(log, "prepare: wrote %s (%d bytes, %d parameters, tensors %v)\n", out, st.Size(), o.Params, o.TensorTypes)
-	return &prepareResult{File: out, Bytes: st.Size(), Model: src.Model, Revision: src.Revision, Quant: o.Recipe.Name,
-		TensorTypes: o.TensorTypes, Params: o.Params}, nil
+	res := &prepareResult{File: out, Bytes: st.Size(), Model: src.Model, Revision: src.Revision, Quant: o.Recipe.Name,
+		TensorTypes: o.TensorTypes, Params: o.Params}
+	if head != nil {
+		res.HeadType = strings.ToLower(head.String())
+	}
+	return res, nil
 }
 
 // isTerminal reports whether f is a character device (a terminal).
@@ -296,7 +321,7 @@ func resolveModel(ctx context.Context, arg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := convertModel(ctx, src, out, "auto", maxBytes, 0, os.Stderr); err != nil {
+	if _, err := convertModel(ctx, src, out, "auto", nil, maxBytes, 0, os.Stderr); err != nil {
 		return "", err
 	}
 	return out, nil

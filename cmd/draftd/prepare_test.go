@@ -340,3 +340,51 @@ func TestResolveLocalLooking(t *testing.T) {
 		t.Errorf("tiny/qwen3 (a Hub id): %v", err)
 	}
 }
+
+// TestPrepareHeadType: `prepare F.gguf --quant keep --head-type q5_0`
+// re-encodes the LM head alone (the JSON names the head type and counts it),
+// keeps the source's file type, and the file loads; a head type that is not
+// one, or whose blocks do not divide the head's rows, is refused naming it.
+func TestPrepareHeadType(t *testing.T) {
+	dir := t.TempDir()
+	src := "../../testdata/models/tiny-qwen2-q4_0.gguf"
+	out := filepath.Join(dir, "h.gguf")
+	stdout, err := runStdout(t, "prepare", src, "--out", out, "--quant", "keep", "--head-type", "q5_0", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res prepareResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("stdout %q: %v", stdout, err)
+	}
+	if res.Quant != "keep" || res.HeadType != "q5_0" || res.TensorTypes["Q5_0"] != 1 || res.TensorTypes["Q4_0"] != 15 {
+		t.Errorf("have %+v; want quant keep, head_type q5_0, one Q5_0 tensor and 15 Q4_0", res)
+	}
+	f, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if h, ok := f.Tensor("output.weight"); !ok || h.Type.String() != "Q5_0" {
+		t.Errorf("output.weight: %v", h)
+	}
+	if ft, _ := f.Uint("general.file_type"); ft != 2 {
+		t.Errorf("general.file_type %d; want the source's 2", ft)
+	}
+	m, err := model.Load(out, model.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if _, err := runStdout(t, "prepare", src, "--out", out, "--head-type", "f16"); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--head-type") {
+		t.Errorf("--head-type f16: have %v; want a usage error naming the flag", err)
+	}
+	bad := filepath.Join(dir, "bad.gguf")
+	_, err = runStdout(t, "prepare", src, "--out", bad, "--quant", "keep", "--head-type", "q6_k")
+	if err == nil || errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "rows of 64") {
+		t.Errorf("--head-type q6_k on rows of 64: have %v; want a runtime error naming the rows", err)
+	}
+	if _, err := os.Stat(bad); err == nil {
+		t.Error("a refused head type left a file")
+	}
+}

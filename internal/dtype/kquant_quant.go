@@ -222,7 +222,7 @@ func quantQ5_0(dst []byte, x []float32) []byte {
 	var q [32]uint8
 	var qh uint32
 	for j, v := range x {
-		q[j] = uint8(max(0, min(31, int(v*id+16.5))))
+		q[j] = uint8(max(0, min(31, int(float32(v*id)+16.5)))) // float32(): no FMA, as in C
 		qh |= uint32(q[j]>>4) << j
 	}
 	dst = binary.LittleEndian.AppendUint32(dst, qh)

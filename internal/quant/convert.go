@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -31,6 +32,10 @@ type Options struct {
 	// Context, when set, stops a Write between tensors once it is done (the
 	// partial file is removed).
 	Context context.Context
+	// HeadType, when set (one of HeadTypes), is the LM head's type instead
+	// of the recipe's (llama-quantize's --output-tensor-type): output.weight,
+	// or the embedding of a tied model.
+	HeadType *dtype.Type
 }
 
 // Output is one laid-out GGUF: its exact size is known before any tensor is
@@ -59,10 +64,17 @@ func (s *Source) Layout(r Recipe, opt Options) (*Output, error) {
 		return nil, fmt.Errorf("quant: recipe %s needs tensor types draftd cannot encode yet (%s)", r.Name, strings.Join(names, ", "))
 	}
 	specs := make([]TensorSpec, len(s.tensors))
+	var own []dtype.Type // a GGUF source's tensor types, for the recipe keep
 	for i, t := range s.tensors {
 		specs[i] = TensorSpec{Name: t.name, Shape: t.shape}
+		if s.Format == "gguf" {
+			own = append(own, t.raw)
+		}
 	}
-	types, err := r.Plan(specs, s.Config.Layers)
+	if opt.HeadType != nil && !slices.Contains(HeadTypes, *opt.HeadType) {
+		return nil, fmt.Errorf("quant: %v is not an LM head type", *opt.HeadType)
+	}
+	types, err := r.plan(specs, s.Config.Layers, opt.HeadType, own)
 	if err != nil {
 		return nil, err
 	}
@@ -109,11 +121,16 @@ func (o *Output) Write(path string) error {
 }
 
 // Candidates lists the recipes auto selection considers for s, best first:
-// from the source's Ceiling down, skipping recipes whose types draftd cannot
-// encode yet.
+// for a GGUF source Keep (the file as it is: re-encoding quantized weights
+// into a recipe adds no quality, and a larger recipe only bytes to stream),
+// then from the source's Ceiling down, skipping recipes whose types draftd
+// cannot encode yet.
 func (s *Source) Candidates() []Recipe {
 	ceil := s.Ceiling()
 	var out []Recipe
+	if s.Format == "gguf" {
+		out = append(out, Keep)
+	}
 	seen := false
 	for _, r := range recipes {
 		seen = seen || r.Name == ceil.Name
@@ -203,7 +220,9 @@ func (s *Source) metadata(w *gguf.Writer, r Recipe, opt Options) error {
 			case gguf.AlignmentKey:
 				continue
 			case "general.file_type":
-				v = r.FileType
+				if !r.keep {
+					v = r.FileType
+				}
 			case "general.quantization_version":
 				v, seenQV = uint32(quantizationVersion), true
 			}
@@ -211,7 +230,7 @@ func (s *Source) metadata(w *gguf.Writer, r Recipe, opt Options) error {
 				return err
 			}
 		}
-		if !w.Has("general.file_type") {
+		if !w.Has("general.file_type") && !r.keep {
 			if err := w.Add("general.file_type", r.FileType); err != nil {
 				return err
 			}

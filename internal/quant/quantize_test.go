@@ -60,6 +60,14 @@ func referenceInput() []float32 {
 			return float32(r.IntN(31)-15) / 2
 		})
 	}
+	for range 64 { // Q5_0 halves: max -16 → d = 1, x + 16.5 lands on integers and halves
+		block(func(j int) float32 {
+			if j == 0 {
+				return -16
+			}
+			return float32(r.IntN(63)-31) / 2
+		})
+	}
 	block(func(int) float32 { return 0 })
 	block(func(j int) float32 { return float32(j%2*2-1) * 3 }) // ±3: ties of |max|
 	block(func(j int) float32 {
@@ -72,7 +80,7 @@ func referenceInput() []float32 {
 	return x
 }
 
-// TestQuantizeMatchesNumpy: dtype.Quantize's Q8_0 and Q4_0 bytes equal the
+// TestQuantizeMatchesNumpy: dtype.Quantize's Q8_0, Q4_0 and Q5_0 bytes equal the
 // independent numpy reference (testdata/reference/quantize_ref.py, from
 // ggml's block definitions) on referenceInput.
 func TestQuantizeMatchesNumpy(t *testing.T) {
@@ -87,8 +95,8 @@ func TestQuantizeMatchesNumpy(t *testing.T) {
 	if err := os.WriteFile(in, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0} {
-		name := map[dtype.Type]string{dtype.Q8_0: "q8_0", dtype.Q4_0: "q4_0"}[typ]
+	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0, dtype.Q5_0} {
+		name := map[dtype.Type]string{dtype.Q8_0: "q8_0", dtype.Q4_0: "q4_0", dtype.Q5_0: "q5_0"}[typ]
 		out := filepath.Join(dir, name)
 		cmd := exec.Command(py, "../../testdata/reference/quantize_ref.py", in, name, out)
 		if msg, err := cmd.CombinedOutput(); err != nil {

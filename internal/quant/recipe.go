@@ -8,6 +8,7 @@ package quant
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,29 +31,37 @@ type Recipe struct {
 	// mixed recipes follow llama.cpp's llama_tensor_get_type; the others are
 	// "pure" (llama-quantize --pure): every matrix in Base.
 	mixed bool
+	// keep is the recipe "keep": every tensor of a GGUF source in its own
+	// type and bytes (with Options.HeadType, all but the LM head).
+	keep bool
 }
+
+// Keep is the recipe that copies a GGUF source's tensors as they are (its
+// own types, bytes and general.file_type): with Options.HeadType it
+// re-encodes the LM head alone. Not a candidate of Auto, and not in Recipes.
+var Keep = Recipe{Name: "keep", keep: true}
 
 // recipes, highest quality first. bf16 comes before f16: it is the dtype HF
 // checkpoints ship in, so it loses nothing from them (f16 can overflow).
 // q4_0 is llama-quantize --pure Q4_0 (the output/tied embedding in Q4_0 too,
 // not Q6_K): the smallest file, and free of K-quant types.
 var recipes = []Recipe{
-	{"f32", 0, dtype.F32, false},
-	{"bf16", 32, dtype.BF16, false},
-	{"f16", 1, dtype.F16, false},
-	{"q8_0", 7, dtype.Q8_0, false},
-	{"q6_k", 18, typeQ6K, true},
-	{"q5_k_m", 17, typeQ5K, true},
-	{"q4_k_m", 15, typeQ4K, true},
-	{"q4_0", 2, dtype.Q4_0, false},
+	{"f32", 0, dtype.F32, false, false},
+	{"bf16", 32, dtype.BF16, false, false},
+	{"f16", 1, dtype.F16, false, false},
+	{"q8_0", 7, dtype.Q8_0, false, false},
+	{"q6_k", 18, typeQ6K, true, false},
+	{"q5_k_m", 17, typeQ5K, true, false},
+	{"q4_k_m", 15, typeQ4K, true, false},
+	{"q4_0", 2, dtype.Q4_0, false, false},
 }
 
 // Recipes lists every recipe, highest quality (largest file) first.
 func Recipes() []Recipe { return append([]Recipe(nil), recipes...) }
 
-// Lookup finds a recipe by name (case-insensitive).
+// Lookup finds a recipe by name (case-insensitive), Keep included.
 func Lookup(name string) (Recipe, error) {
-	for _, r := range recipes {
+	for _, r := range append(Recipes(), Keep) {
 		if strings.EqualFold(r.Name, name) {
 			return r, nil
 		}
@@ -61,7 +70,25 @@ func Lookup(name string) (Recipe, error) {
 	for i, r := range recipes {
 		names[i] = r.Name
 	}
-	return Recipe{}, fmt.Errorf("unknown quantization %q (want auto or one of %s)", name, strings.Join(names, ", "))
+	return Recipe{}, fmt.Errorf("unknown quantization %q (want auto, keep or one of %s)", name, strings.Join(names, ", "))
+}
+
+// HeadTypes are the types Options.HeadType may name: the types draftd
+// encodes and runs that are ≤ 8 bits per weight (a wider head is a wider
+// recipe's business).
+var HeadTypes = []dtype.Type{dtype.Q8_0, typeQ6K, dtype.Q5_1, typeQ5K, dtype.Q5_0, dtype.Q4_1, typeQ4K, dtype.Q4_0}
+
+// ParseHeadType maps a name such as "q4_0" to one of HeadTypes.
+func ParseHeadType(name string) (dtype.Type, error) {
+	t, err := dtype.Parse(name)
+	if err == nil && slices.Contains(HeadTypes, t) {
+		return t, nil
+	}
+	names := make([]string, len(HeadTypes))
+	for i, h := range HeadTypes {
+		names[i] = strings.ToLower(h.String())
+	}
+	return 0, fmt.Errorf("unknown LM head type %q (want one of %s)", name, strings.Join(names, ", "))
 }
 
 // Types lists the tensor types the recipe can produce.
@@ -163,6 +190,62 @@ type TensorSpec struct {
 // llama.cpp's fallback when a row is not a whole number of blocks (Q6_K →
 // Q8_0; others are an error naming the tensor).
 func (r Recipe) Plan(tensors []TensorSpec, nLayers int) ([]dtype.Type, error) {
+	return r.plan(tensors, nLayers, nil, nil)
+}
+
+// LMHead is the name of the tensor that is the LM head: output.weight, or
+// token_embd.weight in a tied model (no output.weight).
+func LMHead(tensors []TensorSpec) string {
+	for _, t := range tensors {
+		if t.Name == "output.weight" {
+			return t.Name
+		}
+	}
+	return "token_embd.weight"
+}
+
+// plan is Plan with the LM head (LMHead) in *head when head is not nil (no
+// fallback: rows that do not split into its blocks are an error naming the
+// types that would). The recipe keep gives every tensor its type in src
+// (the GGUF source's types, index by index) instead.
+func (r Recipe) plan(tensors []TensorSpec, nLayers int, head *dtype.Type, src []dtype.Type) ([]dtype.Type, error) {
+	var (
+		out []dtype.Type
+		err error
+	)
+	switch {
+	case r.keep && len(src) != len(tensors):
+		return nil, fmt.Errorf("quant: recipe keep copies a GGUF source's own tensor types; this source is not a GGUF file")
+	case r.keep:
+		out = slices.Clone(src)
+	default:
+		if out, err = r.planRecipe(tensors, nLayers); err != nil {
+			return nil, err
+		}
+	}
+	if head == nil {
+		return out, nil
+	}
+	name := LMHead(tensors)
+	i := slices.IndexFunc(tensors, func(t TensorSpec) bool { return t.Name == name })
+	if i < 0 || len(tensors[i].Shape) < 2 {
+		return nil, fmt.Errorf("quant: no LM head (%s) to give type %v", name, *head)
+	}
+	if bs, _ := blockSize(*head); tensors[i].Shape[0]%uint64(bs) != 0 {
+		var fit []string
+		for _, h := range HeadTypes {
+			if b, _ := blockSize(h); tensors[i].Shape[0]%uint64(b) == 0 {
+				fit = append(fit, strings.ToLower(h.String()))
+			}
+		}
+		return nil, fmt.Errorf("quant: LM head type %v: %s has rows of %d, not a whole number of %d-weight blocks (head types that fit: %s)",
+			*head, name, tensors[i].Shape[0], bs, strings.Join(fit, ", "))
+	}
+	out[i] = *head
+	return out, nil
+}
+
+func (r Recipe) planRecipe(tensors []TensorSpec, nLayers int) ([]dtype.Type, error) {
 	tied := true
 	for _, t := range tensors {
 		if t.Name == "output.weight" {

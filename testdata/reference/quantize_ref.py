@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Independent numpy reference quantizer for ggml's Q8_0 and Q4_0 blocks.
+"""Independent numpy reference quantizer for ggml's Q8_0, Q4_0 and Q5_0 blocks.
 
 Written from ggml's published block definitions (ggml-common.h: block_q8_0 =
-{ggml_half d; int8_t qs[32]}, block_q4_0 = {ggml_half d; uint8_t qs[16]}) and
-the reference rounding rules of quantize_row_q8_0_ref / quantize_row_q4_0_ref:
+{ggml_half d; int8_t qs[32]}, block_q4_0 = {ggml_half d; uint8_t qs[16]},
+block_q5_0 = {ggml_half d; uint8_t qh[4]; uint8_t qs[16]}) and the
+reference rounding rules of quantize_row_q8_0_ref / quantize_row_q4_0_ref /
+quantize_row_q5_0_ref:
 
   Q8_0: amax = max|x|; d = amax/127; id = 1/d (0 when d == 0);
         q = roundf(x*id)  (halves away from zero); stored d = fp16(d).
   Q4_0: m = the first x of largest |x| (sign kept); d = m/-8; id = 1/d (0 if d == 0);
         n = min(15, (int8)(x*id + 8.5f))  (truncation toward zero);
         byte j = n[j] | n[j+16] << 4; stored d = fp16(d).
+  Q5_0: as Q4_0 with d = m/-16 and n = min(31, (int8)(x*id + 16.5f)); qs byte j =
+        (n[j] & 15) | (n[j+16] & 15) << 4; qh = the little-endian uint32 whose bit i
+        is bit 4 of n[i] (i < 32).
 
 All arithmetic is float32 as in C (numpy float32 scalars/arrays), fp16 is
 numpy's round-to-nearest-even float16. Not a model tool: it only turns float32
 arrays into block bytes.
 
-    python3 quantize_ref.py IN.f32 q8_0|q4_0 OUT     # raw little-endian f32 in, blocks out
+    python3 quantize_ref.py IN.f32 q8_0|q4_0|q5_0 OUT    # raw little-endian f32 in, blocks out
     python3 quantize_ref.py --selftest               # hand-decoded blocks
 """
 import sys
@@ -67,7 +72,29 @@ def quantize_q4_0(x):
     return bytes(out)
 
 
-QUANTIZERS = {"q8_0": quantize_q8_0, "q4_0": quantize_q4_0}
+def quantize_q5_0(x):
+    x = np.asarray(x, dtype=np.float32)
+    assert x.size % QK == 0
+    out = bytearray()
+    for b in range(0, x.size, QK):
+        blk = x[b:b + QK]
+        a = np.abs(blk)
+        m = blk[int(np.argmax(a))] if a.max() > 0 else F32(0)  # argmax: first of the largest
+        d = F32(F32(m) / F32(-16))
+        idv = F32(F32(1) / d) if d != 0 else F32(0)
+        s = ((blk * idv).astype(np.float32) + F32(16.5)).astype(np.float32)
+        n = np.minimum(31, np.trunc(s.astype(np.float64)).astype(np.int64))
+        qh = 0
+        for i in range(QK):
+            qh |= int((n[i] >> 4) & 1) << i
+        qs = ((n[:QK // 2] & 15) | ((n[QK // 2:] & 15) << 4)).astype(np.uint8)
+        out += _fp16_bytes(d)
+        out += qh.to_bytes(4, "little")
+        out += qs.tobytes()
+    return bytes(out)
+
+
+QUANTIZERS = {"q8_0": quantize_q8_0, "q4_0": quantize_q4_0, "q5_0": quantize_q5_0}
 
 
 def selftest():
@@ -94,6 +121,16 @@ def selftest():
     z = np.zeros(QK, dtype=np.float32)
     assert quantize_q8_0(z) == bytes(2 + QK)
     assert quantize_q4_0(z) == bytes([0x00, 0x80]) + bytes([0x88] * 16)
+    # Q5_0: the largest magnitude is -16 → d = 1, code 0; 15 → 31 (qh bit 1 set);
+    # 0 → 16 (qh bit set, low nibble 0); x[16] = 1 → 17 in the high nibble of byte 0.
+    x = np.zeros(QK, dtype=np.float32)
+    x[0], x[1], x[16] = -16, 15, 1
+    got = quantize_q5_0(x)
+    qh = int.from_bytes(got[2:6], "little")
+    assert got[:2] == bytes([0x00, 0x3c]), got[:2].hex()
+    assert qh == 0xFFFFFFFE, hex(qh)
+    assert got[6] == 0x00 | (1 << 4) and got[7] == 15 and got[8] == 0, got.hex()
+    assert quantize_q5_0(z) == bytes([0x00, 0x80]) + bytes([0xff] * 4) + bytes(16)
     print("quantize_ref self-test: ok")
 
 
