@@ -188,7 +188,7 @@ func (s *Server) Load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("warm-up draft: %w", err)
 	}
-	if b.info, err = json.Marshal(s.info(bi)); err != nil {
+	if b.info, err = json.Marshal(s.info(bi, maxItems)); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -241,9 +241,10 @@ func (s *Server) Close(ctx context.Context) error {
 // server's own settings.
 type info struct {
 	BackendInfo
-	DraftLen int       `json:"draft_len"`
-	Version  string    `json:"version"`
-	Build    buildInfo `json:"build"`
+	DraftLen      int       `json:"draft_len"`
+	MaxBatchItems int       `json:"max_batch_items"` // items of one POST /v1/drafts call
+	Version       string    `json:"version"`
+	Build         buildInfo `json:"build"`
 }
 
 type buildInfo struct {
@@ -255,9 +256,9 @@ type buildInfo struct {
 	VCSModified bool   `json:"vcs_modified,omitempty"`
 }
 
-func (s *Server) info(bi BackendInfo) info {
+func (s *Server) info(bi BackendInfo, maxItems int) info {
 	b := readBuildInfo()
-	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, Version: b.version(), Build: b}
+	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, MaxBatchItems: maxItems, Version: b.version(), Build: b}
 }
 
 func readBuildInfo() buildInfo {
