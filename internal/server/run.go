@@ -188,7 +188,7 @@ func (s *Server) Load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("warm-up draft: %w", err)
 	}
-	if b.info, err = json.Marshal(s.info(bi)); err != nil {
+	if b.info, err = json.Marshal(s.info(bi, maxItems)); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -241,7 +241,8 @@ func (s *Server) Close(ctx context.Context) error {
 // server's own settings.
 type info struct {
 	BackendInfo
-	DraftLen int `json:"draft_len"`
+	DraftLen      int `json:"draft_len"`
+	MaxBatchItems int `json:"max_batch_items"` // items of one POST /v1/drafts call
 	// The confidence bound of requests that give none (Config.MinConfidence)
 	// and the signal it bounds (engine.ConfidenceSignal).
 	MinConfidence    float32   `json:"min_confidence"`
@@ -259,9 +260,9 @@ type buildInfo struct {
 	VCSModified bool   `json:"vcs_modified,omitempty"`
 }
 
-func (s *Server) info(bi BackendInfo) info {
+func (s *Server) info(bi BackendInfo, maxItems int) info {
 	b := readBuildInfo()
-	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, MinConfidence: s.cfg.MinConfidence,
+	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, MaxBatchItems: maxItems, MinConfidence: s.cfg.MinConfidence,
 		ConfidenceSignal: engine.ConfidenceSignal, Version: b.version(), Build: b}
 }
 

@@ -487,7 +487,7 @@ func TestDraftsEqualGenerate(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
-	ts := startHealthy(t, Config{DraftLen: 12, Open: tinyOpen(engine.Options{MaxDraftLen: 40}, nil)})
+	ts := startHealthy(t, Config{DraftLen: 12, MaxBatchItems: 3, Open: tinyOpen(engine.Options{MaxDraftLen: 40}, nil)})
 	st, h, b := ts.do("GET", "/v1/info", "")
 	if st != http.StatusOK || h.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /v1/info: %d %v %s", st, h, b)
@@ -498,7 +498,7 @@ func TestInfo(t *testing.T) {
 	}
 	for k, want := range map[string]any{
 		"architecture": "qwen3", "vocab_size": 512.0, "max_context": 256.0, "draft_len": 12.0,
-		"max_draft_len": 40.0, "strategy": "model",
+		"max_draft_len": 40.0, "strategy": "model", "max_batch_items": 3.0,
 	} {
 		if in[k] != want {
 			t.Errorf("%s: have %v; want %v", k, in[k], want)

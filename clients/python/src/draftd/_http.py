@@ -8,7 +8,25 @@ session helper on them, and draftd.client puts the two together as the public
 one another in that one direction (_http, then session, then client).
 
 Both share :class:`_Protocol`, which builds every request and reads every
-answer (success or error), so the two differ only in how they wait. Retries
+answer (success or error), so the two differ only in how they wait.
+
+Deadlines: a number ``timeout`` bounds each call as a whole (connect, send,
+the server's queue, every byte of the answer, retries and their waits), not
+each socket read: :meth:`BaseClient.deadline` is that bound, and a block
+``with client.deadline(s):`` bounds every call inside it together (the
+drafters bound a whole step, a session's resend included). The blocking
+client enforces it in every socket operation (:class:`_DeadlineBackend`, so
+that an answer dribbled a byte at a time or endless ``102`` interim answers
+end on time too); the asyncio one cancels the call at the deadline.
+
+Answers are read raw (``Accept-Encoding: identity``; any other
+``Content-Encoding`` is a :class:`draftd.ProtocolError`, never a
+decompression) and at most :data:`MAX_ANSWER_BYTES` of them; every failure
+of httpx is mapped to a :class:`draftd.DraftdError`. Drafts are checked: ids
+are ints in [0, the server's ``vocab_size``) (its ``/v1/info``, read once
+and again after a failed connection) and no more than the ``n`` asked.
+
+Retries
 are explicit: only a 503 that carries ``Retry-After`` (the server marks it
 retryable: loading, queue full, busy, shutting down, timeout) is retried, at
 most ``max_retries`` times, after the server's Retry-After (capped at
@@ -22,29 +40,127 @@ This module does not decide what to draft nor how acceptance is counted
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import email.utils
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import httpcore
 import httpx
 
 from . import errors
 from .errors import ProtocolError
 from .types import Draft, DraftRequest, DraftResult, Health, Info, check_session_id
 
-__all__ = ["BaseClient", "AsyncBaseClient", "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "SESSION_HEADER"]
+__all__ = ["BaseClient", "AsyncBaseClient", "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "SESSION_HEADER",
+           "MAX_ANSWER_BYTES"]
 
 #: The header a proxy routes sessions on; sent with every request that names
 #: one session (docs/protocol.md, sessions).
 SESSION_HEADER = "X-Draftd-Session"
 
-#: connect 5 s; a draft may wait in the server's queue, so read 60 s.
+#: connect 5 s; a draft may wait in the server's queue, so 60 s for a call
+#: (its read value: the deadline of the whole call, and each read's bound).
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_MAX_RETRY_WAIT = 10.0
+
+#: The largest answer the clients read (bytes on the wire): a /v1/drafts
+#: answer of the server's largest batch (256 items × 64 ids) is ~120 KiB.
+MAX_ANSWER_BYTES = 8 << 20
+
+#: The deadline (time.monotonic()) of the call in progress in this thread or
+#: task; None: none. Set by BaseClient.deadline, read by every socket
+#: operation of the blocking client (_DeadlineBackend) and by _send.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("draftd_deadline", default=None)
+
+
+def _left(what: str) -> float | None:
+    """Seconds left before the deadline of the call in progress (None: no
+    deadline); raises httpcore's timeout of ``what`` when none is."""
+    d = _DEADLINE.get()
+    if d is None:
+        return None
+    left = d - time.monotonic()
+    if left <= 0:
+        raise {"connect": httpcore.ConnectTimeout, "write": httpcore.WriteTimeout}.get(what, httpcore.ReadTimeout)(
+            "the call's deadline passed")
+    return left
+
+
+def _bound(timeout: float | None, what: str) -> float | None:
+    left = _left(what)
+    if left is None:
+        return timeout
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every read and write waits at most until the
+    deadline of the call in progress (httpcore gives each read the same
+    per-read timeout, so a peer sending a byte at a time, or 102 after 102,
+    would otherwise hold a call without end)."""
+
+    def __init__(self, s: httpcore.NetworkStream) -> None:
+        self._s = s
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._s.read(max_bytes, _bound(timeout, "read"))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._s.write(buffer, _bound(timeout, "write"))
+
+    def close(self) -> None:
+        self._s.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._s.start_tls(ssl_context, server_hostname, _bound(timeout, "connect")))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._s.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's socket backend with connects, reads and writes bounded by
+    the deadline of the call in progress (:data:`_DEADLINE`)."""
+
+    def __init__(self) -> None:
+        self._b = httpcore.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._b.connect_tcp(host, port, _bound(timeout, "connect"), local_address,
+                                                   socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._b.connect_unix_socket(path, _bound(timeout, "connect"), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._b.sleep(seconds)
+
+
+def _transport() -> httpx.HTTPTransport:
+    """httpx's transport with its connection pool on :class:`_DeadlineBackend`.
+    httpx (0.27–0.28) has no argument for the backend: its pool (the
+    ``_pool`` its requests go through) is replaced by the same pool built on
+    that backend. Should a newer httpx keep it elsewhere, the transport is
+    left as it is: the deadline then bounds each read's timeout and the
+    answer's body, not a peer dribbling the answer's headers."""
+    ssl = httpx.create_ssl_context()
+    t = httpx.HTTPTransport(verify=ssl)
+    if isinstance(getattr(t, "_pool", None), httpcore.ConnectionPool):
+        lim = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)  # httpx's defaults
+        t._pool = httpcore.ConnectionPool(  # noqa: SLF001 (see above)
+            ssl_context=ssl, max_connections=lim.max_connections,
+            max_keepalive_connections=lim.max_keepalive_connections, keepalive_expiry=lim.keepalive_expiry,
+            network_backend=_DeadlineBackend())
+    return t
 
 _C = TypeVar("_C", bound="BaseClient")
 _A = TypeVar("_A", bound="AsyncBaseClient")
@@ -60,6 +176,24 @@ class _Request:
 
 def _dumps(v: Any) -> bytes:
     return json.dumps(v, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """An answer read whole (at most MAX_ANSWER_BYTES, not decoded): what
+    _Protocol reads of an httpx.Response, and no more."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+    request: httpx.Request
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
 class _Protocol:
@@ -101,29 +235,43 @@ class _Protocol:
     def delete_request(session: str) -> _Request:
         return _Request("DELETE", "/v1/sessions/" + check_session_id(session), None, session)
 
-    def results(self, resp: httpx.Response, reqs: Sequence[DraftRequest]) -> list[DraftResult]:
+    def results(self, resp: httpx.Response | _Answer, reqs: Sequence[DraftRequest]) -> list[DraftResult]:
         out = DraftResult.list_from_json(self.json(resp), len(reqs))
         for i, (r, q) in enumerate(zip(out, reqs)):
             if r.id != q.id:
                 raise ProtocolError(f"/v1/drafts result {i} has id {str(r.id)[:64]!r}; request {i} had {str(q.id)[:64]!r}")
         return out
 
-    def no_content(self, resp: httpx.Response) -> None:
+    @staticmethod
+    def check_draft(tokens: Sequence[int], n: int | None, info: Info, what: str) -> None:
+        """Raises ProtocolError unless tokens are ids of the server's
+        vocabulary (ints in [0, vocab_size)), at most n of them (None: the
+        server's draft_len)."""
+        limit = info.draft_len if n is None else n
+        if len(tokens) > limit:
+            raise ProtocolError(f"{what} has {len(tokens)} tokens; {limit} were asked")
+        for j, t in enumerate(tokens):
+            if not 0 <= t < info.vocab_size:
+                raise ProtocolError(f"{what}[{j}] is {str(t)[:32]}, not an id of the server's vocabulary "
+                                    f"[0, {info.vocab_size})")
+
+    def no_content(self, resp: httpx.Response | _Answer) -> None:
         if resp.status_code != 204:
             raise self.error(resp) if resp.status_code >= 300 else ProtocolError(
                 f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code}; want 204")
 
     @staticmethod
-    def headers(req: _Request) -> dict[str, str] | None:
-        h: dict[str, str] = {}
+    def headers(req: _Request) -> dict[str, str]:
+        # identity: an answer is never decompressed (no decompression bomb)
+        h: dict[str, str] = {"Accept-Encoding": "identity"}
         if req.body is not None:
             h["Content-Type"] = "application/json"
         if req.session is not None:
             h[SESSION_HEADER] = req.session
-        return h or None
+        return h
 
     @staticmethod
-    def retry_after(resp: httpx.Response) -> float | None:
+    def retry_after(resp: httpx.Response | _Answer) -> float | None:
         """The Retry-After of resp in seconds (delta-seconds or an HTTP
         date), None when absent or unreadable."""
         v = resp.headers.get("retry-after")
@@ -138,17 +286,22 @@ class _Protocol:
             return None
         return max(0.0, when.timestamp() - time.time())
 
-    def retry_wait(self, resp: httpx.Response, attempt: int) -> float | None:
+    def retry_wait(self, resp: httpx.Response | _Answer, attempt: int) -> float | None:
         """How long to wait before retrying resp (attempt counts from 0), or
-        None when it must not be retried."""
+        None when it must not be retried (also when the wait would pass the
+        deadline of the call)."""
         if resp.status_code != 503 or attempt >= self.max_retries:
             return None
         ra = self.retry_after(resp)
         if ra is None:
             return None
-        return min(ra, self.max_retry_wait)
+        wait = min(ra, self.max_retry_wait)
+        d = _DEADLINE.get()
+        if d is not None and time.monotonic() + wait >= d:
+            return None
+        return wait
 
-    def error(self, resp: httpx.Response) -> errors.APIError | ProtocolError:
+    def error(self, resp: httpx.Response | _Answer) -> errors.APIError | ProtocolError:
         """The exception of a non-2xx answer."""
         try:
             e = resp.json()["error"]
@@ -159,7 +312,7 @@ class _Protocol:
             return ProtocolError(f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code} without a draftd error body: {resp.text[:120]!r}")
         return errors.error_for(resp.status_code, code, message, self.retry_after(resp))
 
-    def json(self, resp: httpx.Response) -> Any:
+    def json(self, resp: httpx.Response | _Answer) -> Any:
         if resp.status_code != 200:
             raise self.error(resp)
         try:
@@ -168,7 +321,7 @@ class _Protocol:
             raise ProtocolError(f"{resp.request.url.path}: answer is not JSON the client can read: {resp.text[:120]!r}") from e
 
     @staticmethod
-    def health(resp: httpx.Response, p: _Protocol) -> Health:
+    def health(resp: httpx.Response | _Answer, p: _Protocol) -> Health:
         if resp.status_code not in (200, 503):
             raise p.error(resp)
         try:
@@ -183,13 +336,46 @@ class _Protocol:
         return Health(status=status, ok=resp.status_code == 200 and status == "ok", retry_after=p.retry_after(resp))
 
     @staticmethod
-    def transport(e: httpx.TransportError, req: _Request) -> errors.TransportError:
+    def transport(e: Exception, req: _Request) -> errors.DraftdError:
+        """The DraftdError of a failure of httpx (or of the socket under
+        it): no answer is a TransportError, an answer httpx could not read
+        (a broken encoding or framing) a ProtocolError."""
         what = f"{req.method} {req.path}"
-        if isinstance(e, httpx.TimeoutException):
+        if isinstance(e, (httpx.TimeoutException, httpcore.TimeoutException, asyncio.TimeoutError)):
             return errors.TimeoutError(f"{what}: {type(e).__name__}: {e}")
         if isinstance(e, httpx.ConnectError):
             return errors.ConnectError(f"{what}: {e}")
-        return errors.TransportError(f"{what}: {type(e).__name__}: {e}")
+        if isinstance(e, (httpx.TransportError, OSError)):
+            return errors.TransportError(f"{what}: {type(e).__name__}: {e}")
+        return ProtocolError(f"{what}: the answer cannot be read: {type(e).__name__}: {e}")
+
+    @staticmethod
+    def encoding(resp: httpx.Response, req: _Request) -> None:
+        enc = resp.headers.get("content-encoding", "identity").strip().lower()
+        if enc not in ("", "identity"):
+            raise ProtocolError(f"{req.method} {req.path}: answer has Content-Encoding {enc[:32]!r}; "
+                                "the client asks for identity")
+
+    @staticmethod
+    def add(body: bytearray, chunk: bytes, req: _Request) -> None:
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            raise ProtocolError(f"{req.method} {req.path}: answer is over {MAX_ANSWER_BYTES} bytes")
+        d = _DEADLINE.get()
+        if d is not None and time.monotonic() > d:
+            raise errors.TimeoutError(f"{req.method} {req.path}: the call's deadline passed while reading the answer")
+
+    @staticmethod
+    def phases(t: httpx.Timeout) -> httpx.Timeout:
+        """t with each phase at most the time left before the deadline."""
+        left = _left("connect")
+        if left is None:
+            return t
+
+        def cap(v: float | None) -> float:
+            return left if v is None else min(v, left)
+
+        return httpx.Timeout(connect=cap(t.connect), read=cap(t.read), write=cap(t.write), pool=cap(t.pool))
 
 
 def _timeout(t: float | httpx.Timeout | None) -> httpx.Timeout:
@@ -200,7 +386,41 @@ def _timeout(t: float | httpx.Timeout | None) -> httpx.Timeout:
     return httpx.Timeout(float(t))
 
 
-class BaseClient:
+def _call_seconds(t: float | httpx.Timeout | None, own: bool) -> float | None:
+    """The deadline of one call: a number's seconds, an httpx.Timeout's
+    read (DEFAULT_TIMEOUT: 60 s); none for an http_client of the caller's."""
+    if not own:
+        return None
+    return _timeout(t).read
+
+
+class _Deadlines:
+    """The deadline and /v1/info cache both clients share."""
+
+    _call_s: float | None
+    _info: Info | None
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float | None = None) -> Iterator[None]:
+        """Within the block, every call of this thread (or asyncio task)
+        ends within ``seconds`` from now (None: the client's own
+        ``timeout``), connect, retries, the server's queue and every byte
+        of the answer included, or raises :class:`draftd.TimeoutError`. An
+        enclosing deadline that ends sooner stays in force."""
+        s = self._call_s if seconds is None else seconds
+        if s is None:
+            yield
+            return
+        d = time.monotonic() + s
+        outer = _DEADLINE.get()
+        token = _DEADLINE.set(d if outer is None else min(outer, d))
+        try:
+            yield
+        finally:
+            _DEADLINE.reset(token)
+
+
+class BaseClient(_Deadlines):
     """The blocking client without the session helper (draftd.Client is this
     plus :meth:`draftd.Client.session` and :meth:`draftd.Client.session_drafts`)."""
 
@@ -215,26 +435,49 @@ class BaseClient:
     ) -> None:
         self._p = _Protocol(base_url, max_retries, max_retry_wait)
         self._own = http_client is None
-        self._http = http_client or httpx.Client(timeout=_timeout(timeout), headers={"User-Agent": "draftd-python"})
+        self._call_s = _call_seconds(timeout, self._own)
+        self._info = None
+        self._http = http_client or httpx.Client(timeout=_timeout(timeout), headers={"User-Agent": "draftd-python"},
+                                                 transport=_transport())
 
     @property
     def base_url(self) -> str:
         return self._p.base_url
 
-    def _send(self, req: _Request, retry: bool = True) -> httpx.Response:
+    def _send(self, req: _Request, retry: bool = True) -> _Answer:
         attempt = 0
         while True:
             try:
-                resp = self._http.request(req.method, self._p.base_url + req.path, content=req.body,
-                                          headers=self._p.headers(req))
-            except httpx.TransportError as e:
+                resp = self._once(req)
+            except (httpx.HTTPError, httpcore.TimeoutException, OSError) as e:
+                self._info = None  # the server may be another one now: read /v1/info again
                 raise self._p.transport(e, req) from e
             wait = self._p.retry_wait(resp, attempt) if retry else None
             if wait is None:
                 return resp
-            resp.close()
             time.sleep(wait)
             attempt += 1
+
+    def _once(self, req: _Request) -> _Answer:
+        r = self._http.build_request(req.method, self._p.base_url + req.path, content=req.body,
+                                     headers=self._p.headers(req), timeout=self._p.phases(self._http.timeout))
+        resp = self._http.send(r, stream=True)
+        try:
+            self._p.encoding(resp, req)
+            body = bytearray()
+            # An answer a transport made whole (httpx.MockTransport's) is read already.
+            for chunk in [resp.content] if resp.is_stream_consumed else resp.iter_raw():
+                self._p.add(body, chunk, req)
+        finally:
+            resp.close()
+        return _Answer(resp.status_code, resp.headers, bytes(body), r)
+
+    def _limits(self) -> Info:
+        """The server's /v1/info, read once (again after a failed connection)."""
+        if self._info is None:
+            self.info()
+        assert self._info is not None
+        return self._info
 
     def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
               session: str | None = None) -> Draft:
@@ -262,7 +505,11 @@ class BaseClient:
         is not sent)."""
         if not isinstance(request, DraftRequest):
             raise TypeError(f"request is {type(request).__name__}; want a draftd.DraftRequest")
-        return Draft.from_json(self._p.json(self._send(self._p.draft_request(request))))
+        with self.deadline():
+            d = Draft.from_json(self._p.json(self._send(self._p.draft_request(request))))
+            if d.tokens:
+                self._p.check_draft(d.tokens, request.n, self._limits(), '"draft"')
+        return d
 
     def drafts(self, requests: Sequence[DraftRequest]) -> list[DraftResult]:
         """``POST /v1/drafts``: one call for all ``requests``; one
@@ -271,20 +518,30 @@ class BaseClient:
         the whole call (``too_many_items``, ``body_too_large``, a 503, …)
         raises."""
         req = self._p.drafts_request(requests)
-        return self._p.results(self._send(req), requests)
+        with self.deadline():
+            out = self._p.results(self._send(req), requests)
+            for i, (r, q) in enumerate(zip(out, requests)):
+                if r.draft is not None and r.draft.tokens:
+                    self._p.check_draft(r.draft.tokens, q.n, self._limits(), f"/v1/drafts result {i} draft")
+        return out
 
     def delete_session(self, session: str) -> None:
         """``DELETE /v1/sessions/ID`` (204 also when the session is unknown)."""
-        self._p.no_content(self._send(self._p.delete_request(session)))
+        with self.deadline():
+            self._p.no_content(self._send(self._p.delete_request(session)))
 
     def health(self) -> Health:
         """``GET /health`` once (a 503 while loading is an answer, not an
         error, and is not retried)."""
-        return _Protocol.health(self._send(_Request("GET", "/health"), retry=False), self._p)
+        with self.deadline():
+            return _Protocol.health(self._send(_Request("GET", "/health"), retry=False), self._p)
 
     def info(self) -> Info:
-        """``GET /v1/info``."""
-        return Info.from_json(self._p.json(self._send(_Request("GET", "/v1/info"))))
+        """``GET /v1/info`` (also kept: drafts are checked against its
+        ``vocab_size`` and ``draft_len``)."""
+        with self.deadline():
+            self._info = Info.from_json(self._p.json(self._send(_Request("GET", "/v1/info"))))
+        return self._info
 
     def wait_ready(self, timeout: float = 300.0, interval: float = 0.2) -> Health:
         """Polls ``/health`` until it is ok; raises :class:`draftd.TimeoutError`
@@ -314,7 +571,7 @@ class BaseClient:
         self.close()
 
 
-class AsyncBaseClient:
+class AsyncBaseClient(_Deadlines):
     """The asyncio form of :class:`BaseClient`: the same methods, awaited."""
 
     def __init__(
@@ -328,26 +585,52 @@ class AsyncBaseClient:
     ) -> None:
         self._p = _Protocol(base_url, max_retries, max_retry_wait)
         self._own = http_client is None
+        self._call_s = _call_seconds(timeout, self._own)
+        self._info = None
         self._http = http_client or httpx.AsyncClient(timeout=_timeout(timeout), headers={"User-Agent": "draftd-python"})
 
     @property
     def base_url(self) -> str:
         return self._p.base_url
 
-    async def _send(self, req: _Request, retry: bool = True) -> httpx.Response:
+    async def _send(self, req: _Request, retry: bool = True) -> _Answer:
         attempt = 0
         while True:
             try:
-                resp = await self._http.request(req.method, self._p.base_url + req.path, content=req.body,
-                                                headers=self._p.headers(req))
-            except httpx.TransportError as e:
+                left = _left("connect")
+                # the call is cancelled at the deadline, wherever it waits
+                resp = await (self._once(req) if left is None else asyncio.wait_for(self._once(req), left))
+            except (httpx.HTTPError, httpcore.TimeoutException, asyncio.TimeoutError, OSError) as e:
+                self._info = None
                 raise self._p.transport(e, req) from e
             wait = self._p.retry_wait(resp, attempt) if retry else None
             if wait is None:
                 return resp
-            await resp.aclose()
             await asyncio.sleep(wait)
             attempt += 1
+
+    async def _once(self, req: _Request) -> _Answer:
+        r = self._http.build_request(req.method, self._p.base_url + req.path, content=req.body,
+                                     headers=self._p.headers(req), timeout=self._p.phases(self._http.timeout))
+        resp = await self._http.send(r, stream=True)
+        try:
+            self._p.encoding(resp, req)
+            body = bytearray()
+            if resp.is_stream_consumed:  # see BaseClient._once
+                self._p.add(body, resp.content, req)
+            else:
+                chunks: AsyncIterator[bytes] = resp.aiter_raw()
+                async for chunk in chunks:
+                    self._p.add(body, chunk, req)
+        finally:
+            await resp.aclose()
+        return _Answer(resp.status_code, resp.headers, bytes(body), r)
+
+    async def _limits(self) -> Info:
+        if self._info is None:
+            await self.info()
+        assert self._info is not None
+        return self._info
 
     async def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
                     session: str | None = None) -> Draft:
@@ -363,24 +646,37 @@ class AsyncBaseClient:
         """See :meth:`Client.send`."""
         if not isinstance(request, DraftRequest):
             raise TypeError(f"request is {type(request).__name__}; want a draftd.DraftRequest")
-        return Draft.from_json(self._p.json(await self._send(self._p.draft_request(request))))
+        with self.deadline():
+            d = Draft.from_json(self._p.json(await self._send(self._p.draft_request(request))))
+            if d.tokens:
+                self._p.check_draft(d.tokens, request.n, await self._limits(), '"draft"')
+        return d
 
     async def drafts(self, requests: Sequence[DraftRequest]) -> list[DraftResult]:
         """See :meth:`Client.drafts`."""
         req = self._p.drafts_request(requests)
-        return self._p.results(await self._send(req), requests)
+        with self.deadline():
+            out = self._p.results(await self._send(req), requests)
+            for i, (r, q) in enumerate(zip(out, requests)):
+                if r.draft is not None and r.draft.tokens:
+                    self._p.check_draft(r.draft.tokens, q.n, await self._limits(), f"/v1/drafts result {i} draft")
+        return out
 
     async def delete_session(self, session: str) -> None:
         """See :meth:`Client.delete_session`."""
-        self._p.no_content(await self._send(self._p.delete_request(session)))
+        with self.deadline():
+            self._p.no_content(await self._send(self._p.delete_request(session)))
 
     async def health(self) -> Health:
         """See :meth:`Client.health`."""
-        return _Protocol.health(await self._send(_Request("GET", "/health"), retry=False), self._p)
+        with self.deadline():
+            return _Protocol.health(await self._send(_Request("GET", "/health"), retry=False), self._p)
 
     async def info(self) -> Info:
         """See :meth:`Client.info`."""
-        return Info.from_json(self._p.json(await self._send(_Request("GET", "/v1/info"))))
+        with self.deadline():
+            self._info = Info.from_json(self._p.json(await self._send(_Request("GET", "/v1/info"))))
+        return self._info
 
     async def wait_ready(self, timeout: float = 300.0, interval: float = 0.2) -> Health:
         """See :meth:`Client.wait_ready`."""

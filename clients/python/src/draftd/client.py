@@ -17,6 +17,7 @@ from ._http import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_RETRY_WAIT,
     DEFAULT_TIMEOUT,
+    MAX_ANSWER_BYTES,
     SESSION_HEADER,
     AsyncBaseClient,
     BaseClient,
@@ -25,15 +26,18 @@ from ._http import (
 from .session import AsyncSession, Session, async_session_drafts, session_drafts
 from .types import DraftResult
 
-__all__ = ["Client", "AsyncClient", "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "SESSION_HEADER"]
+__all__ = ["Client", "AsyncClient", "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "SESSION_HEADER", "MAX_ANSWER_BYTES"]
 
 
 class Client(BaseClient):
     """A blocking draftd client. Use it as a context manager, or call
     :meth:`close`.
 
-    ``timeout``: seconds for every phase, or an ``httpx.Timeout``
-    (default :data:`DEFAULT_TIMEOUT`). ``max_retries``: retries of a 503 with
+    ``timeout``: seconds for each call as a whole (connect, the server's
+    queue, every byte of the answer, retries; see :meth:`deadline`), or an
+    ``httpx.Timeout`` whose phases bound each phase and whose ``read``
+    bounds the call (default :data:`DEFAULT_TIMEOUT`: 5 s to connect, 60 s
+    for the call). ``max_retries``: retries of a 503 with
     Retry-After. ``http_client``: an ``httpx.Client`` of your own (its
     timeouts and pool are then yours; it is not closed by :meth:`close`).
     """

@@ -26,12 +26,24 @@ the session with its whole context. ``session=False`` sends the whole
 context to ``/draft`` every step.
 
 Failures never fail a generation: a draftd that is down, answers an error
-or does not answer within ``timeout`` costs that step an empty draft (the
-target decodes one token, as without a draft model), counted in
+or does not answer within ``timeout`` (the whole step: a session's resend
+after 409 included) costs that step an empty draft (the target decodes one
+token, as without a draft model), counted in
 :attr:`DraftdDraftModel.misses` (by kind in ``miss_kinds``). After a miss
 no request is sent for ``cooldown`` seconds (those steps draft nothing and
 count in ``skipped``), so a draftd that hangs costs one timeout per
-cooldown, not one per token.
+cooldown, not one per token. A permanent error (400, 404, 405, 413, 422:
+the request is wrong, not the server busy) is logged once at WARNING and
+has no cooldown. A draft holding an id the target cannot take (outside
+[0, its ``n_vocab``)) is dropped (``invalid``): llama.cpp would fail the
+generation on it.
+
+The handshake: draftd's ``/v1/info`` is read when the draft model is built
+(and again after a failed connection, a lost session or a permanent
+error). A draftd vocabulary larger than the target's is an error naming
+both sizes — at construction with ``n_vocab``, else when :func:`generate`
+starts (a plain ``create_completion`` logs it and drafts nothing); ``n``
+above the server's ``max_draft_len`` is clipped to it with one warning.
 
 No wasted drafts: inside :meth:`DraftdDraftModel.budget` (which
 :func:`generate` uses) a draft is never longer than the tokens the
@@ -50,10 +62,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -62,8 +77,9 @@ import numpy.typing as npt
 from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .client import Client
-from .errors import DraftdError
+from .errors import APIError, DraftdError, TransportError
 from .session import Session, SessionStats
+from .types import Info
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -75,6 +91,11 @@ __all__ = ["Acceptance", "DraftdDraftModel", "Generation", "generate", "TESTED_L
 TESTED_LLAMA_CPP_PYTHON = ">=0.3.36,<0.4"
 
 _EMPTY: npt.NDArray[np.intc] = np.zeros(0, dtype=np.intc)
+
+log = logging.getLogger("draftd.llamacpp")
+
+#: Statuses that say the request is wrong, not the server busy (draftd.vllm's).
+PERMANENT = frozenset({400, 404, 405, 413, 422})
 
 
 @dataclass
@@ -195,14 +216,17 @@ class DraftdDraftModel(LlamaDraftModel):
     its ``--strategy``). ``timeout``: seconds a request may take (connect
     included) before the step drafts nothing; the first request of a
     generation sends the whole prompt, which the server prefills, so it is
-    allowed ``first_timeout``. ``cooldown``: seconds without requests after
-    a miss. ``session``: draft through a session (see the module).
+    allowed ``first_timeout``; each bounds the whole step, a resend
+    included. ``cooldown``: seconds without requests after a miss.
+    ``session``: draft through a session (see the module).
     ``adaptive``: choose each draft's length in [1, n] from this model's own
     measured acceptance by position and cycle time (n: the most it asks;
     see :class:`_AdaptiveN`); off, every draft asks n. ``client``:
     a :class:`draftd.Client` of your own instead of one made from ``url``
     (its timeouts and retries are then yours; it is not closed by
-    :meth:`close`).
+    :meth:`close`). ``n_vocab``: the target's vocabulary size (None: read
+    from the ``Llama`` that calls the draft model, or given by
+    :func:`generate`); draft ids must be below it.
 
     Counters: ``calls`` (steps that asked for a draft), ``requests`` (sent,
     primes included), ``primes`` (prompts sent ahead, :meth:`prime`; their
@@ -210,7 +234,9 @@ class DraftdDraftModel(LlamaDraftModel):
     ``misses`` (failed or timed out: an empty draft), ``skipped`` (no
     request: cooldown), ``miss_kinds`` (misses by exception class name),
     ``draft_seconds`` (time spent waiting for draftd, misses included),
-    :attr:`session_stats`. Not thread-safe: one generation at a time.
+    ``invalid`` (drafts dropped: an id the target cannot take),
+    ``handshakes`` (reads of /v1/info), :attr:`session_stats`. Not
+    thread-safe: one generation at a time.
     """
 
     def __init__(
@@ -225,6 +251,7 @@ class DraftdDraftModel(LlamaDraftModel):
         session: bool = True,
         adaptive: bool = False,
         client: Client | None = None,
+        n_vocab: int | None = None,
     ) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n {n!r} must be an int ≥ 1")
@@ -235,6 +262,8 @@ class DraftdDraftModel(LlamaDraftModel):
             raise ValueError(f"cooldown {cooldown!r} must be a number of seconds ≥ 0")
         if strategy is not None and not isinstance(strategy, str):
             raise TypeError(f"strategy is {type(strategy).__name__}; want a str or None")
+        if n_vocab is not None and (isinstance(n_vocab, bool) or not isinstance(n_vocab, int) or n_vocab < 1):
+            raise ValueError(f"n_vocab {n_vocab!r} must be an int ≥ 1 or None")
         self.n = n
         self.strategy = strategy
         self.timeout = float(timeout)
@@ -261,6 +290,19 @@ class DraftdDraftModel(LlamaDraftModel):
         self._acc: Acceptance | None = None
         self._adaptive = _AdaptiveN(n) if adaptive else None
         self.unresolved = 0
+        self.n_vocab = n_vocab
+        self.info: Info | None = None  # draftd's /v1/info, from the handshake
+        self.invalid = 0
+        self.handshakes = 0
+        self._nmax = n  # n clipped to the server's max_draft_len
+        self._stale = True
+        self._warned: set[str] = set()
+        try:
+            with self.client.deadline(self.timeout):
+                self._handshake()
+        except DraftdError as e:
+            log.warning("draftd draft model: %s does not answer /v1/info (%s); the handshake is done at the "
+                        "first step it answers", self.client.base_url, e)
 
     @property
     def session_stats(self) -> SessionStats | None:
@@ -325,13 +367,18 @@ class DraftdDraftModel(LlamaDraftModel):
         def send() -> None:
             t0 = time.monotonic()
             try:
-                with self._timeout(httpx.Timeout(self.first_timeout)):
+                with self._timeout(httpx.Timeout(self.first_timeout)), self.client.deadline(self.first_timeout):
+                    if self._stale:
+                        self._handshake()
                     if self._session is not None:
                         self._session.draft(ctx, n=1)
                     else:
                         self.client.draft(ctx, 1, strategy=self.strategy)
                 self._last_sent = ctx
-            except DraftdError as e:
+            except (DraftdError, ValueError) as e:
+                self._missed(e)
+            except Exception as e:  # noqa: BLE001 - a bug here must not fail the generation
+                log.exception("draftd draft model: unexpected error priming")
                 self._missed(e)
             finally:
                 self.prime_seconds += time.monotonic() - t0
@@ -353,6 +400,7 @@ class DraftdDraftModel(LlamaDraftModel):
         now = time.perf_counter()
         self._resolve(ctx, now)
         room = self.n if self._adaptive is None else self._adaptive.choose()
+        room = min(room, self._nmax)
         if self._end is not None:
             room = min(room, self._end - len(ctx) - 1)  # the target's bonus token must still fit
         draft: list[int] = []
@@ -392,27 +440,121 @@ class DraftdDraftModel(LlamaDraftModel):
         # extend the last one sent (a new generation) may take first_timeout.
         last = self._last_sent
         first = last is None or len(ctx) <= len(last) or ctx[: len(last)] != last
-        t = httpx.Timeout(self.first_timeout if first else self.timeout)
+        seconds = self.first_timeout if first else self.timeout
+        vocab = self.n_vocab if self.n_vocab is not None else self._caller_vocab()
         s = self._session
         self.requests += 1
         try:
-            with self._timeout(t):
+            # One deadline for the step: the handshake, the request and a
+            # session's resend after 409.
+            with self._timeout(httpx.Timeout(seconds)), self.client.deadline(seconds):
+                if self._stale:
+                    self._handshake(vocab)
+                elif self.info is not None:
+                    self._check_vocab(self.info, vocab)  # a target found since the handshake
+                resent = s.stats.resent if s is not None else 0
                 if s is not None:
                     d = s.draft(ctx, n=n)
                 else:
                     d = self.client.draft(ctx, n, strategy=self.strategy)
-        except DraftdError as e:
+                if s is not None and s.stats.resent != resent:
+                    self._stale = True  # the server lost the session: perhaps a restarted one
+        except (DraftdError, ValueError) as e:
+            self._missed(e)
+            return []
+        except Exception as e:  # noqa: BLE001 - a bug here must not fail the generation
+            log.exception("draftd draft model: unexpected error; no draft this step")
             self._missed(e)
             return []
         finally:
             self.draft_seconds += time.monotonic() - now
         self._last_sent = ctx
-        return d.tokens[:n]
+        draft = d.tokens[:n]
+        limit = vocab if vocab is not None else self.info.vocab_size if self.info is not None else None
+        if limit is not None and any(not 0 <= t < limit for t in draft):
+            self.invalid += 1
+            self._warn_once("invalid", "draftd draft model: dropped a draft with an id outside the target's "
+                            "vocabulary [0, %d): %s", limit, str(draft)[:80])
+            return []
+        return draft
 
-    def _missed(self, e: DraftdError) -> None:
+    def _caller_vocab(self) -> int | None:
+        """The vocabulary size of the Llama whose generate() called this
+        draft model (``self.draft_model(...)`` in llama-cpp-python 0.3.x:
+        its frame's ``self``), kept once found; None when it is not there."""
+        try:
+            f: FrameType | None = sys._getframe(2)  # __call__ → _draft → here: 2 up is llama's generate
+            while f is not None:
+                cand = f.f_locals.get("self")
+                if cand is not None and cand is not self and callable(getattr(cand, "n_vocab", None)) and \
+                        getattr(cand, "draft_model", None) is self:
+                    v = cand.n_vocab()
+                    if isinstance(v, int) and v > 0:
+                        self.n_vocab = v
+                        return v
+                f = f.f_back
+        except Exception:  # noqa: BLE001 - llama-cpp-python changed: no check against the target
+            pass
+        return None
+
+    def check(self, n_vocab: int | None = None) -> None:
+        """The handshake now (:func:`generate` calls it before a
+        generation): raises ValueError naming both sizes when draftd's
+        vocabulary is larger than the target's (``n_vocab``, else the one
+        given or found before). A draftd that does not answer is not an
+        error here: its steps miss."""
+        if n_vocab is not None:
+            self.n_vocab = n_vocab
+        if self.info is not None and not self._stale:
+            self._check_vocab(self.info, self.n_vocab)
+            return
+        try:
+            with self.client.deadline(self.timeout):
+                self._handshake()
+        except DraftdError as e:
+            log.warning("draftd draft model: /v1/info: %s", e)
+
+    def _handshake(self, vocab: int | None = None) -> None:
+        """Reads /v1/info: the vocabularies (ValueError naming both sizes
+        when draftd's is larger than the target's) and n clipped to the
+        server's max_draft_len (one warning)."""
+        info = self.client.info()
+        self.handshakes += 1
+        self._check_vocab(info, self.n_vocab if vocab is None else vocab)
+        self.info = info
+        self._nmax = min(self.n, info.max_draft_len)
+        if self._nmax < self.n:
+            self._warn_once("max_draft_len", "draftd draft model: n = %d is above draftd's --max-draft-len %d: "
+                            "drafts are clipped to %d tokens", self.n, info.max_draft_len, self._nmax)
+        self._stale = False
+
+    def _check_vocab(self, info: Info, vocab: int | None) -> None:
+        if vocab is not None and info.vocab_size > vocab:
+            self.info = None
+            self._stale = True
+            raise ValueError(f"draftd at {self.client.base_url} drafts from a vocabulary of {info.vocab_size} "
+                             f"tokens; the target's has {vocab}: its drafts could hold ids the target cannot take")
+
+    def _warn_once(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, *args)
+
+    def _missed(self, e: Exception) -> None:
         self._last_sent = None
         self.misses += 1
         self.miss_kinds[type(e).__name__] += 1
+        if isinstance(e, APIError) and e.status in PERMANENT:
+            # The request is wrong: no cooldown (waiting does not fix it);
+            # read /v1/info again, the server's limits may have changed.
+            self._stale = True
+            self._warn_once(f"{e.status} {e.code}", "draftd at %s refused a draft request (%s): the request is "
+                            "wrong, not the server busy; such steps draft nothing", self.client.base_url, e)
+            return
+        if isinstance(e, ValueError):
+            self._warn_once("vocab", "draftd draft model: %s", e)  # a vocabulary mismatch found in a step
+        if isinstance(e, TransportError):
+            self._stale = True  # perhaps another server when it answers again
         self._quiet_until = time.monotonic() + self.cooldown
 
     @contextlib.contextmanager
@@ -475,6 +617,8 @@ def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequ
     if not ids:
         raise ValueError("prompt is empty")
     ends = {llama.token_eos()} if stop is None else {int(t) for t in stop}
+    if dm is not None:
+        dm.check(llama.n_vocab())  # draftd's vocabulary must fit the target's
     out: list[int] = []
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:

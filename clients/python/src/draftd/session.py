@@ -159,20 +159,22 @@ class Session(_Base):
         ``invalid_accepted``. ``n``: this draft's length (None: the
         session's n). Other errors raise; after an error answer the session
         is as before, after a failed connection the next request sends the
-        whole context."""
+        whole context. The client's timeout bounds the step, resend
+        included."""
         toks = check_tokens(tokens)
         st = self._st
         req = st.plan(toks, n)
         try:
             st.sent(req)
-            try:
-                d = self.client.send(req)
-            except errors.APIError as e:
-                if not _resend(req, e):
-                    raise
-                req = st.full(toks, n)
-                st.sent(req, resend=True)
-                d = self.client.send(req)
+            with self.client.deadline():
+                try:
+                    d = self.client.send(req)
+                except errors.APIError as e:
+                    if not _resend(req, e):
+                        raise
+                    req = st.full(toks, n)
+                    st.sent(req, resend=True)
+                    d = self.client.send(req)
         except errors.APIError:
             if req.incremental:
                 raise  # an error answer leaves the session as it was
@@ -214,14 +216,15 @@ class AsyncSession(_Base):
         req = st.plan(toks, n)
         try:
             st.sent(req)
-            try:
-                d = await self.client.send(req)
-            except errors.APIError as e:
-                if not _resend(req, e):
-                    raise
-                req = st.full(toks, n)
-                st.sent(req, resend=True)
-                d = await self.client.send(req)
+            with self.client.deadline():
+                try:
+                    d = await self.client.send(req)
+                except errors.APIError as e:
+                    if not _resend(req, e):
+                        raise
+                    req = st.full(toks, n)
+                    st.sent(req, resend=True)
+                    d = await self.client.send(req)
         except errors.APIError:
             if req.incremental:
                 raise
@@ -291,11 +294,12 @@ def session_drafts(client: BaseClient, steps: Sequence[tuple[Session, Sequence[i
     several sessions' next drafts on ``client``."""
     plans = _plan_steps(client, steps)
     try:
-        results = client.drafts([p.request for p in plans])
-        again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
-        if again:
-            for i, r in zip(again, client.drafts([plans[i].full() for i in again])):
-                results[i] = r
+        with client.deadline():  # one bound for both calls
+            results = client.drafts([p.request for p in plans])
+            again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
+            if again:
+                for i, r in zip(again, client.drafts([plans[i].full() for i in again])):
+                    results[i] = r
     except BaseException:
         # no answer, or one that is not the protocol: the server may
         # have moved these sessions on; their next requests send tokens
@@ -310,11 +314,12 @@ async def async_session_drafts(client: AsyncBaseClient,
     """The asyncio form of :func:`session_drafts`."""
     plans = _plan_steps(client, steps)
     try:
-        results = await client.drafts([p.request for p in plans])
-        again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
-        if again:
-            for i, r in zip(again, await client.drafts([plans[i].full() for i in again])):
-                results[i] = r
+        with client.deadline():
+            results = await client.drafts([p.request for p in plans])
+            again = [i for i, r in enumerate(results) if _resend(plans[i].request, r.error)]
+            if again:
+                for i, r in zip(again, await client.drafts([plans[i].full() for i in again])):
+                    results[i] = r
     except BaseException:
         for p in plans:
             p.state.lose()

