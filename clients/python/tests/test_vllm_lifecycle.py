@@ -1,0 +1,227 @@
+"""draftd.vllm.DraftdProposer's sessions over a request's life in vLLM's
+model runner, against a real ``draftd serve`` on the random tiny Qwen2: a
+request that leaves the batch (preempted or not scheduled) but stays in the
+runner's ``requests`` keeps its session; a request gone from ``requests``
+(finished, aborted) loses it; a request sent again under the same id gets a
+new session that no late DELETE of the old one can remove; a renamed vLLM
+attribute never raises inside the engine step. The runner is
+test_vllm_proposer's stand-in (the attributes the proposer reads, as vLLM
+0.32's ``GPUModelRunner._update_states`` keeps them: preempted and
+unscheduled requests leave ``input_batch`` and stay in ``requests``);
+test_vllm_serve.py runs the same under vLLM itself. The reference of every
+draft is a plain ``POST /draft`` of the whole context."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+np = pytest.importorskip("numpy")
+
+import draftd  # noqa: E402
+from draftd.vllm import DraftdProposer  # noqa: E402
+
+from test_sessions import step, tiny  # noqa: E402,F401 (tiny: a fixture)
+from test_vllm_proposer import EOS, K, Req, Runner, config  # noqa: E402
+
+
+def sessions_held(url: str) -> int:
+    """draftd_sessions from the server's /metrics."""
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("draftd_sessions "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no draftd_sessions in /metrics")
+
+
+def flush(p: DraftdProposer) -> None:
+    """Waits until the proposer's background DELETEs have run (they run in
+    order on one thread)."""
+    p._deleter.submit(lambda: None).result(timeout=60)
+
+
+class Target:
+    """Drives a Runner like vLLM's scheduler: a step verifies each row's
+    last draft (the target accepts some of it and adds a token), then asks
+    the proposer for the next drafts and checks each against /draft on the
+    whole context."""
+
+    def __init__(self, runner: Runner, client: draftd.Client, seed: int) -> None:
+        self.r, self.c, self.rng = runner, client, random.Random(seed)
+        self.sampled: dict[str, list[int]] = {}
+        self.pending: dict[str, list[int] | None] = {}  # the draft a row's next step verifies
+
+    def add(self, rid: str, prompt_len: int, max_tokens: int = 200) -> None:
+        q = Req([self.rng.randrange(8, 512) for _ in range(prompt_len)], max_tokens=max_tokens)
+        q.output.append(self.rng.randrange(8, 512))  # the prefill step's token
+        self.r.requests[rid] = q
+        self.sampled[rid] = list(q.output)
+        self.pending[rid] = None
+
+    def resume(self, rid: str) -> None:
+        """A preempted request scheduled again: its last draft was never
+        verified; vLLM recomputes its context and samples one token."""
+        t = self.rng.randrange(8, 512)
+        self.r.requests[rid].output.append(t)
+        self.sampled[rid] = [t]
+        self.pending[rid] = None
+
+    def step(self, rows: list[str]) -> None:
+        for k in rows:
+            d = self.pending[k]
+            if d is not None:
+                q = self.r.requests[k]
+                ctx, _, _ = step(self.rng, q.prompt + q.output, d)
+                self.sampled[k] = ctx[len(q.prompt) + len(q.output):]
+                q.output += self.sampled[k]
+        got = self.r.step(rows, [self.sampled[k] for k in rows])
+        for k, d in zip(rows, got):
+            q = self.r.requests[k]
+            want = list(self.c.draft(q.prompt + q.output, K).tokens)
+            assert d == want, f"{k}: draft {d}; /draft says {want}"
+            self.pending[k] = d
+
+
+def test_preempted_request_keeps_its_session(tiny) -> None:  # type: ignore[no-untyped-def]
+    """b leaves the batch for two steps (preempted: vLLM keeps it in
+    requests) and comes back: its session is not deleted, and it sends its
+    context once in all — no whole-context resend."""
+    p = DraftdProposer(config(tiny.url))
+    with draftd.Client(tiny.url) as c:
+        t = Target(Runner(p), c, 1)
+        for rid, n in (("a", 20), ("b", 35), ("c", 9)):
+            t.add(rid, n)
+        t.step(["a", "b", "c"])
+        t.step(["c", "a", "b"])
+        t.step(["a", "c"])  # b preempted
+        t.step(["c", "a"])
+        flush(p)
+        assert sessions_held(tiny.url) == 3, "b's session was deleted while b was only preempted"
+        t.resume("b")
+        t.step(["a", "b", "c"])
+        t.step(["b", "a", "c"])
+    st = p.stats
+    assert st.misses == 0 and st.item_errors == 0, st
+    assert (st.full, st.resends, st.deleted) == (3, 0, 0), st
+    p.close()
+
+
+def test_aborted_request_loses_session_and_pending(tiny) -> None:  # type: ignore[no-untyped-def]
+    """c is aborted mid-generation (gone from requests, with no stop token):
+    its session is deleted at the next step and it leaves _pending (the
+    adaptive length's drafts awaiting their verification)."""
+    p = DraftdProposer(config(tiny.url, adaptive=True))
+    with draftd.Client(tiny.url) as c:
+        t = Target(Runner(p), c, 2)
+        for rid, n in (("a", 12), ("b", 30), ("c", 17)):
+            t.add(rid, n)
+        t.step(["a", "b", "c"])
+        t.step(["a", "b", "c"])
+        del t.r.requests["c"]  # aborted: vLLM drops it from requests and the batch
+        t.step(["a", "b"])
+        flush(p)
+        assert sessions_held(tiny.url) == 2
+        assert "c" not in p._pending, f"aborted request left in _pending: {p._pending}"
+        t.step(["b", "a"])
+    assert (p.stats.full, p.stats.resends, p.stats.deleted) == (3, 0, 1), p.stats
+    p.close()
+
+
+def test_late_delete_never_removes_a_newer_session(tiny) -> None:  # type: ignore[no-untyped-def]
+    """a is aborted and sent again under the same id (an OpenAI client's
+    own request id, a retry): the old a's DELETE runs late, after the new
+    a's first draft (held back here by blocking the proposer's delete
+    thread), and must not remove the new a's session. Also a request
+    aborted and resubmitted between two steps (vLLM: the same id, a new
+    request state) gets a new session."""
+    p = DraftdProposer(config(tiny.url))
+    gate = threading.Event()
+    p._deleter.submit(gate.wait, 60)
+    with draftd.Client(tiny.url) as c:
+        t = Target(Runner(p), c, 3)
+        t.add("a", 15)
+        t.add("b", 22)
+        t.step(["a", "b"])
+        t.step(["b", "a"])
+        del t.r.requests["a"]
+        t.step(["b"])  # a gone: its DELETE is queued (and held)
+        t.add("a", 26)  # a again, a new request
+        t.step(["a", "b"])
+        gate.set()
+        flush(p)
+        t.step(["a", "b"])
+        t.step(["b", "a"])
+        assert sessions_held(tiny.url) == 2
+        t.add("b", 8)  # b aborted and resubmitted between two steps
+        t.step(["a", "b"])
+        t.step(["a", "b"])
+        flush(p)
+        assert sessions_held(tiny.url) == 2
+    st = p.stats
+    assert st.misses == 0 and st.item_errors == 0, st
+    assert (st.full, st.resends, st.deleted) == (4, 0, 2), st
+    p.close()
+
+
+class Renamed:
+    """A request state from a vLLM release that renamed what _want reads:
+    no num_prompt_tokens, sampling params without stop_token_ids and whose
+    max_tokens raises."""
+
+    def __init__(self, prompt: list[int], output: list[int]) -> None:
+        self.prompt, self.output = prompt, output
+
+    class _Params:
+        eos_token_id = EOS
+        stop_ids: list[int] = []
+
+        @property
+        def max_tokens(self) -> int:
+            raise RuntimeError("max_tokens moved to .limits")
+
+    sampling_params = _Params()
+
+
+def test_renamed_vllm_attributes_never_raise(tiny, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    """propose() on states whose attributes were renamed drafts as without
+    the end-of-request rule (n = K) and logs each unreadable attribute once."""
+    p = DraftdProposer(config(tiny.url))
+    r = Runner(p)
+    rng = random.Random(4)
+    r.requests = {"a": Renamed([rng.randrange(8, 512) for _ in range(10)], [9]),  # type: ignore[dict-item]
+                  "b": Renamed([rng.randrange(8, 512) for _ in range(20)], [10])}  # type: ignore[dict-item]
+    caplog.set_level(logging.WARNING, logger="draftd.vllm")
+    with draftd.Client(tiny.url) as c:
+        sampled = {"a": [9], "b": [10]}
+        for _ in range(3):
+            got = r.step(["a", "b"], [sampled["a"], sampled["b"]])
+            for k, d in zip(["a", "b"], got):
+                q: Any = r.requests[k]
+                assert d == list(c.draft(q.prompt + q.output, K).tokens)
+                q.output += [11]  # none of the draft accepted (no stop token reaches sampled)
+                sampled[k] = [11]
+    warned = [m.getMessage() for m in caplog.records if "cannot read vLLM's" in m.getMessage()]
+    assert len(warned) == 2, warned
+    assert any("stop_token_ids" in w for w in warned) and any("max_tokens" in w for w in warned), warned
+    p.close()
+
+
+def test_renamed_num_prompt_tokens(tiny, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    """A state without num_prompt_tokens: the max_tokens rule cannot be
+    applied, so the draft is K, and nothing raises."""
+    p = DraftdProposer(config(tiny.url))
+    r = Runner(p)
+    q = SimpleNamespace(prompt=[21, 22, 23], output=[24],
+                        sampling_params=SimpleNamespace(eos_token_id=EOS, stop_token_ids=[], max_tokens=3))
+    r.requests = {"a": q}  # type: ignore[dict-item]
+    caplog.set_level(logging.WARNING, logger="draftd.vllm")
+    got = r.step(["a"], [[24]])
+    with draftd.Client(tiny.url) as c:
+        assert got == [list(c.draft([21, 22, 23, 24], K).tokens)]
+    assert [m.getMessage() for m in caplog.records if "num_prompt_tokens" in m.getMessage()]
+    p.close()
