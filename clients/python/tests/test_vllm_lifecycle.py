@@ -225,3 +225,32 @@ def test_renamed_num_prompt_tokens(tiny, caplog: pytest.LogCaptureFixture) -> No
         assert got == [list(c.draft([21, 22, 23, 24], K).tokens)]
     assert [m.getMessage() for m in caplog.records if "num_prompt_tokens" in m.getMessage()]
     p.close()
+
+
+@pytest.mark.realmodel
+def test_with_vllms_own_runner_state(tiny, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The same life cycle through vLLM's own classes (CachedRequestState,
+    SamplingParams, InputBatch; vllm_runner_check.py, run by vLLM's python):
+    drafts equal /draft; a preempted request keeps its session; an aborted
+    one and a finished one lose theirs; the aborted id sent again gets a new
+    session; every request sent its context once; every attribute the
+    proposer reads exists under the name it reads."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from test_vllm_e2e import vllm_python
+
+    out = tmp_path / "check.json"
+    env = dict(os.environ, PYTHONPATH=str(Path(draftd.__file__).parents[1]))
+    r = subprocess.run([str(vllm_python()), str(Path(__file__).with_name("vllm_runner_check.py")), tiny.url, str(out)],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    rep = json.loads(out.read_text())
+    assert rep["mismatches"] == [], rep["mismatches"][:3]
+    assert rep["unreadable"] == [], f"vLLM attributes the proposer could not read: {rep['unreadable']}"
+    assert rep["held_while_preempted"] == 3, rep
+    assert rep["held_at_end"] == 2, rep
+    st = rep["stats"]
+    assert (st["full"], st["resends"], st["deleted"], st["misses"]) == (4, 0, 2, 0), st
