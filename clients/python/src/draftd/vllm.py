@@ -73,7 +73,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,13 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_BACKOFF = 0.5
 MAX_BACKOFF_FACTOR = 64
+#: A whole context longer than this (a new request's prompt, or a session
+#: lost) goes to draftd in the background, not in the step's call: draftd's
+#: prefill of it would hold up every request's draft (and vLLM's step) past
+#: ``timeout``. The request drafts nothing until it is there.
+PRIME_TOKENS = 256
+#: Seconds a background send of a whole context may take.
+PRIME_TIMEOUT = 300.0
 
 _SESSION_OK = re.compile(r"[A-Za-z0-9._:-]{1,64}\Z")
 
@@ -114,7 +121,9 @@ class ProposerStats:
     row of its step its draft; ``item_errors``: rows whose item alone failed;
     ``backoff_steps``: steps given no drafts while backing off;
     ``full``/``incremental``: session requests sent with the whole context
-    and as accepted+bonus; ``resends``: whole contexts sent again for a
+    and as accepted+bonus; ``primed``: whole contexts longer than
+    PRIME_TOKENS sent in the background (in ``full`` too); ``priming_skips``:
+    rows given no draft while their context was on its way; ``resends``: whole contexts sent again for a
     request whose session had one already (its session lost on the server,
     or a failed call): 0 when every request, preempted or not, sent its
     context once; ``deleted``: sessions deleted; ``draft_seconds``: wall
@@ -131,6 +140,8 @@ class ProposerStats:
     full: int = 0
     incremental: int = 0
     resends: int = 0
+    primed: int = 0
+    priming_skips: int = 0
     deleted: int = 0
     draft_seconds: float = 0.0
     last_error: str = field(default="", repr=False)
@@ -258,6 +269,9 @@ class DraftdProposer:
         self._owners: dict[str, Any] = {}
         self._serial = 0  # sessions made: each gets a new id, so a late DELETE never hits a newer one
         self._unreadable: set[str] = set()  # vLLM attributes that could not be read (logged once each)
+        self._priming: dict[str, Future[None]] = {}  # request id → the background send of its whole context
+        self._primer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftd-prime")
+        self._prime_client = Client(self.url, timeout=PRIME_TIMEOUT, max_retries=0)
         self._runner: Any = None
         self._runner_searched = False
         self._down_until = 0.0
@@ -303,6 +317,9 @@ class DraftdProposer:
                     self._forget(req_ids[i])
                 continue
             sess = self._session(req_ids[i], states[i] if states is not None else None) if req_ids is not None else None
+            if sess is not None and req_ids is not None and self._priming_row(req_ids[i], sess, length,
+                                                                               token_ids_cpu[i], n):
+                continue
             plans.append((i, sess, n))
         if not plans:
             return out
@@ -468,12 +485,54 @@ class DraftdProposer:
             for r in [r for r in self._pending if r not in batch]:
                 del self._pending[r]
 
+    def _priming_row(self, req_id: str, sess: Session, length: int, row: Any, n: int) -> bool:
+        """Whether row's request drafts nothing this step because its whole
+        context is on its way to draftd in the background (or is sent now:
+        a context longer than PRIME_TOKENS that the server does not hold)."""
+        f = self._priming.get(req_id)
+        if f is not None:
+            if not f.done():
+                self.stats.priming_skips += 1
+                return True
+            del self._priming[req_id]
+        if sess.context is None and length > PRIME_TOKENS:
+            ctx = row[:length].tolist()
+            sess.n = n
+            self._priming[req_id] = self._primer.submit(self._prime, sess, ctx)
+            self.stats.priming_skips += 1
+            return True
+        return False
+
+    def _prime(self, sess: Session, ctx: list[int]) -> None:
+        before = sess.stats.tokens
+        t0 = time.perf_counter()
+        sess.client = self._prime_client  # its long timeout; no step uses the session meanwhile
+        try:
+            sess.draft(ctx)
+        except (DraftdError, OSError, ValueError) as e:
+            with self._lock:
+                self._failed(e)
+        finally:
+            sess.client = self.client
+            with self._lock:
+                whole = sess.stats.tokens - before
+                self.stats.full += whole
+                self.stats.primed += whole
+                self.stats.resends += whole - (1 if before == 0 and whole > 0 else 0)
+                log.debug("draftd proposer: %d tokens of %s sent in the background in %.2f s", len(ctx), sess.id,
+                          time.perf_counter() - t0)
+
     def _forget(self, req_id: str) -> None:
         self._pending.pop(req_id, None)
         self._owners.pop(req_id, None)
         s = self._sessions.pop(req_id, None)
+        f = self._priming.pop(req_id, None)
         if s is not None:
-            self._delete(s.id)
+            if f is not None and not f.done():
+                sid = s.id
+                f.add_done_callback(lambda _: self._delete(sid))  # after the send that makes it
+            else:
+                self._delete(s.id)
 
     def _delete(self, sid: str) -> None:
         def run() -> None:
@@ -493,5 +552,7 @@ class DraftdProposer:
         """Delete the sessions still held and close the connection pool."""
         for r in list(self._sessions):
             self._forget(r)
+        self._primer.shutdown(wait=True)
         self._deleter.shutdown(wait=True)
         self.client.close()
+        self._prime_client.close()
