@@ -496,6 +496,9 @@ class DraftdProposer:
                 return True
             del self._priming[req_id]
         if sess.context is None and length > PRIME_TOKENS:
+            if time.monotonic() < self._down_until:  # backing off: no call, in the background either
+                self.stats.priming_skips += 1
+                return True
             ctx = row[:length].tolist()
             sess.n = n
             self._priming[req_id] = self._primer.submit(self._prime, sess, ctx)
