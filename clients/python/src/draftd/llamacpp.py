@@ -600,7 +600,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequence[int] | None = None,
              budget: bool = True) -> Generation:
     """Greedy ``llama.generate`` (``temp=0``, no penalties) of at most
-    ``max_tokens`` tokens after ``prompt`` (token ids), stopping after a
+    ``max_tokens`` tokens after ``prompt`` (token ids), the whole prompt
+    evaluated (no prefix kept from an earlier generation, so the output does
+    not depend on what ran before), stopping after a
     token of ``stop`` (default: the model's EOS). With a
     :class:`DraftdDraftModel` as ``llama.draft_model`` its drafts are
     budgeted (:meth:`DraftdDraftModel.budget`; ``budget=False``: every
@@ -625,6 +627,12 @@ def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequ
         acc = stack.enter_context(dm.budget(len(ids), max_tokens if budget else None)) if dm is not None else Acceptance()
         if dm is not None:
             dm.prime(ids)
+        # The whole prompt evaluated, whatever ran before: llama-cpp-python
+        # would keep the KV of the prefix shared with the last generation and
+        # evaluate only the rest, its last position alone when the prompt is
+        # the same — logits that differ from a batched pass in their last
+        # bits, which can flip a near-tie (docs/serving.md, llama.cpp).
+        llama.reset()
         gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
         stack.callback(gen.close)
         for tok in gen:

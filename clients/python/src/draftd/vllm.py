@@ -64,8 +64,15 @@ not request ids. To keep one session per request it reads the model runner
 that calls it (``input_batch.req_ids`` and ``requests``, found once on the
 call stack). When it cannot find them it drafts without sessions (the whole
 context each step) and without the end-of-request rule: the drafts are the
-same, only the bytes and the last wasted draft differ. Sessions of requests
-that leave the batch are deleted (in the background, after the step).
+same, only the bytes and the last wasted draft differ. A request that leaves
+the batch but stays in ``requests`` (preempted, or not scheduled this step)
+keeps its session; a request gone from ``requests`` (finished, aborted) or
+replaced there by a new request under the same id loses it (deleted in the
+background, after the step). Every session gets an id of its own
+(``vllm-<random>-<serial>-<request id>``), so a late DELETE never removes a
+newer session. An attribute of vLLM's request state that cannot be read (a
+release that renamed it) is logged once and its rule skipped: it never
+raises inside the engine step.
 
 Nothing here changes what vLLM generates: its rejection sampler accepts
 a draft token only where it equals the target's own greedy token.
@@ -82,7 +89,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +106,13 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_BACKOFF = 0.5
 MAX_BACKOFF_FACTOR = 64
+#: A whole context longer than this (a new request's prompt, or a session
+#: lost) goes to draftd in the background, not in the step's call: draftd's
+#: prefill of it would hold up every request's draft (and vLLM's step) past
+#: ``timeout``. The request drafts nothing until it is there.
+PRIME_TOKENS = 256
+#: Seconds a background send of a whole context may take.
+PRIME_TIMEOUT = 300.0
 
 _SESSION_OK = re.compile(r"[A-Za-z0-9._:-]{1,64}\Z")
 
@@ -123,8 +137,13 @@ class ProposerStats:
     row of its step its draft; ``item_errors``: rows whose item alone failed;
     ``backoff_steps``: steps given no drafts while backing off;
     ``full``/``incremental``: session requests sent with the whole context
-    and as accepted+bonus; ``deleted``: sessions deleted; ``draft_seconds``:
-    wall time inside draftd calls; ``rejected``: calls answered a permanent
+    and as accepted+bonus; ``primed``: whole contexts longer than
+    PRIME_TOKENS sent in the background (in ``full`` too); ``priming_skips``:
+    rows given no draft while their context was on its way; ``resends``: whole contexts sent again for a
+    request whose session had one already (its session lost on the server,
+    or a failed call): 0 when every request, preempted or not, sent its
+    context once; ``deleted``: sessions deleted; ``draft_seconds``: wall
+    time inside draftd calls; ``rejected``: calls answered a permanent
     error (counted in ``misses`` too, no back-off); ``invalid``: drafts
     dropped because they held an id outside the target's vocabulary;
     ``handshakes``: reads of ``/v1/info``."""
@@ -139,6 +158,9 @@ class ProposerStats:
     backoff_steps: int = 0
     full: int = 0
     incremental: int = 0
+    resends: int = 0
+    primed: int = 0
+    priming_skips: int = 0
     deleted: int = 0
     draft_seconds: float = 0.0
     rejected: int = 0
@@ -297,6 +319,15 @@ class DraftdProposer:
         self._warned: set[str] = set()
         self._prefix = f"vllm-{uuid.uuid4().hex[:12]}-"
         self._sessions: dict[str, Session] = {}
+        # The request state (vLLM's CachedRequestState) each session belongs
+        # to: a request aborted and sent again under the same id is a new
+        # state object, and gets a new session.
+        self._owners: dict[str, Any] = {}
+        self._serial = 0  # sessions made: each gets a new id, so a late DELETE never hits a newer one
+        self._unreadable: set[str] = set()  # vLLM attributes that could not be read (logged once each)
+        self._priming: dict[str, Future[None]] = {}  # request id → the background send of its whole context
+        self._primer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftd-prime")
+        self._prime_client = Client(self.url, timeout=PRIME_TIMEOUT, max_retries=0)
         self._runner: Any = None
         self._runner_searched = False
         self._down_until = 0.0
@@ -325,9 +356,9 @@ class DraftdProposer:
         self.stats.steps += 1
         rows = len(sampled_token_ids)
         out: list[list[int]] = [[] for _ in range(rows)]
-        req_ids, states = self._batch(rows)
+        req_ids, states, live = self._batch(rows)
         if req_ids is not None:
-            self._forget_gone(req_ids)
+            self._forget_gone(live, req_ids)
         rest = None if self._returned is None else entered - self._returned
         self._returned = None
         best = self.k
@@ -348,7 +379,10 @@ class DraftdProposer:
                 if req_ids is not None and n < 0:
                     self._forget(req_ids[i])
                 continue
-            sess = self._session(req_ids[i]) if req_ids is not None else None
+            sess = self._session(req_ids[i], states[i] if states is not None else None) if req_ids is not None else None
+            if sess is not None and req_ids is not None and self._priming_row(req_ids[i], sess, length,
+                                                                               token_ids_cpu[i], n):
+                continue
             plans.append((i, sess, n))
         if not plans:
             return out
@@ -423,7 +457,9 @@ class DraftdProposer:
             before = [(s.stats.tokens, s.stats.incremental, s.stats.resent) for s, _ in steps]
             results = self.client.session_drafts(steps)
             for (s, _), (t, inc, res) in zip(steps, before):
-                self.stats.full += s.stats.tokens - t
+                whole = s.stats.tokens - t
+                self.stats.full += whole
+                self.stats.resends += whole - (1 if t == 0 and whole > 0 else 0)
                 self.stats.incremental += s.stats.incremental - inc
                 if s.stats.resent != res:
                     self._stale = True  # the server lost a session: perhaps a restarted one, read /v1/info again
@@ -486,15 +522,18 @@ class DraftdProposer:
             n = min(n, self.max_model_len - length - 1)
         if states is not None:
             st = states[i]
-            sp = getattr(st, "sampling_params", None)
+            sp = self._read(st, "sampling_params", None)
             if sp is not None:
-                stops = set(sp.stop_token_ids or ())
-                if sp.eos_token_id is not None:
-                    stops.add(sp.eos_token_id)
+                stops = self._read(sp, "stop_token_ids", None, lambda v: {int(t) for t in v or ()}) or set()
+                eos = self._read(sp, "eos_token_id", None, lambda v: None if v is None else int(v))
+                if eos is not None:
+                    stops.add(eos)
                 if stops.intersection(sampled):
                     return -1
-                if sp.max_tokens is not None:
-                    left = int(sp.max_tokens) - (length - int(st.num_prompt_tokens))
+                max_tokens = self._read(sp, "max_tokens", None, lambda v: None if v is None else int(v))
+                prompt = self._read(st, "num_prompt_tokens", None, int) if max_tokens is not None else None
+                if max_tokens is not None and prompt is not None:
+                    left = max_tokens - (length - prompt)
                     if left <= 0:
                         return -1
                     n = min(n, left - 1)
@@ -502,20 +541,36 @@ class DraftdProposer:
             return -1
         return max(n, 0)
 
-    def _batch(self, rows: int) -> tuple[list[str] | None, list[Any] | None]:
-        """The request ids and states of the batch's rows, read from the
-        calling model runner; (None, None) when it cannot be found."""
+    def _read(self, obj: Any, name: str, default: Any, conv: Any = None) -> Any:
+        """obj.name (through conv), or default when vLLM's object has no such
+        attribute or a value conv cannot take (a vLLM release that renamed
+        it): the engine step must never raise here. Logged once per name."""
+        try:
+            v = getattr(obj, name)
+            return conv(v) if conv is not None else v
+        except Exception as e:  # noqa: BLE001 - whatever a property of vLLM's raises
+            if name not in self._unreadable:
+                self._unreadable.add(name)
+                log.warning("draftd proposer: cannot read vLLM's %s.%s (%s: %s); drafting without the rule "
+                            "that uses it", type(obj).__name__, name, type(e).__name__, e)
+            return default
+
+    def _batch(self, rows: int) -> tuple[list[str] | None, list[Any] | None, Any]:
+        """The request ids and states of the batch's rows, and the runner's
+        requests (every request it holds, scheduled or not), read from the
+        calling model runner; (None, None, None) when it cannot be found."""
         runner = self._find_runner()
         if runner is None:
-            return None, None
+            return None, None, None
         try:
+            live = runner.requests
             ids = list(runner.input_batch.req_ids[:rows])
-            states = [runner.requests[r] for r in ids]
+            states = [live[r] for r in ids]
         except (AttributeError, KeyError, TypeError):
-            return None, None
-        if len(ids) != rows:
-            return None, None
-        return ids, states
+            return None, None, None
+        if len(ids) != rows or not callable(getattr(live, "get", None)):
+            return None, None, None
+        return ids, states, live
 
     def _find_runner(self) -> Any:
         if self._runner is not None or self._runner_searched:
@@ -531,25 +586,82 @@ class DraftdProposer:
         log.warning("draftd proposer: vLLM's model runner not found; drafting without sessions")
         return None
 
-    def _session(self, req_id: str) -> Session:
+    def _session(self, req_id: str, state: Any) -> Session:
         s = self._sessions.get(req_id)
         if s is None:
             name = req_id if _SESSION_OK.match(req_id) else uuid.uuid5(uuid.NAMESPACE_OID, req_id).hex
-            s = self.client.session(self._prefix + name, strategy=self.strategy)
+            self._serial += 1
+            s = self.client.session(f"{self._prefix}{self._serial}-{name}", strategy=self.strategy)
             self._sessions[req_id] = s
+            self._owners[req_id] = state
         return s
 
-    def _forget_gone(self, req_ids: list[str]) -> None:
-        if len(self._sessions) <= len(req_ids) and all(r in self._sessions for r in req_ids):
-            return
-        live = set(req_ids)
-        for r in [r for r in self._sessions if r not in live]:
+    def _forget_gone(self, live: Any, req_ids: list[str]) -> None:
+        """Deletes the sessions of requests the runner no longer holds
+        (finished or aborted) or holds as a new request under the same id.
+        A request that only left the batch (preempted, or not scheduled
+        this step) stays in ``runner.requests`` and keeps its session: when
+        it comes back it sends accepted+bonus, not its whole context.
+        Drafts of requests not in this step's batch were not verified: they
+        leave ``_pending``."""
+        for r in [r for r, st in self._owners.items() if live.get(r) is not st]:
             self._forget(r)
+        if self._pending:
+            batch = set(req_ids)
+            for r in [r for r in self._pending if r not in batch]:
+                del self._pending[r]
+
+    def _priming_row(self, req_id: str, sess: Session, length: int, row: Any, n: int) -> bool:
+        """Whether row's request drafts nothing this step because its whole
+        context is on its way to draftd in the background (or is sent now:
+        a context longer than PRIME_TOKENS that the server does not hold)."""
+        f = self._priming.get(req_id)
+        if f is not None:
+            if not f.done():
+                self.stats.priming_skips += 1
+                return True
+            del self._priming[req_id]
+        if sess.context is None and length > PRIME_TOKENS:
+            if time.monotonic() < self._down_until:  # backing off: no call, in the background either
+                self.stats.priming_skips += 1
+                return True
+            ctx = row[:length].tolist()
+            sess.n = n
+            self._priming[req_id] = self._primer.submit(self._prime, sess, ctx)
+            self.stats.priming_skips += 1
+            return True
+        return False
+
+    def _prime(self, sess: Session, ctx: list[int]) -> None:
+        before = sess.stats.tokens
+        t0 = time.perf_counter()
+        sess.client = self._prime_client  # its long timeout; no step uses the session meanwhile
+        try:
+            sess.draft(ctx)
+        except (DraftdError, OSError, ValueError) as e:
+            with self._lock:
+                self._failed(e)
+        finally:
+            sess.client = self.client
+            with self._lock:
+                whole = sess.stats.tokens - before
+                self.stats.full += whole
+                self.stats.primed += whole
+                self.stats.resends += whole - (1 if before == 0 and whole > 0 else 0)
+                log.debug("draftd proposer: %d tokens of %s sent in the background in %.2f s", len(ctx), sess.id,
+                          time.perf_counter() - t0)
 
     def _forget(self, req_id: str) -> None:
+        self._pending.pop(req_id, None)
+        self._owners.pop(req_id, None)
         s = self._sessions.pop(req_id, None)
+        f = self._priming.pop(req_id, None)
         if s is not None:
-            self._delete(s.id)
+            if f is not None and not f.done():
+                sid = s.id
+                f.add_done_callback(lambda _: self._delete(sid))  # after the send that makes it
+            else:
+                self._delete(s.id)
 
     def _delete(self, sid: str) -> None:
         def run() -> None:
@@ -569,5 +681,7 @@ class DraftdProposer:
         """Delete the sessions still held and close the connection pool."""
         for r in list(self._sessions):
             self._forget(r)
+        self._primer.shutdown(wait=True)
         self._deleter.shutdown(wait=True)
         self.client.close()
+        self._prime_client.close()
