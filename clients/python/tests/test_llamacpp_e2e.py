@@ -57,6 +57,7 @@ from draftd.llamacpp import DraftdDraftModel, Generation, generate  # noqa: E402
 
 import draftd  # noqa: E402
 from conftest import DRAFTER_FILE, REPO, TARGET_FILE, Server, real_model, start_server  # noqa: E402
+from test_confidence import fake, url  # noqa: E402,F401 (fake: a fixture)
 from test_sessions import tiny  # noqa: E402,F401 (a fixture)
 
 FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
@@ -264,6 +265,23 @@ def test_adaptive_no_draft_steps(tiny) -> None:  # type: ignore[no-untyped-def]
     assert pol.observed == want_obs[:4], pol.observed
     assert pol.timed == [2, 4], pol.timed  # not the first: its time is the prompt's prefill
     assert dm.misses == 0
+
+
+def test_min_confidence_goes_with_every_request(fake) -> None:  # type: ignore[no-untyped-def]
+    """``min_confidence``: sent with every draft request, through a session
+    or not (a loopback server that answers as the protocol says:
+    test_confidence.py); the bounded draft is what the target gets."""
+    for session in (True, False):
+        fake.bodies.clear()
+        with DraftdDraftModel(url(fake), n=6, session=session, min_confidence=0.5) as dm:
+            d = dm(np.asarray([5, 6, 7], dtype=np.intc))
+            assert d.tolist() == [100, 101, 102] and d.dtype == np.intc
+        sent = [b for path, b in fake.bodies if path == "/draft"]
+        assert len(sent) == 1 and sent[0]["min_confidence"] == 0.5, fake.bodies
+        assert ("session" in sent[0]) == session
+    for bad in (1.5, -0.1, "0.5"):
+        with pytest.raises((TypeError, ValueError), match="min_confidence"):
+            DraftdDraftModel(url(fake), min_confidence=bad)  # type: ignore[arg-type]
 
 
 def _closed_port() -> int:

@@ -21,6 +21,7 @@ np = pytest.importorskip("numpy")
 import draftd  # noqa: E402
 from draftd.vllm import DraftdProposer  # noqa: E402
 
+from test_confidence import fake, url  # noqa: E402,F401 (fake: a fixture)
 from test_sessions import step, tiny  # noqa: E402,F401 (tiny: a fixture)
 
 K = 6
@@ -164,6 +165,9 @@ def test_no_runner_drafts_whole_contexts(tiny) -> None:  # type: ignore[no-untyp
     ({"timeout": 0}, {}, "must be > 0"),
     ({"color": "red"}, {}, "unknown keys"),
     ({}, {"DRAFTD_BACKOFF": "-1"}, "DRAFTD_BACKOFF"),
+    ({"min_confidence": 1.5}, {}, "min_confidence"),
+    ({}, {"DRAFTD_MIN_CONFIDENCE": "high"}, "min_confidence"),
+    ({"adaptive": "maybe"}, {}, "adaptive"),
 ])
 def test_bad_options_are_named(cfg: dict[str, Any], env: dict[str, str], msg: str,
                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,3 +249,23 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
     assert pol.observed == accepted[:4], (pol.observed, accepted)
     assert p.stats.undrafted == 2 and p.stats.misses == 0, p.stats
     p.close()
+
+
+def test_min_confidence_goes_with_every_request(fake) -> None:  # type: ignore[no-untyped-def]
+    """``min_confidence``: sent with every draft request, session items and
+    whole contexts alike (a loopback server that answers as the protocol
+    says: test_confidence.py); the bounded drafts reach vLLM as answered."""
+    p = DraftdProposer(config(url(fake), min_confidence=0.5))
+    r = Runner(p)
+    r.requests = {"a": Req([11, 12, 13], 50, [14])}
+    assert r.step(["a"], [[14]]) == [[100, 101, 102]]  # confidences 0.9, 0.8, 0.6, then 0.3 < 0.5
+    tok = np.zeros((1, 8), dtype=np.int32)
+    tok[0, :2] = [41, 42]
+    q = DraftdProposer(config(url(fake)))
+    q._runner_searched = True  # as from no model runner: whole contexts
+    assert q.propose([[42]], np.array([2]), tok) == [[100, 101, 102, 103, 104, 105]]
+    items = [b["requests"] for path, b in fake.bodies]
+    assert [[i.get("min_confidence") for i in it] for it in items] == [[0.5], [None]], items
+    assert "session" in items[0][0] and "session" not in items[1][0]
+    p.close()
+    q.close()

@@ -65,6 +65,7 @@ from .client import Client
 from .errors import DraftdError
 from .policy import LengthPolicy
 from .session import Session, SessionStats
+from .types import check_min_confidence
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -151,7 +152,10 @@ class DraftdDraftModel(LlamaDraftModel):
     :class:`draftd.policy.LengthPolicy`); off, every draft asks n. ``client``:
     a :class:`draftd.Client` of your own instead of one made from ``url``
     (its timeouts and retries are then yours; it is not closed by
-    :meth:`close`).
+    :meth:`close`). ``min_confidence``: a confidence bound sent with every
+    draft request (0 ≤ x ≤ 1: the draft stops before the first token below
+    it; None: not sent, the server's ``--min-confidence`` for sessions,
+    exactly n tokens without a session).
 
     Counters: ``calls`` (steps that asked for a draft), ``requests`` (sent,
     primes included), ``primes`` (prompts sent ahead, :meth:`prime`; their
@@ -174,6 +178,7 @@ class DraftdDraftModel(LlamaDraftModel):
         session: bool = True,
         adaptive: bool = False,
         client: Client | None = None,
+        min_confidence: float | None = None,
     ) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n {n!r} must be an int ≥ 1")
@@ -184,6 +189,8 @@ class DraftdDraftModel(LlamaDraftModel):
             raise ValueError(f"cooldown {cooldown!r} must be a number of seconds ≥ 0")
         if strategy is not None and not isinstance(strategy, str):
             raise TypeError(f"strategy is {type(strategy).__name__}; want a str or None")
+        if min_confidence is not None:
+            min_confidence = check_min_confidence(min_confidence)
         self.n = n
         self.strategy = strategy
         self.timeout = float(timeout)
@@ -192,7 +199,9 @@ class DraftdDraftModel(LlamaDraftModel):
         self._own = client is None
         # No retries: a 503 is a miss now, not a wait (the target does not wait).
         self.client = client if client is not None else Client(url, timeout=httpx.Timeout(first_timeout), max_retries=0)
-        self._session: Session | None = self.client.session(n=n, strategy=strategy) if session else None
+        self.min_confidence = min_confidence
+        self._session: Session | None = (self.client.session(n=n, strategy=strategy, min_confidence=min_confidence)
+                                         if session else None)
         self.calls = 0
         self.requests = 0
         self.misses = 0
@@ -350,14 +359,16 @@ class DraftdDraftModel(LlamaDraftModel):
                 if s is not None:
                     d = s.draft(ctx, n=n)
                 else:
-                    d = self.client.draft(ctx, n, strategy=self.strategy)
+                    d = self.client.draft(ctx, n, strategy=self.strategy, min_confidence=self.min_confidence)
         except DraftdError as e:
             self._missed(e)
             return []
         finally:
             self.draft_seconds += time.monotonic() - now
         if self._adaptive is not None and not first:  # a first request's time is the prompt's prefill
-            self._adaptive.draft_time(time.monotonic() - now, n)
+            # a bounded chain stops after the pass that found a token below the bound
+            passes = min(n, len(d.tokens) + 1) if d.stop_reason == "confidence" else n
+            self._adaptive.draft_time(time.monotonic() - now, passes)
         self._last_sent = ctx
         return d.tokens[:n]
 

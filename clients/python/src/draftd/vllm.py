@@ -29,6 +29,9 @@ adaptive        DRAFTD_ADAPTIVE         choose each step's draft length in [0, K
                                         from the acceptance and times measured so
                                         far; 0: no draft while drafting does not
                                         pay (false)
+min_confidence  DRAFTD_MIN_CONFIDENCE   a confidence bound sent with every draft
+                                        request, 0 ≤ x ≤ 1 (not sent: the
+                                        server's --min-confidence)
 =============== ======================= =========================================
 
 The draft length is vLLM's ``num_speculative_tokens`` (K) — with
@@ -76,7 +79,7 @@ from .client import Client
 from .errors import DraftdError
 from .policy import LengthPolicy
 from .session import Session
-from .types import DraftRequest
+from .types import DraftRequest, check_min_confidence
 
 __all__ = ["DraftdProposer", "ProposerStats", "proposers"]
 
@@ -170,13 +173,18 @@ class DraftdProposer:
         cfg = extra.get("draftd", {}) if isinstance(extra, dict) else {}
         if not isinstance(cfg, dict):
             raise ValueError(f'additional_config["draftd"] is {type(cfg).__name__}; want a dict')
-        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff", "adaptive"}
+        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff", "adaptive", "min_confidence"}
         if unknown:
             raise ValueError(f'additional_config["draftd"] has unknown keys {sorted(unknown)}')
         self.url = _option(cfg, "url", "DRAFTD_URL", DEFAULT_URL, str)
         self.strategy: str | None = _option(cfg, "strategy", "DRAFTD_STRATEGY", None, str)
         self.timeout = _option(cfg, "timeout", "DRAFTD_TIMEOUT", DEFAULT_TIMEOUT, float)
         self.backoff = _option(cfg, "backoff", "DRAFTD_BACKOFF", DEFAULT_BACKOFF, float)
+        mc = _option(cfg, "min_confidence", "DRAFTD_MIN_CONFIDENCE", None, str)
+        try:
+            self.min_confidence = None if mc is None else check_min_confidence(float(mc))
+        except (TypeError, ValueError):
+            raise ValueError(f"min_confidence = {mc!r} must be a number in [0, 1]") from None
         self.tuner = LengthPolicy(self.k) if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None
         self._pending: dict[str, int] = {}  # request id → length of the draft it was given
         self._returned: float | None = None  # when propose() last returned (adaptive)
@@ -261,7 +269,10 @@ class DraftdProposer:
             if self.tuner is not None and req_ids is not None:
                 self._pending[req_ids[i]] = len(out[i])
         if self.tuner is not None and self.stats.full == full:  # a whole context's time is its prefill
-            self.tuner.draft_time(call, max(n for _, _, n in plans))
+            passes = max(n for _, _, n in plans)
+            if self.min_confidence:  # a bounded chain stops after the pass that found a token below it
+                passes = min(passes, 1 + max(len(d) for d in out))
+            self.tuner.draft_time(call, passes)
         return self._done(out, req_ids)
 
     # -- helpers ------------------------------------------------------------
@@ -298,7 +309,8 @@ class DraftdProposer:
     def _call(self, plans: list[tuple[int, Session | None, int]], lengths: Any,
               tokens: Any) -> list[tuple[list[int], str | None]]:
         if any(sess is None for _, sess, _ in plans):
-            reqs = [DraftRequest(tokens=tokens[i, : int(lengths[i])].tolist(), n=n, strategy=self.strategy)
+            reqs = [DraftRequest(tokens=tokens[i, : int(lengths[i])].tolist(), n=n, strategy=self.strategy,
+                                 min_confidence=self.min_confidence)
                     for i, _, n in plans]
             self.stats.full += len(reqs)
             results = self.client.drafts(reqs)
@@ -383,7 +395,7 @@ class DraftdProposer:
         s = self._sessions.get(req_id)
         if s is None:
             name = req_id if _SESSION_OK.match(req_id) else uuid.uuid5(uuid.NAMESPACE_OID, req_id).hex
-            s = self.client.session(self._prefix + name, strategy=self.strategy)
+            s = self.client.session(self._prefix + name, strategy=self.strategy, min_confidence=self.min_confidence)
             self._sessions[req_id] = s
         return s
 
