@@ -220,7 +220,7 @@ def test_checks_catch_fixed_lengths(n: int) -> None:
 def test_model_estimates() -> None:
     """The policy's estimates from exact observations: acceptance by
     position (conditional on the ones before), T_draft's line, and
-    T_verify measured, interpolated and extrapolated flat."""
+    T_verify measured, interpolated and extrapolated."""
     p = LengthPolicy(4, decay=1.0)
     for a in (4, 4, 2, 0):  # position 1: 3 of 4; 2: 3 of 3 tried; 3: 2 of 3; 4: 2 of 2
         p.observe(4, a)
@@ -234,7 +234,7 @@ def test_model_estimates() -> None:
     p.verify_time(0.110, 4)
     assert p.t_verify(4) == pytest.approx(0.110)
     assert p.t_verify(2) == pytest.approx(0.070 + 0.040 / 3)
-    assert p.t_verify(5) == pytest.approx(0.110)
+    assert p.t_verify(5) == pytest.approx(0.110 + 0.040 / 3)  # along the line from k = 1 to k = 4
     for bad in (0, -1, True, 2.0):
         with pytest.raises(ValueError, match="n_max"):
             LengthPolicy(bad)  # type: ignore[arg-type]

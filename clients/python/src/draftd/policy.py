@@ -26,22 +26,27 @@ from what the adapter measured on its own steps:
   draft's length + 1 (verification plus the engine's own work, the median of
   the last samples of each k). It is not assumed linear: a Q4_K_M llama.cpp
   target verifies 4 positions faster than 3 on the Xeon. Lengths not measured
-  yet are interpolated between the measured ones, extrapolated flat past them
-  (optimistic, so that they get tried and measured).
+  yet are interpolated between the measured ones, and extrapolated past the
+  longest along the line from the shortest measured to the longest.
 
 It drafts only while rate(n) beats plain decoding by ``margin``, so a stack
 whose drafter cannot pay (a drafter slower than the target's step, text the
 drafter does not predict) decodes plainly; then one step in ``probe_every``
-drafts the best n ≥ 1 (a probe), the interval doubling while probes keep
+drafts the best n ≥ 1 (a probe; while ``explore`` drafts have not been
+seen, the best for acceptances drawn as below), the interval doubling while probes keep
 showing that drafting does not pay, up to ``probe_max`` steps, so a probe
 costs at most one cycle per ``probe_max`` steps and drafting resumes soon
 after it pays again. While drafting, one step in ``probe_every`` tries a
 neighbouring length (n ± 1; an unmeasured length first; plain decoding every
 fourth probe, so T_verify(1) stays current).
 
-The first steps draft ``n_max`` (the fixed length the user asked for) and
-once plain (to measure T_verify(1)); the policy never chooses n = 0 on the
-acceptance of fewer than ``min_drafts`` drafts.
+The first step drafts n_max // 2, the second none (to measure T_verify(1)).
+While fewer than ``explore`` drafts were seen the acceptances the choice uses
+are drawn from their posterior (Thompson sampling), so that lengths whose
+acceptance is still uncertain get tried; before ``min_drafts`` drafts, n = 0
+is chosen only when even drafts that are always accepted would not pay. The
+draws come from the policy's own generator (``seed``): a policy fed the same
+measurements makes the same choices.
 
 The policy is pure bookkeeping (no clock, no I/O): an adapter calls
 :meth:`LengthPolicy.choose` before each step, and reports what it measured
@@ -51,6 +56,7 @@ and :meth:`~LengthPolicy.verify_time`.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections import deque
 
@@ -65,10 +71,13 @@ class LengthPolicy:
     probes (see the module). ``margin``: how much faster than plain decoding
     (a fraction) a length must be expected to be to draft at all.
     ``min_drafts``: drafts observed before n = 0 may be chosen on their
-    acceptance. ``samples``: timing samples kept per verification length."""
+    acceptance; ``explore``: drafts seen before the choice stops drawing
+    acceptances from their posterior (see the module); ``seed``: of those
+    draws. ``samples``: timing samples kept per verification length."""
 
     def __init__(self, n_max: int, *, decay: float = 0.97, probe_every: int = 16, probe_max: int = 256,
-                 margin: float = 0.02, min_drafts: int = 8, samples: int = 15) -> None:
+                 margin: float = 0.02, min_drafts: int = 8, explore: int = 32, samples: int = 15,
+                 seed: int = 0) -> None:
         if isinstance(n_max, bool) or not isinstance(n_max, int) or n_max < 1:
             raise ValueError(f"n_max {n_max!r} must be an int ≥ 1")
         if not 0 < decay <= 1:
@@ -83,12 +92,14 @@ class LengthPolicy:
         self.probe_max = probe_max
         self.margin = margin
         self.min_drafts = min_drafts
+        self.explore = explore
+        self._rng = random.Random(seed)
         self.tried = [0.0] * n_max  # (n_max) decayed drafts that reached position j with every earlier one accepted
         self.hit = [0.0] * n_max  # (n_max) decayed drafts whose position j was accepted
         self.drafts = 0  # drafts observed
         self._calls: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens drafted, seconds) of recent draft calls
         self._verify: list[deque[float]] = [deque(maxlen=samples) for _ in range(n_max + 2)]  # (n_max + 2) by k
-        self._warmup = [n_max, 0]
+        self._warmup = [max(1, n_max // 2), 0]
         self.steps = 0
         self._since_probe = 0
         self._interval = probe_every
@@ -126,22 +137,26 @@ class LengthPolicy:
 
     # -- the model -----------------------------------------------------------
 
-    def acceptance(self) -> list[float]:
+    def acceptance(self, sample: bool = False) -> list[float]:
         """q_j, j = 1..n_max: the probability that draft position j is
-        accepted given that the positions before it were."""
+        accepted given that the positions before it were (the posterior
+        mean; ``sample``: a draw from the posterior instead)."""
         out: list[float] = []
         prev = 0.5
         for j in range(self.n_max):
-            q = (self.hit[j] + 2.0 * prev) / (self.tried[j] + 2.0)
+            a = self.hit[j] + 2.0 * prev
+            b = self.tried[j] - self.hit[j] + 2.0 * (1.0 - prev)
+            q = self._rng.betavariate(a + 1e-3, b + 1e-3) if sample else a / (a + b)
             out.append(q)
             prev = q
         return out
 
-    def expected(self, n: int) -> float:
-        """E[accepted + 1 | a draft of n tokens]."""
+    def expected(self, n: int, q: list[float] | None = None) -> float:
+        """E[accepted + 1 | a draft of n tokens] (``q``: these acceptances
+        instead of :meth:`acceptance`)."""
         e, run = 1.0, 1.0
-        for q in self.acceptance()[:n]:
-            run *= q
+        for qj in (self.acceptance() if q is None else q)[:n]:
+            run *= qj
             e += run
         return e
 
@@ -166,7 +181,9 @@ class LengthPolicy:
     def t_verify(self, k: int) -> float | None:
         """The expected seconds of the target's step over k positions: the
         median of its samples, else interpolated between the nearest
-        measured lengths, else the nearest measured one (None: none)."""
+        measured lengths; past the longest measured, extrapolated along the
+        line from the shortest to the longest measured (not falling), before
+        the shortest, the shortest's (None: none measured)."""
         pts = [(j, statistics.median(s)) for j, s in enumerate(self._verify) if s]
         if not pts:
             return None
@@ -177,31 +194,43 @@ class LengthPolicy:
         if below and above:
             (k0, v0), (k1, v1) = below[-1], above[0]
             return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
-        return (below[-1] if below else above[0])[1]
+        if not below:
+            return above[0][1]
+        (k0, v0), (k1, v1) = pts[0], pts[-1]
+        slope = max(0.0, (v1 - v0) / (k1 - k0)) if k1 > k0 else 0.0
+        return v1 + slope * (k - k1)
 
-    def rate(self, n: int) -> float | None:
+    def rate(self, n: int, q: list[float] | None = None) -> float | None:
         """Expected tokens per second of steps of n draft tokens (None: not
-        known yet)."""
+        known yet; ``q``: these acceptances instead of :meth:`acceptance`)."""
         d, v = self.t_draft(n), self.t_verify(n + 1)
         if d is None or v is None or d + v <= 0:
             return None
-        return self.expected(n) / (d + v)
+        return self.expected(n, q) / (d + v)
 
     def best(self) -> int:
-        """The n with the most expected tokens per second (no probes)."""
-        n, _ = self._best_drafting()
+        """The n with the most expected tokens per second (no probes).
+        While fewer than ``explore`` drafts were seen, the acceptances are a
+        draw from their posterior (Thompson sampling: lengths whose
+        acceptance is still uncertain get tried); before ``min_drafts``,
+        n = 0 only when even drafts that are always accepted would not pay."""
+        q = self.acceptance(sample=self.drafts < self.explore)
+        n, rn = self._best_drafting(q)
         r0 = self.rate(0)
-        if n == 0 or r0 is None:
+        if r0 is None or rn < 0:
             return n
-        rn = self.rate(n)
-        if self.drafts >= self.min_drafts and rn is not None and rn < r0 * (1 + self.margin):
-            return 0
-        return n
+        if self.drafts < self.min_drafts:
+            perfect = self._best_drafting([1.0] * self.n_max)[1]
+            return 0 if perfect < r0 * (1 + self.margin) else n
+        return 0 if rn < r0 * (1 + self.margin) else n
 
-    def _best_drafting(self) -> tuple[int, float]:
+    def _best_drafting(self, q: list[float] | None = None) -> tuple[int, float]:
+        """The n ≥ 1 with the most expected tokens per second, and that rate
+        (−1: not known)."""
+        q = self.acceptance() if q is None else q
         best, best_rate = self.n_max, -1.0
         for n in range(1, self.n_max + 1):
-            r = self.rate(n)
+            r = self.rate(n, q)
             if r is not None and r > best_rate:
                 best, best_rate = n, r
         return best, best_rate
@@ -222,8 +251,7 @@ class LengthPolicy:
                 self._since_probe = 0
                 self._interval = min(2 * self._interval, self.probe_max)
                 self.probing = True
-                self._probes += 1
-                b = self._best_drafting()[0] if self._probes % 2 else self.n_max
+                b = self._best_drafting(self.acceptance(sample=self.drafts < self.explore))[0]
         else:
             self._interval = self.probe_every
             if self._since_probe >= self.probe_every:
