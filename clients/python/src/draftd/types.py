@@ -162,10 +162,6 @@ def _int_list(v: Any, what: str) -> list[int]:
     return v
 
 
-#: The ``stop_reason`` values of docs/protocol.md (others are kept as sent).
-STOP_REASONS = ("n", "confidence", "context")
-
-
 @dataclass(frozen=True)
 class Draft:
     """A draft: ``tokens`` is the drafted continuation (at most the ``n``
