@@ -54,10 +54,13 @@ from llama_cpp import Llama  # noqa: E402
 
 from draftd.llamacpp import DraftdDraftModel, Generation, generate  # noqa: E402
 
+import draftd  # noqa: E402
 from draftd._testing.neartie import from_rows, gap_for  # noqa: E402
 from draftd._testing.neartie import near_tie as _near_tie  # noqa: E402
 from draftd._testing.realtarget import INSTRUCTIONS, PROSE, chat_text  # noqa: E402
 from draftd._testing.serve import DRAFTER_FILE, REPO, TARGET_FILE, Server, real_model, start_server  # noqa: E402
+from test_confidence import fake, url  # noqa: E402,F401 (fake: a fixture)
+from test_sessions import tiny  # noqa: E402,F401 (a fixture)
 
 FULL = os.environ.get("DRAFTD_E2E_FULL") == "1"
 N_PROMPTS, NEW_TOKENS = (3, 64) if FULL else (2, 32)
@@ -205,7 +208,7 @@ def test_llamacpp_greedy_and_acceptance_is_evals(strategy: str, llama: Llama, gr
 
 
 def test_llamacpp_adaptive_n_is_plain_greedy(llama: Llama, greedy: dict[str, Any], drafter: Server) -> None:
-    """adaptive=True chooses each draft's length in [1, n] (never more, and
+    """adaptive=True chooses each draft's length in [0, n] (never more, and
     each within the budget); the output is still plain greedy's."""
     with DraftdDraftModel(drafter.url, n=DRAFT_LEN, strategy="model", adaptive=True, timeout=60) as dm:
         lengths: set[int] = set()
@@ -217,6 +220,58 @@ def test_llamacpp_adaptive_n_is_plain_greedy(llama: Llama, greedy: dict[str, Any
             lengths.update(g.acceptance.drafted[1:])
         assert dm.misses == 0 and dm.unresolved == 0
         print(f"adaptive draft lengths used: {sorted(lengths)}")
+
+
+def test_adaptive_no_draft_steps(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The draft model called as llama-cpp-python calls it (the whole
+    context each step), its policy scripted: a step the policy gives n = 0
+    sends no request and returns an empty array; the policy hears each
+    step's acceptance and the target's time keyed by the draft's length + 1
+    (1 after a step without a draft); drafts equal /draft of the whole
+    context, also after steps without one (the session's context is sent
+    again whole)."""
+    from test_vllm_proposer import Scripted
+
+    from draftd.policy import LengthPolicy
+
+    script = [3, 0, 0, 2, 4]
+    with DraftdDraftModel(tiny.url, n=4, strategy="model", adaptive=True) as dm, draftd.Client(tiny.url) as c:
+        assert isinstance(dm._adaptive, LengthPolicy)
+        pol = Scripted(script)
+        dm._adaptive = pol  # type: ignore[assignment]
+        ctx = [5, 17, 300, 42, 9, 77]
+        want_obs: list[tuple[int, int]] = []
+        for i, n in enumerate(script):
+            requests = dm.requests
+            d = dm(np.asarray(ctx, dtype=np.intc))
+            assert d.dtype == np.intc
+            want = list(c.draft(ctx, n, strategy="model").tokens) if n else []
+            assert d.tolist() == want, f"step {i}, n = {n}: draft {d.tolist()}; /draft says {want}"
+            assert dm.requests == requests + (1 if n else 0)
+            k = min(1, len(want))  # the target accepts the first token, then adds one of its own
+            ctx = ctx + want[:k] + [400 + i]
+            want_obs.append((len(want), k))
+    assert pol.verified == [4, 1, 1, 3], pol.verified
+    assert pol.observed == want_obs[:4], pol.observed
+    assert pol.timed == [2, 4], pol.timed  # not the first: its time is the prompt's prefill
+    assert dm.misses == 0
+
+
+def test_min_confidence_goes_with_every_request(fake) -> None:  # type: ignore[no-untyped-def]
+    """``min_confidence``: sent with every draft request, through a session
+    or not (a loopback server that answers as the protocol says:
+    test_confidence.py); the bounded draft is what the target gets."""
+    for session in (True, False):
+        fake.bodies.clear()
+        with DraftdDraftModel(url(fake), n=6, session=session, min_confidence=0.5) as dm:
+            d = dm(np.asarray([5, 6, 7], dtype=np.intc))
+            assert d.tolist() == [100, 101, 102] and d.dtype == np.intc
+        sent = [b for path, b in fake.bodies if path == "/draft"]
+        assert len(sent) == 1 and sent[0]["min_confidence"] == 0.5, fake.bodies
+        assert ("session" in sent[0]) == session
+    for bad in (1.5, -0.1, "0.5"):
+        with pytest.raises((TypeError, ValueError), match="min_confidence"):
+            DraftdDraftModel(url(fake), min_confidence=bad)  # type: ignore[arg-type]
 
 
 def _closed_port() -> int:

@@ -21,6 +21,7 @@ np = pytest.importorskip("numpy")
 import draftd  # noqa: E402
 from draftd.vllm import DraftdProposer  # noqa: E402
 
+from test_confidence import fake, url  # noqa: E402,F401 (fake: a fixture)
 from test_sessions import step, tiny  # noqa: E402,F401 (tiny: a fixture)
 
 K = 6
@@ -164,6 +165,9 @@ def test_no_runner_drafts_whole_contexts(tiny) -> None:  # type: ignore[no-untyp
     ({"timeout": 0}, {}, "must be > 0"),
     ({"color": "red"}, {}, "unknown keys"),
     ({}, {"DRAFTD_BACKOFF": "-1"}, "DRAFTD_BACKOFF"),
+    ({"min_confidence": 1.5}, {}, "min_confidence"),
+    ({}, {"DRAFTD_MIN_CONFIDENCE": "high"}, "min_confidence"),
+    ({"adaptive": "maybe"}, {}, "adaptive"),
 ])
 def test_bad_options_are_named(cfg: dict[str, Any], env: dict[str, str], msg: str,
                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,38 +179,93 @@ def test_bad_options_are_named(cfg: dict[str, Any], env: dict[str, str], msg: st
         DraftdProposer(vc)
 
 
-def test_length_tuner() -> None:
-    """Worked cases: K until enough is seen; every token accepted and a
-    cheap draft → K; the first token never accepted → 1; acceptance that
-    stops after 3 tokens → 3 (E = 4 for every n ≥ 3, cost grows with n)."""
-    from draftd.vllm import LengthTuner
+class Scripted:
+    """A policy stub for the proposer's ``tuner``: the lengths of a script,
+    in order; it records what the proposer tells it."""
 
-    t = LengthTuner(8)
-    assert t.best() == 8
-    for _ in range(40):
-        t.accept(8, 8)
-    t.times(0.08, 8, 0.5)
-    assert t.best() == 8
-    t = LengthTuner(8)
-    for _ in range(40):
-        t.accept(8, 0)
-    t.times(0.08, 8, 0.5)
-    assert t.best() == 1
-    t = LengthTuner(8)
-    for _ in range(200):
-        t.accept(8, 3)
-    t.times(0.08, 8, 0.5)
-    assert t.best() == 3
-    # Drafts of 4, every token accepted, for long enough that positions 5–8
-    # were last drafted long ago (decayed to 0.016 of a draft): they count as
-    # accepted like position 4 (q ≈ 1), so a cheap draft (10 ms a token
-    # against a 200 ms rest of the cycle) goes back to K: E(8) = 8.76,
-    # 31.3 tokens/s against E(4) = 4.88, 20.3. With a fixed prior of ½ for
-    # them, E(6) = 5.40 at 20.8 tokens/s beat E(8) = 5.57 at 19.9: 6.
-    t = LengthTuner(8)
-    for _ in range(8):
-        t.accept(8, 8)
-    for _ in range(200):
-        t.accept(4, 4)
-    t.times(0.04, 4, 0.2)
-    assert t.best() == 8
+    def __init__(self, script: list[int]) -> None:
+        self.script = list(script)
+        self.observed: list[tuple[int, int]] = []
+        self.verified: list[int] = []
+        self.timed: list[int] = []
+
+    def choose(self) -> int:
+        return self.script.pop(0)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.observed.append((drafted, accepted))
+
+    def draft_time(self, seconds: float, tokens: int) -> None:
+        self.timed.append(tokens)
+
+    def verify_time(self, seconds: float, k: int) -> None:
+        self.verified.append(k)
+
+
+def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: ignore[no-untyped-def]
+    """``adaptive``: each step's drafts have the policy's length; a step it
+    gives n = 0 calls draftd not at all and returns an empty draft for every
+    row; the policy hears each row's acceptance, each incremental call's length and the
+    target's time keyed by the longest draft returned + 1; after steps
+    without drafts the sessions go on (drafts equal /draft of the whole
+    context)."""
+    from draftd.policy import LengthPolicy
+
+    p = DraftdProposer(config(tiny.url, adaptive=True))
+    assert isinstance(p.tuner, LengthPolicy)
+    script = [4, 0, 0, 2, K]
+    pol = Scripted(script)
+    p.tuner = pol  # type: ignore[assignment]
+    r = Runner(p)
+    rng = random.Random(5)
+    r.requests = {"a": Req([rng.randrange(8, 512) for _ in range(12)], 100, [300]),
+                  "b": Req([rng.randrange(8, 512) for _ in range(7)], 100, [301])}
+    sampled = {"a": [300], "b": [301]}
+    accepted: list[tuple[int, int]] = []
+    with draftd.Client(tiny.url) as c:
+        for n in script:
+            calls = p.stats.calls
+            got = r.step(["a", "b"], [sampled["a"], sampled["b"]])
+            for k, d in zip(["a", "b"], got):
+                q = r.requests[k]
+                want = reference(c, q.prompt + q.output, n) if n else []
+                assert d == want, f"n = {n}, {k}: draft {d}; want {want}"
+                if d:
+                    ctx, acc, _ = step(rng, q.prompt + q.output, d)
+                    accepted.append((len(d), acc))
+                else:
+                    ctx = q.prompt + q.output + [rng.randrange(8, 512)]
+                new = ctx[len(q.prompt) + len(q.output):]
+                q.output += new
+                sampled[k] = new
+            assert p.stats.calls == calls + (1 if n else 0), f"n = {n}: {p.stats.calls - calls} draftd calls"
+    assert pol.verified == [5, 1, 1, 3], pol.verified
+    # After steps without a draft a session's context has grown by more than
+    # accepted + bonus: the next request sends it whole (the server finds
+    # its prefix cached). Whole-context calls' times (prefill) are not the
+    # policy's draft times.
+    assert (p.stats.full, p.stats.incremental) == (4, 2), p.stats
+    assert pol.timed == [K], pol.timed
+    assert pol.observed == accepted[:4], (pol.observed, accepted)
+    assert p.stats.undrafted == 2 and p.stats.misses == 0, p.stats
+    p.close()
+
+
+def test_min_confidence_goes_with_every_request(fake) -> None:  # type: ignore[no-untyped-def]
+    """``min_confidence``: sent with every draft request, session items and
+    whole contexts alike (a loopback server that answers as the protocol
+    says: test_confidence.py); the bounded drafts reach vLLM as answered."""
+    p = DraftdProposer(config(url(fake), min_confidence=0.5))
+    r = Runner(p)
+    r.requests = {"a": Req([11, 12, 13], 50, [14])}
+    assert r.step(["a"], [[14]]) == [[100, 101, 102]]  # confidences 0.9, 0.8, 0.6, then 0.3 < 0.5
+    tok = np.zeros((1, 8), dtype=np.int32)
+    tok[0, :2] = [41, 42]
+    q = DraftdProposer(config(url(fake)))
+    q._runner_searched = True  # as from no model runner: whole contexts
+    assert q.propose([[42]], np.array([2]), tok) == [[100, 101, 102, 103, 104, 105]]
+    items = [b["requests"] for path, b in fake.bodies]
+    assert [[i.get("min_confidence") for i in it] for it in items] == [[0.5], [None]], items
+    assert "session" in items[0][0] and "session" not in items[1][0]
+    p.close()
+    q.close()

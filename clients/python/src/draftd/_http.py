@@ -480,25 +480,30 @@ class BaseClient(_Deadlines):
         return self._info
 
     def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
-              session: str | None = None) -> Draft:
+              session: str | None = None, min_confidence: float | None = None, confidences: bool = False) -> Draft:
         """``POST /draft``: the draft after context ``tokens``; ``n`` draft
         tokens (None: the server's --draft-len); ``strategy`` one of
         ``info().strategies`` (None: the server's --strategy). With
         ``session``, the request also establishes (or replaces) that
         session's context (see :meth:`extend`, and :meth:`draftd.Client.session`
-        for the helper that chooses the form and recovers from 409)."""
-        return self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session))
+        for the helper that chooses the form and recovers from 409).
+        ``min_confidence``, ``confidences``: a confidence-bounded draft, and
+        each token's confidence (:class:`draftd.DraftRequest`)."""
+        return self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session,
+                                      min_confidence=min_confidence, confidences=confidences))
 
     def extend(self, session: str, accepted: int, bonus: int, n: int | None = None, *,
-               strategy: str | None = None) -> Draft:
+               strategy: str | None = None, min_confidence: float | None = None, confidences: bool = False) -> Draft:
         """``POST /draft {"session","accepted","bonus"}``: the first
         ``accepted`` tokens of the session's last draft were accepted and the
         target produced ``bonus``; the draft after that context. Raises
         :class:`draftd.UnknownSessionError` (409) when the server does not
         hold the session and :class:`draftd.InvalidAcceptedError` (400) when
         ``accepted`` is more than the last draft: resend the whole context
-        with :meth:`draft` (``session=``)."""
-        return self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy))
+        with :meth:`draft` (``session=``). ``min_confidence``,
+        ``confidences``: as in :meth:`draft`."""
+        return self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy,
+                                      min_confidence=min_confidence, confidences=confidences))
 
     def send(self, request: DraftRequest) -> Draft:
         """``POST /draft`` with one :class:`draftd.DraftRequest` (its ``id``
@@ -633,14 +638,18 @@ class AsyncBaseClient(_Deadlines):
         return self._info
 
     async def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
-                    session: str | None = None) -> Draft:
+                    session: str | None = None, min_confidence: float | None = None,
+                    confidences: bool = False) -> Draft:
         """See :meth:`Client.draft`."""
-        return await self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session))
+        return await self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session,
+                                            min_confidence=min_confidence, confidences=confidences))
 
     async def extend(self, session: str, accepted: int, bonus: int, n: int | None = None, *,
-                     strategy: str | None = None) -> Draft:
+                     strategy: str | None = None, min_confidence: float | None = None,
+                     confidences: bool = False) -> Draft:
         """See :meth:`Client.extend`."""
-        return await self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy))
+        return await self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy,
+                                            min_confidence=min_confidence, confidences=confidences))
 
     async def send(self, request: DraftRequest) -> Draft:
         """See :meth:`Client.send`."""

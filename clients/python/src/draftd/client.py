@@ -42,10 +42,12 @@ class Client(BaseClient):
     timeouts and pool are then yours; it is not closed by :meth:`close`).
     """
 
-    def session(self, session: str | None = None, *, n: int | None = None, strategy: str | None = None) -> Session:
+    def session(self, session: str | None = None, *, n: int | None = None, strategy: str | None = None,
+                min_confidence: float | None = None, confidences: bool = False) -> Session:
         """A :class:`draftd.Session` on this client: ``session`` is its id
-        (None: a random one), ``n`` and ``strategy`` those of its drafts."""
-        return Session(self, session, n=n, strategy=strategy)
+        (None: a random one), ``n``, ``strategy``, ``min_confidence`` and
+        ``confidences`` those of its drafts."""
+        return Session(self, session, n=n, strategy=strategy, min_confidence=min_confidence, confidences=confidences)
 
     def session_drafts(self, steps: Sequence[tuple[Session, Sequence[int]]]) -> list[DraftResult]:
         """One ``POST /v1/drafts`` for several sessions' next drafts: each
@@ -61,9 +63,11 @@ class AsyncClient(AsyncBaseClient):
     """The asyncio form of :class:`Client`: the same methods, awaited."""
 
     def session(self, session: str | None = None, *, n: int | None = None,
-                strategy: str | None = None) -> AsyncSession:
+                strategy: str | None = None, min_confidence: float | None = None,
+                confidences: bool = False) -> AsyncSession:
         """See :meth:`Client.session`: an :class:`draftd.AsyncSession`."""
-        return AsyncSession(self, session, n=n, strategy=strategy)
+        return AsyncSession(self, session, n=n, strategy=strategy, min_confidence=min_confidence,
+                            confidences=confidences)
 
     async def session_drafts(self, steps: Sequence[tuple[AsyncSession, Sequence[int]]]) -> list[DraftResult]:
         """See :meth:`Client.session_drafts`."""

@@ -78,8 +78,9 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .client import Client
 from .errors import APIError, DraftdError, TransportError
+from .policy import LengthPolicy
 from .session import Session, SessionStats
-from .types import Info
+from .types import Info, check_min_confidence
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -146,65 +147,11 @@ class Generation:
 @dataclass
 class _Pending:
     """The last draft returned: the context it continued, the draft, and
-    when the call that returned it began."""
+    when the call that returned it returned."""
 
     context: list[int]
     draft: list[int]
     t: float = 0.0
-
-
-class _AdaptiveN:
-    """Chooses each draft's length in [1, n_max] to make the most tokens per
-    second of the cycle (draft + verification + the engine's work):
-    ``(1 + Σ_{i<k} P(a > i)) / (c0 + c1·k)``, with P(a > i) the acceptance
-    rate of draft position i and c0 + c1·k the cycle time, both measured on
-    this model's own steps (exponentially decayed, ``decay`` per step). The
-    first steps and one in ``explore`` ask n_max, so every position's rate
-    stays measured; until the cycle time has been seen at two lengths, half
-    the steps ask n_max // 2."""
-
-    def __init__(self, n_max: int, decay: float = 0.97, explore: int = 8) -> None:
-        self.n_max, self.decay, self.explore = n_max, decay, explore
-        self.reached = [0.0] * n_max  # (n_max) decayed drafts with a token at position i
-        self.accepted = [0.0] * n_max  # (n_max) decayed drafts whose position i was accepted
-        self.sw = self.sd = self.st = self.sdd = self.sdt = 0.0  # decayed sums of the (length, cycle time) fit
-        self.steps = 0
-        self.last = n_max
-
-    def observe(self, drafted: int, accepted: int, seconds: float) -> None:
-        g = self.decay
-        for i in range(self.n_max):
-            self.reached[i] *= g
-            self.accepted[i] *= g
-        for i in range(min(drafted, self.n_max)):
-            self.reached[i] += 1.0
-            self.accepted[i] += 1.0 if accepted > i else 0.0
-        d = float(drafted)
-        self.sw, self.sd, self.st = g * self.sw + 1, g * self.sd + d, g * self.st + seconds
-        self.sdd, self.sdt = g * self.sdd + d * d, g * self.sdt + d * seconds
-        self.steps += 1
-
-    def choose(self) -> int:
-        n, s = self.n_max, self.steps
-        var = self.sw * self.sdd - self.sd * self.sd
-        if s < 4 or s % self.explore == 0:
-            k = n
-        elif var <= 1e-9 * max(1.0, self.sw * self.sdd):
-            k = n if s % 2 else max(1, n // 2)
-        else:
-            c1 = (self.sw * self.sdt - self.sd * self.st) / var
-            c0 = (self.st - c1 * self.sd) / self.sw
-            c1 = max(c1, 0.0)
-            c0 = max(c0, 1e-6)
-            best, k, tokens = 0.0, 1, 1.0
-            for j in range(1, n + 1):
-                r = self.reached[j - 1]
-                tokens += self.accepted[j - 1] / r if r > 0 else 0.0
-                rate = tokens / (c0 + c1 * j)
-                if rate > best:
-                    best, k = rate, j
-        self.last = k
-        return k
 
 
 class DraftdDraftModel(LlamaDraftModel):
@@ -219,14 +166,19 @@ class DraftdDraftModel(LlamaDraftModel):
     allowed ``first_timeout``; each bounds the whole step, a resend
     included. ``cooldown``: seconds without requests after a miss.
     ``session``: draft through a session (see the module).
-    ``adaptive``: choose each draft's length in [1, n] from this model's own
-    measured acceptance by position and cycle time (n: the most it asks;
-    see :class:`_AdaptiveN`); off, every draft asks n. ``client``:
+    ``adaptive``: choose each draft's length in [0, n] from this model's own
+    measured acceptance by position, draft call times and the target's time
+    per verification length (n: the most it asks; 0: no request and an
+    empty draft, while drafting does not pay; see
+    :class:`draftd.policy.LengthPolicy`); off, every draft asks n. ``client``:
     a :class:`draftd.Client` of your own instead of one made from ``url``
     (its timeouts and retries are then yours; it is not closed by
     :meth:`close`). ``n_vocab``: the target's vocabulary size (None: read
     from the ``Llama`` that calls the draft model, or given by
-    :func:`generate`); draft ids must be below it.
+    :func:`generate`); draft ids must be below it. ``min_confidence``: a
+    confidence bound sent with every draft request (0 ≤ x ≤ 1: the draft
+    stops before the first token below it; None: not sent, the server's
+    ``--min-confidence`` for sessions, exactly n tokens without a session).
 
     Counters: ``calls`` (steps that asked for a draft), ``requests`` (sent,
     primes included), ``primes`` (prompts sent ahead, :meth:`prime`; their
@@ -252,6 +204,7 @@ class DraftdDraftModel(LlamaDraftModel):
         adaptive: bool = False,
         client: Client | None = None,
         n_vocab: int | None = None,
+        min_confidence: float | None = None,
     ) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n {n!r} must be an int ≥ 1")
@@ -264,6 +217,8 @@ class DraftdDraftModel(LlamaDraftModel):
             raise TypeError(f"strategy is {type(strategy).__name__}; want a str or None")
         if n_vocab is not None and (isinstance(n_vocab, bool) or not isinstance(n_vocab, int) or n_vocab < 1):
             raise ValueError(f"n_vocab {n_vocab!r} must be an int ≥ 1 or None")
+        if min_confidence is not None:
+            min_confidence = check_min_confidence(min_confidence)
         self.n = n
         self.strategy = strategy
         self.timeout = float(timeout)
@@ -272,7 +227,9 @@ class DraftdDraftModel(LlamaDraftModel):
         self._own = client is None
         # No retries: a 503 is a miss now, not a wait (the target does not wait).
         self.client = client if client is not None else Client(url, timeout=httpx.Timeout(first_timeout), max_retries=0)
-        self._session: Session | None = self.client.session(n=n, strategy=strategy) if session else None
+        self.min_confidence = min_confidence
+        self._session: Session | None = (self.client.session(n=n, strategy=strategy, min_confidence=min_confidence)
+                                         if session else None)
         self.calls = 0
         self.requests = 0
         self.misses = 0
@@ -288,7 +245,7 @@ class DraftdDraftModel(LlamaDraftModel):
         self._prompt_len = 0
         self._end: int | None = None  # context length at which the budgeted generation ends
         self._acc: Acceptance | None = None
-        self._adaptive = _AdaptiveN(n) if adaptive else None
+        self._adaptive = LengthPolicy(n) if adaptive else None
         self.unresolved = 0
         self.n_vocab = n_vocab
         self.info: Info | None = None  # draftd's /v1/info, from the handshake
@@ -408,7 +365,7 @@ class DraftdDraftModel(LlamaDraftModel):
             draft = self._draft(ctx, room)
         if self._acc is not None:
             self._acc.drafted.append(len(draft))
-        self._pending = _Pending(ctx, draft, now)
+        self._pending = _Pending(ctx, draft, time.perf_counter())
         return np.asarray(draft, dtype=np.intc) if draft else _EMPTY
 
     def _resolve(self, ctx: list[int], now: float) -> None:
@@ -426,8 +383,9 @@ class DraftdDraftModel(LlamaDraftModel):
         if 0 <= k <= len(p.draft) and ctx[c: c + k] == p.draft[:k] and ctx[:c] == p.context:
             if self._acc is not None:
                 self._acc.accepted.append(k)
-            if self._adaptive is not None and p.draft:
-                self._adaptive.observe(len(p.draft), k, now - p.t)
+            if self._adaptive is not None:
+                self._adaptive.observe(len(p.draft), k)
+                self._adaptive.verify_time(now - p.t, len(p.draft) + 1)  # the target since the answer
         elif self._acc is not None:
             self.unresolved += 1
 
@@ -456,7 +414,7 @@ class DraftdDraftModel(LlamaDraftModel):
                 if s is not None:
                     d = s.draft(ctx, n=n)
                 else:
-                    d = self.client.draft(ctx, n, strategy=self.strategy)
+                    d = self.client.draft(ctx, n, strategy=self.strategy, min_confidence=self.min_confidence)
                 if s is not None and s.stats.resent != resent:
                     self._stale = True  # the server lost the session: perhaps a restarted one
         except (DraftdError, ValueError) as e:
@@ -468,6 +426,10 @@ class DraftdDraftModel(LlamaDraftModel):
             return []
         finally:
             self.draft_seconds += time.monotonic() - now
+        if self._adaptive is not None and not first:  # a first request's time is the prompt's prefill
+            # a bounded chain stops after the pass that found a token below the bound
+            passes = min(n, len(d.tokens) + 1) if d.stop_reason == "confidence" else n
+            self._adaptive.draft_time(time.monotonic() - now, passes)
         self._last_sent = ctx
         draft = d.tokens[:n]
         limit = vocab if vocab is not None else self.info.vocab_size if self.info is not None else None

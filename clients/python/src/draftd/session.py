@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from . import errors
 from ._http import AsyncBaseClient, BaseClient
-from .types import Draft, DraftRequest, DraftResult, check_session_id, check_tokens
+from .types import Draft, DraftRequest, DraftResult, check_min_confidence, check_session_id, check_tokens
 
 __all__ = ["Session", "AsyncSession", "SessionStats"]
 
@@ -50,32 +50,38 @@ class _State:
     ``context`` (None: nothing known) and ``last``, the draft answered to
     it."""
 
-    def __init__(self, session: str | None, n: int | None, strategy: str | None) -> None:
+    def __init__(self, session: str | None, n: int | None, strategy: str | None,
+                 min_confidence: float | None = None, confidences: bool = False) -> None:
         self.id = check_session_id(session) if session is not None else f"py-{uuid.uuid4().hex}"
         # Checked once here, by building a request with them.
-        DraftRequest(tokens=[0], n=n, strategy=strategy, session=self.id)
+        DraftRequest(tokens=[0], n=n, strategy=strategy, session=self.id, min_confidence=min_confidence,
+                     confidences=confidences)
         self.n = n
         self.strategy = strategy
+        self.min_confidence = min_confidence
+        self.confidences = confidences
         self.context: list[int] | None = None
         self.last: list[int] = []
         self.stats = SessionStats()
 
-    def plan(self, tokens: list[int], n: int | None = None) -> DraftRequest:
+    def plan(self, tokens: list[int], n: int | None = None, min_confidence: float | None = None) -> DraftRequest:
         """The request for the whole context ``tokens``: incremental when it
-        is the held context + last[:k] + [bonus], else tokens. ``n``: this
-        request's n (None: the session's)."""
+        is the held context + last[:k] + [bonus], else tokens. ``n``,
+        ``min_confidence``: this request's (None: the session's)."""
         n = self.n if n is None else n
+        mc = self.min_confidence if min_confidence is None else min_confidence
         c = self.context
         if c is not None:
             k = len(tokens) - len(c) - 1
             if 0 <= k <= len(self.last) and tokens[: len(c)] == c and tokens[len(c): len(c) + k] == self.last[:k]:
                 return DraftRequest(session=self.id, accepted=k, bonus=tokens[-1], n=n, strategy=self.strategy,
-                                    id=self.id)
-        return self.full(tokens, n)
+                                    id=self.id, min_confidence=mc, confidences=self.confidences)
+        return self.full(tokens, n, mc)
 
-    def full(self, tokens: list[int], n: int | None = None) -> DraftRequest:
+    def full(self, tokens: list[int], n: int | None = None, min_confidence: float | None = None) -> DraftRequest:
         return DraftRequest(tokens=tokens, session=self.id, n=self.n if n is None else n, strategy=self.strategy,
-                            id=self.id)
+                            id=self.id, min_confidence=self.min_confidence if min_confidence is None else min_confidence,
+                            confidences=self.confidences)
 
     def sent(self, req: DraftRequest, resend: bool = False) -> None:
         if req.incremental:
@@ -100,8 +106,9 @@ def _resend(req: DraftRequest, err: errors.APIError | None) -> bool:
 class _Base:
     client: object
 
-    def __init__(self, session: str | None, n: int | None, strategy: str | None) -> None:
-        self._st = _State(session, n, strategy)
+    def __init__(self, session: str | None, n: int | None, strategy: str | None,
+                 min_confidence: float | None = None, confidences: bool = False) -> None:
+        self._st = _State(session, n, strategy, min_confidence, confidences)
 
     @property
     def id(self) -> str:
@@ -126,6 +133,22 @@ class _Base:
         return self._st.strategy
 
     @property
+    def min_confidence(self) -> float | None:
+        """The confidence bound sent with this session's drafts (None: not
+        sent, the server's ``--min-confidence``; 0: off); settable, for the
+        next request on."""
+        return self._st.min_confidence
+
+    @min_confidence.setter
+    def min_confidence(self, v: float | None) -> None:
+        self._st.min_confidence = None if v is None else check_min_confidence(v)
+
+    @property
+    def confidences(self) -> bool:
+        """Whether this session's drafts ask for each token's confidence."""
+        return self._st.confidences
+
+    @property
     def stats(self) -> SessionStats:
         return self._st.stats
 
@@ -143,27 +166,31 @@ class _Base:
 class Session(_Base):
     """A session on a :class:`draftd.Client` (``client.session(...)``).
     ``session``: its id (None: a random ``py-…`` one); ``n``, ``strategy``:
-    those of every draft (None: the server's). Not thread-safe: one step at
-    a time per session (the server applies a session's requests in order
-    anyway)."""
+    those of every draft (None: the server's); ``min_confidence``,
+    ``confidences``: a confidence bound sent with every draft, and whether
+    to ask for each token's confidence (:class:`draftd.DraftRequest`). Not
+    thread-safe: one step at a time per session (the server applies a
+    session's requests in order anyway)."""
 
     def __init__(self, client: BaseClient, session: str | None = None, *, n: int | None = None,
-                 strategy: str | None = None) -> None:
-        super().__init__(session, n, strategy)
+                 strategy: str | None = None, min_confidence: float | None = None,
+                 confidences: bool = False) -> None:
+        super().__init__(session, n, strategy, min_confidence, confidences)
         self.client: BaseClient = client
 
-    def draft(self, tokens: Sequence[int], *, n: int | None = None) -> Draft:
+    def draft(self, tokens: Sequence[int], *, n: int | None = None, min_confidence: float | None = None) -> Draft:
         """The draft after the whole context ``tokens`` (prompt + every
         token so far): sent incrementally when it extends the last one, and
         resent whole after 409 ``unknown_session`` / 400
         ``invalid_accepted``. ``n``: this draft's length (None: the
-        session's n). Other errors raise; after an error answer the session
+        session's n); ``min_confidence``: this draft's bound (None: the
+        session's). Other errors raise; after an error answer the session
         is as before, after a failed connection the next request sends the
         whole context. The client's timeout bounds the step, resend
         included."""
         toks = check_tokens(tokens)
         st = self._st
-        req = st.plan(toks, n)
+        req = st.plan(toks, n, min_confidence)
         try:
             st.sent(req)
             with self.client.deadline():
@@ -172,7 +199,7 @@ class Session(_Base):
                 except errors.APIError as e:
                     if not _resend(req, e):
                         raise
-                    req = st.full(toks, n)
+                    req = st.full(toks, n, min_confidence)
                     st.sent(req, resend=True)
                     d = self.client.send(req)
         except errors.APIError:
@@ -205,15 +232,17 @@ class AsyncSession(_Base):
     """The asyncio form of :class:`Session` (``async_client.session(...)``)."""
 
     def __init__(self, client: AsyncBaseClient, session: str | None = None, *, n: int | None = None,
-                 strategy: str | None = None) -> None:
-        super().__init__(session, n, strategy)
+                 strategy: str | None = None, min_confidence: float | None = None,
+                 confidences: bool = False) -> None:
+        super().__init__(session, n, strategy, min_confidence, confidences)
         self.client: AsyncBaseClient = client
 
-    async def draft(self, tokens: Sequence[int], *, n: int | None = None) -> Draft:
+    async def draft(self, tokens: Sequence[int], *, n: int | None = None,
+                    min_confidence: float | None = None) -> Draft:
         """See :meth:`Session.draft`."""
         toks = check_tokens(tokens)
         st = self._st
-        req = st.plan(toks, n)
+        req = st.plan(toks, n, min_confidence)
         try:
             st.sent(req)
             with self.client.deadline():
@@ -222,7 +251,7 @@ class AsyncSession(_Base):
                 except errors.APIError as e:
                     if not _resend(req, e):
                         raise
-                    req = st.full(toks, n)
+                    req = st.full(toks, n, min_confidence)
                     st.sent(req, resend=True)
                     d = await self.client.send(req)
         except errors.APIError:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+import math
 import re
 
 from .errors import APIError, ProtocolError, item_error_for
@@ -69,8 +70,13 @@ class DraftRequest:
     ``bonus`` instead of ``tokens`` extends it by the first ``accepted``
     tokens of its last draft and the target's ``bonus`` token. ``id``: a
     string the batch answer echoes (``/v1/drafts`` only; ignored by
-    ``/draft``). Checked when built: TypeError / ValueError name what is
-    wrong, before anything is sent."""
+    ``/draft``). ``min_confidence``: a confidence-bounded draft — the chain
+    stops before the first token whose confidence is below it, so the draft
+    has 0 to n tokens (0 ≤ x ≤ 1; 0: off; None: not sent, the server's
+    ``--min-confidence`` for ``/v1/drafts`` and sessions, exactly n tokens
+    for a plain ``/draft``). ``confidences``: ask for each draft token's
+    confidence (:attr:`Draft.confidences`). Checked when built: TypeError /
+    ValueError name what is wrong, before anything is sent."""
 
     tokens: Sequence[int] | None = None
     n: int | None = None
@@ -79,8 +85,14 @@ class DraftRequest:
     accepted: int | None = None
     bonus: int | None = None
     id: str | None = None
+    min_confidence: float | None = None
+    confidences: bool = False
 
     def __post_init__(self) -> None:
+        if self.min_confidence is not None:
+            object.__setattr__(self, "min_confidence", check_min_confidence(self.min_confidence))
+        if not isinstance(self.confidences, bool):
+            raise TypeError(f"confidences is {type(self.confidences).__name__}; want a bool")
         if self.tokens is not None:
             object.__setattr__(self, "tokens", check_tokens(self.tokens))
         if self.n is not None:
@@ -127,7 +139,21 @@ class DraftRequest:
             body["n"] = self.n
         if self.strategy is not None:
             body["strategy"] = self.strategy
+        if self.min_confidence is not None:
+            body["min_confidence"] = self.min_confidence
+        if self.confidences:
+            body["confidences"] = True
         return body
+
+
+def check_min_confidence(v: object) -> float:
+    """v as a confidence bound: a number 0 ≤ v ≤ 1 (TypeError / ValueError
+    naming ``min_confidence`` otherwise)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"min_confidence is {type(v).__name__}; want a number in [0, 1]")
+    if not (math.isfinite(v) and 0 <= v <= 1):
+        raise ValueError(f"min_confidence {v!r} must be in [0, 1] (0: off)")
+    return float(v)
 
 
 def _int_list(v: Any, what: str) -> list[int]:
@@ -139,15 +165,37 @@ def _int_list(v: Any, what: str) -> list[int]:
 @dataclass(frozen=True)
 class Draft:
     """A draft: ``tokens`` is the drafted continuation (at most the ``n``
-    asked; shorter when the model's maximum context leaves less room)."""
+    asked; shorter when the model's maximum context leaves less room, or
+    below a confidence bound). ``stop_reason`` (``"n"``, ``"confidence"``,
+    ``"context"``: why the chain stopped) is there only when a bound was in
+    force or confidences were asked for, ``confidences`` (one in [0, 1] per
+    token) only when asked for; None otherwise."""
 
     tokens: list[int]
+    stop_reason: str | None = None
+    confidences: list[float] | None = None
 
     @classmethod
     def from_json(cls, body: Any) -> Draft:
         if not isinstance(body, dict) or "draft" not in body:
             raise ProtocolError(f'answer has no "draft": {str(body)[:80]}')
-        return cls(tokens=_int_list(body["draft"], '"draft"'))
+        return cls._from(body, '"draft"')
+
+    @classmethod
+    def _from(cls, body: dict[str, Any], what: str) -> Draft:
+        """The draft of an answer object (a /draft body or a /v1/drafts
+        result) that has "draft"; ``what`` names it in errors."""
+        tokens = _int_list(body["draft"], what)
+        stop = body.get("stop_reason")
+        if stop is not None and not isinstance(stop, str):
+            raise ProtocolError(f"{what}: stop_reason is not a string: {str(stop)[:80]}")
+        conf = body.get("confidences")
+        if conf is not None:
+            if (not isinstance(conf, list) or len(conf) != len(tokens)
+                    or not all(type(c) in (int, float) and 0 <= c <= 1 for c in conf)):
+                raise ProtocolError(f"{what}: confidences is not {len(tokens)} numbers in [0, 1]: {str(conf)[:80]}")
+            conf = [float(c) for c in conf]
+        return cls(tokens=tokens, stop_reason=stop, confidences=conf)
 
 
 @dataclass(frozen=True)
@@ -165,6 +213,16 @@ class DraftResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The draft's :attr:`Draft.stop_reason` (None: absent, or an error)."""
+        return None if self.draft is None else self.draft.stop_reason
+
+    @property
+    def confidences(self) -> list[float] | None:
+        """The draft's :attr:`Draft.confidences` (None: absent, or an error)."""
+        return None if self.draft is None else self.draft.confidences
 
     def result(self) -> Draft:
         """The draft, or raises the item's error."""
@@ -194,7 +252,7 @@ class DraftResult:
                     raise ProtocolError(f"/v1/drafts result {i}: malformed error: {str(e)[:80]}")
                 out.append(cls(rid, error=item_error_for(e["code"], e["message"])))
             elif "draft" in r:
-                out.append(cls(rid, draft=Draft(_int_list(r["draft"], f"/v1/drafts result {i} draft"))))
+                out.append(cls(rid, draft=Draft._from(r, f"/v1/drafts result {i} draft")))
             else:
                 raise ProtocolError(f"/v1/drafts result {i} has neither draft nor error: {str(r)[:80]}")
         return out

@@ -26,14 +26,19 @@ timeout         DRAFTD_TIMEOUT          seconds one step may wait for drafts, al
                                         its requests together (5)
 backoff         DRAFTD_BACKOFF          seconds without drafts after a failed
                                         call, doubled per failure up to 64× (0.5)
-adaptive        DRAFTD_ADAPTIVE         choose each step's draft length (≤ K) from
-                                        the acceptance and times measured so far
-                                        (false)
+adaptive        DRAFTD_ADAPTIVE         choose each step's draft length in [0, K]
+                                        from the acceptance and times measured so
+                                        far; 0: no draft while drafting does not
+                                        pay (false)
+min_confidence  DRAFTD_MIN_CONFIDENCE   a confidence bound sent with every draft
+                                        request, 0 ≤ x ≤ 1 (not sent: the
+                                        server's --min-confidence)
 =============== ======================= =========================================
 
 The draft length is vLLM's ``num_speculative_tokens`` (K) — with
-``adaptive``, the length n ≤ K that :class:`LengthTuner` expects to give the
-most tokens per second — shortened where more cannot be used: a request whose last step ended it (a stop token, its
+``adaptive``, the length 0 ≤ n ≤ K that :class:`draftd.policy.LengthPolicy`
+expects to give the most tokens per second (n = 0: no call to draftd that
+step, every row an empty draft) — shortened where more cannot be used: a request whose last step ended it (a stop token, its
 ``max_tokens`` or the model's length) gets no draft, and one with r tokens
 left gets at most r − 1 (its next step adds at most draft + 1 tokens).
 
@@ -95,10 +100,11 @@ from typing import Any
 
 from .client import Client
 from .errors import APIError, DraftdError, TransportError
+from .policy import LengthPolicy
 from .session import Session
-from .types import DraftRequest, Info
+from .types import DraftRequest, Info, check_min_confidence
 
-__all__ = ["DraftdProposer", "LengthTuner", "ProposerStats", "proposers"]
+__all__ = ["DraftdProposer", "ProposerStats", "proposers"]
 
 log = logging.getLogger("draftd.vllm")
 
@@ -146,7 +152,8 @@ class ProposerStats:
     time inside draftd calls; ``rejected``: calls answered a permanent
     error (counted in ``misses`` too, no back-off); ``invalid``: drafts
     dropped because they held an id outside the target's vocabulary;
-    ``handshakes``: reads of ``/v1/info``."""
+    ``handshakes``: reads of ``/v1/info``; ``undrafted``: steps the
+    ``adaptive`` policy gave no draft (n = 0)."""
 
     steps: int = 0
     calls: int = 0
@@ -166,6 +173,7 @@ class ProposerStats:
     rejected: int = 0
     invalid: int = 0
     handshakes: int = 0
+    undrafted: int = 0
     last_error: str = field(default="", repr=False)
 
 
@@ -195,65 +203,6 @@ def target_vocab(model_config: Any) -> int | None:
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return None
-
-
-class LengthTuner:
-    """The draft length that maximizes expected tokens per second of the
-    verify cycle, from what was measured so far (decayed, so it follows
-    the text): the acceptance of each draft position given the ones before
-    it, q_j, so that a draft of n tokens is expected to yield
-    E(n) = 1 + Σ_{j≤n} Π_{i≤j} q_i tokens; the draft call's time per token
-    d; and the rest of the cycle (the target's verification and the
-    engine) R, taken as independent of n. best() = argmax_n E(n) / (R + d·n),
-    n ≤ K; K until 8 drafts and a cycle have been seen. A position seldom
-    reached (drafts shorter than it) is taken to be accepted as often as
-    the one before it, q_j = (accepted_j + 2·q_{j−1}) / (reached_j + 2),
-    q_0 = ½: with a fixed prior of ½ the positions past the current length,
-    no longer drafted, looked worse as their counts decayed and the length
-    stuck short (measured on the real pair: τ 3.4 against 4.8 at K = 8). A
-    verification that grows with n makes the true best shorter than this
-    one: it errs towards K, the fixed length."""
-
-    def __init__(self, k: int, decay: float = 0.97) -> None:
-        self.k = k
-        self.decay = decay
-        self.reached = [0.0] * k  # (k) drafts that had a token at position j, decayed
-        self.accepted = [0.0] * k  # (k) drafts whose token j was accepted, decayed
-        self.drafts = 0
-        self.per_token: float | None = None  # d, seconds
-        self.rest: float | None = None  # R, seconds
-
-    def accept(self, drafted: int, accepted: int) -> None:
-        """A draft of ``drafted`` tokens of which the target accepted the first ``accepted``."""
-        for j in range(self.k):
-            self.reached[j] *= self.decay
-            self.accepted[j] *= self.decay
-        for j in range(min(drafted, self.k)):
-            self.reached[j] += 1
-        for j in range(min(accepted, drafted, self.k)):
-            self.accepted[j] += 1
-        self.drafts += 1
-
-    def times(self, call_s: float, n: int, rest_s: float | None) -> None:
-        """A draft call of n tokens took call_s; the cycle outside it rest_s."""
-        a = 0.2
-        d = call_s / max(n, 1)
-        self.per_token = d if self.per_token is None else (1 - a) * self.per_token + a * d
-        if rest_s is not None:
-            self.rest = rest_s if self.rest is None else (1 - a) * self.rest + a * rest_s
-
-    def best(self) -> int:
-        if self.drafts < 8 or self.per_token is None or self.rest is None:
-            return self.k
-        best, best_rate, e, run, q = self.k, 0.0, 1.0, 1.0, 0.5
-        for n in range(1, self.k + 1):
-            q = (self.accepted[n - 1] + 2 * q) / (self.reached[n - 1] + 2)  # unseen: as the position before
-            run *= q
-            e += run
-            rate = e / (self.rest + self.per_token * n)
-            if rate > best_rate:
-                best, best_rate = n, rate
-        return best
 
 
 def _flag(raw: Any, where: str) -> bool:
@@ -296,16 +245,23 @@ class DraftdProposer:
         cfg = extra.get("draftd", {}) if isinstance(extra, dict) else {}
         if not isinstance(cfg, dict):
             raise ValueError(f'additional_config["draftd"] is {type(cfg).__name__}; want a dict')
-        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff", "adaptive"}
+        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff", "adaptive", "min_confidence"}
         if unknown:
             raise ValueError(f'additional_config["draftd"] has unknown keys {sorted(unknown)}')
         self.url = _option(cfg, "url", "DRAFTD_URL", DEFAULT_URL, str)
         self.strategy: str | None = _option(cfg, "strategy", "DRAFTD_STRATEGY", None, str)
         self.timeout = _option(cfg, "timeout", "DRAFTD_TIMEOUT", DEFAULT_TIMEOUT, float)
         self.backoff = _option(cfg, "backoff", "DRAFTD_BACKOFF", DEFAULT_BACKOFF, float)
-        self.tuner = LengthTuner(self.k) if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None
+        mc = _option(cfg, "min_confidence", "DRAFTD_MIN_CONFIDENCE", None, str)
+        try:
+            self.min_confidence = None if mc is None else check_min_confidence(float(mc))
+        except (TypeError, ValueError):
+            raise ValueError(f"min_confidence = {mc!r} must be a number in [0, 1]") from None
+        self.tuner = LengthPolicy(self.k) if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None
         self._pending: dict[str, int] = {}  # request id → length of the draft it was given
-        self._returned: float | None = None  # when propose() last returned drafts
+        self._returned: float | None = None  # when propose() last returned (adaptive)
+        self._returned_len = 0  # the longest draft it returned then
+        self._returned_ids: list[str] | None = None  # the batch it returned them to
         self.max_model_len = int(getattr(vllm_config.model_config, "max_model_len", 0) or 0)
         # No retries: a step that waits for a retry waits longer than the
         # draft could save.
@@ -359,19 +315,16 @@ class DraftdProposer:
         req_ids, states, live = self._batch(rows)
         if req_ids is not None:
             self._forget_gone(live, req_ids)
-        rest = None if self._returned is None else entered - self._returned
-        self._returned = None
         best = self.k
-        if self.tuner is not None and req_ids is not None:
-            for i, r in enumerate(req_ids):
-                drafted = self._pending.pop(r, None)
-                if drafted is not None and sampled_token_ids[i]:
-                    self.tuner.accept(drafted, len(sampled_token_ids[i]) - 1)
-            best = self.tuner.best()
+        if self.tuner is not None:
+            best = self._choose(entered, req_ids, sampled_token_ids)
         plans: list[tuple[int, Session | None, int]] = []
         for i in range(rows):
             length = int(num_tokens_no_spec[i])
-            n = min(best, self._kmax, self._want(i, length, sampled_token_ids[i], states))
+            want = self._want(i, length, sampled_token_ids[i], states)
+            if want >= 1 and best == 0:
+                continue  # the policy drafts nothing this step
+            n = min(best, self._kmax, want)
             if n > 0 and self.info is not None and length >= self.info.max_context:
                 n = 0  # the drafter's context is full: draftd would answer context_too_long
             if n < 1:
@@ -385,12 +338,13 @@ class DraftdProposer:
                 continue
             plans.append((i, sess, n))
         if not plans:
-            return out
+            return self._done(out, req_ids)
         now = time.monotonic()
         if now < self._down_until:
             self.stats.backoff_steps += 1
-            return out
+            return self._done(out, req_ids)
         t0 = time.perf_counter()
+        full = self.stats.full
         try:
             # One deadline for the whole step: the handshake, every call of
             # the split batch and the resends of lost sessions.
@@ -403,11 +357,11 @@ class DraftdProposer:
                            for r in self._call(plans[j: j + m], num_tokens_no_spec, token_ids_cpu)]
         except (DraftdError, OSError, ValueError) as e:
             self._failed(e)
-            return out
+            return self._done(out, req_ids)
         except Exception as e:  # noqa: BLE001 - a bug here must not fail vLLM's step either
             log.exception("draftd proposer: unexpected error; no drafts this step")
             self._failed(e)
-            return out
+            return self._done(out, req_ids)
         finally:
             call = time.perf_counter() - t0
             self.stats.draft_seconds += call
@@ -434,17 +388,49 @@ class DraftdProposer:
             self.stats.draft_tokens += len(out[i])
             if self.tuner is not None and req_ids is not None:
                 self._pending[req_ids[i]] = len(out[i])
-        if self.tuner is not None:
-            self.tuner.times(call, max(n for _, _, n in plans), rest)
-            self._returned = time.perf_counter()
-        return out
+        if self.tuner is not None and self.stats.full == full:  # a whole context's time is its prefill
+            passes = max(n for _, _, n in plans)
+            if self.min_confidence:  # a bounded chain stops after the pass that found a token below it
+                passes = min(passes, 1 + max(len(d) for d in out))
+            self.tuner.draft_time(call, passes)
+        return self._done(out, req_ids)
 
     # -- helpers ------------------------------------------------------------
+
+    def _choose(self, entered: float, req_ids: list[str] | None, sampled: Sequence[Sequence[int]]) -> int:
+        """The adaptive policy's draft length for this step, after telling
+        it what the last step measured: each row's acceptance of its draft,
+        and the target's time since propose() returned, keyed by the longest
+        draft returned then (only when the batch is the same and every row
+        decoded: a prefill or a new request makes the step no verification
+        of that length)."""
+        assert self.tuner is not None
+        if req_ids is not None:
+            for i, r in enumerate(req_ids):
+                drafted = self._pending.pop(r, None)
+                if drafted is not None and sampled[i]:
+                    self.tuner.observe(drafted, len(sampled[i]) - 1)
+        if (self._returned is not None and req_ids == self._returned_ids and len(sampled) > 0
+                and all(len(s) > 0 for s in sampled)):
+            self.tuner.verify_time(entered - self._returned, self._returned_len + 1)
+        self._returned = None
+        best = self.tuner.choose()
+        if best == 0:
+            self.stats.undrafted += 1
+        return best
+
+    def _done(self, out: list[list[int]], req_ids: list[str] | None) -> list[list[int]]:
+        if self.tuner is not None:
+            self._returned_len = max((len(d) for d in out), default=0)
+            self._returned_ids = req_ids
+            self._returned = time.perf_counter()
+        return out
 
     def _call(self, plans: list[tuple[int, Session | None, int]], lengths: Any,
               tokens: Any) -> list[tuple[list[int], APIError | None]]:
         if any(sess is None for _, sess, _ in plans):
-            reqs = [DraftRequest(tokens=tokens[i, : int(lengths[i])].tolist(), n=n, strategy=self.strategy)
+            reqs = [DraftRequest(tokens=tokens[i, : int(lengths[i])].tolist(), n=n, strategy=self.strategy,
+                                 min_confidence=self.min_confidence)
                     for i, _, n in plans]
             self.stats.full += len(reqs)
             results = self.client.drafts(reqs)
@@ -591,7 +577,8 @@ class DraftdProposer:
         if s is None:
             name = req_id if _SESSION_OK.match(req_id) else uuid.uuid5(uuid.NAMESPACE_OID, req_id).hex
             self._serial += 1
-            s = self.client.session(f"{self._prefix}{self._serial}-{name}", strategy=self.strategy)
+            s = self.client.session(f"{self._prefix}{self._serial}-{name}", strategy=self.strategy,
+                                    min_confidence=self.min_confidence)
             self._sessions[req_id] = s
             self._owners[req_id] = state
         return s
