@@ -23,6 +23,7 @@ import pytest
 
 import draftd
 from draftd.types import DraftRequest
+from hostile import INFO
 
 CHAIN_CONF = [0.9, 0.8, 0.6, 0.3, 0.2, 0.9, 0.9, 0.9]
 
@@ -56,6 +57,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+    def do_GET(self) -> None:
+        # the client reads /v1/info before its first draft (the vocabulary
+        # its answers are checked against): hostile.py's description
+        if self.path != "/v1/info":
+            self.send_error(404)
+            return
+        data = json.dumps(INFO).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
