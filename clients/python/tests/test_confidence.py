@@ -64,7 +64,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/info":
             self.send_error(404)
             return
-        data = json.dumps(INFO).encode()
+        self.send_json(INFO)
+
+    def send_json(self, out: Any) -> None:
+        data = json.dumps(out).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -80,12 +83,7 @@ class Handler(BaseHTTPRequestHandler):
             out = answer(body)
         else:
             out = {"drafts": [{"id": r.get("id"), **answer(r)} for r in body["requests"]]}
-        data = json.dumps(out).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_json(out)
 
 
 @pytest.fixture
