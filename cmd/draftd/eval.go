@@ -51,7 +51,7 @@ func runEval(ctx context.Context, args []string) error {
 		clipN       = fs.Bool("clip-n", false, "ask at most the tokens the continuation has left after the step's bonus token (min(n, remaining − 1)), as a target that stops at max_tokens uses no more; a step with one token left sends no request (as vLLM's and llama.cpp's draftd proposers do)")
 		targetLat   = fs.Duration("target-latency", 0, "wait this long after each draft (each round for --protocol batch), as the target's verification would")
 		minConf     = fs.Float64("min-confidence", 0, "confidence bound sent with every request (draftd backend; \"min_confidence\" of docs/protocol.md): each draft stops before its first token whose drafter probability is below it; (0, 1], 0: none sent")
-		confOut     = fs.String("confidences-out", "", "ask every draft token's confidence and write one JSON line per draft token to this `file`: sample, step, position, confidence, accepted (draftd backend, --protocol full or session; scripts/calibrate prints the calibration table from it)")
+		confOut     = fs.String("confidences-out", "", "ask every draft token's confidence and write one JSON line per draft token to this `file`: sample, step, position, confidence, accepted (draftd backend, --protocol full or session; scripts/confidence calibrate prints the calibration table from it)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: draftd eval --url http://HOST:PORT --data data.jsonl [flags]\n\n"+
