@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -166,9 +168,20 @@ func BenchmarkAttention(b *testing.B) {
 // than L3, by copying 16 KiB pieces into a per-worker buffer that stays in
 // L1 (Go's vectorized memmove: the reads are the cost). It reports GB/s; a
 // weight-bound matmul (BenchmarkMatmul at B=1) can at best reach this as
-// wGB/s.
+// wGB/s. GB/cpu-s is the same bytes per CPU-second of the process (all
+// workers): on a shared host, where the workers wait for a CPU much of the
+// wall time, the rate a weight-bound matmul's wGB/cpu-s compares with.
+// DRAFTD_BENCH_THREADS=N streams with N workers instead of one per CPU.
 func BenchmarkMemBandwidth(b *testing.B) {
-	pool := NewPool(0)
+	threads := 0
+	if s := os.Getenv("DRAFTD_BENCH_THREADS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("DRAFTD_BENCH_THREADS=%q: want a positive integer", s)
+		}
+		threads = n
+	}
+	pool := NewPool(threads)
 	defer pool.Close()
 	src := make([]byte, benchStreamBytes)
 	for i := range src {
@@ -180,6 +193,7 @@ func BenchmarkMemBandwidth(b *testing.B) {
 		free <- make([]byte, piece)
 	}
 	b.SetBytes(int64(len(src)))
+	c0 := cputime.Process()
 	for b.Loop() {
 		pool.ForEach(len(src)/piece, 64, func(lo, hi int) {
 			d := <-free
@@ -191,4 +205,43 @@ func BenchmarkMemBandwidth(b *testing.B) {
 	}
 	sec := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(float64(len(src))/sec/1e9, "GB/s")
+	if cpu := (cputime.Process() - c0).Seconds() / float64(b.N); cpu > 0 {
+		b.ReportMetric(float64(len(src))/cpu/1e9, "GB/cpu-s")
+	}
+}
+
+// BenchmarkMatmulHot is one thread's B = 1 matmul over one matrix of the
+// 0.5B drafter's shapes again and again, so its weights come from L2
+// (896×896) or L3 (the MLP shapes) instead of DRAM: the kernel's own ceiling
+// in weight bytes per CPU-second (wGB/cpu-s), to set beside
+// BenchmarkMemBandwidth's GB/cpu-s. A kernel below the stream's rate here
+// cannot keep up with the memory in a decode step.
+func BenchmarkMatmulHot(b *testing.B) {
+	for _, typ := range []dtype.Type{dtype.Q8_0, dtype.Q4_0, dtype.Q5_0, dtype.Q4_K, dtype.Q6_K} {
+		for _, s := range [][2]int{{896, 896}, {4864, 896}, {896, 4864}} {
+			if typ.IsK() && s[1]%256 != 0 {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/%dx%d", strings.ToLower(typ.String()), s[0], s[1]), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 1))
+				data, err := dtype.Quantize(typ, nil, randVec(r, s[0]*s[1], 1))
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, err := NewMatrix(typ, s[0], s[1], data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x := randVec(r, s[1], 1)
+				y := make([]float32, s[0])
+				c0 := cputime.Process()
+				for b.Loop() {
+					MatMul(nil, y, w, x, 1)
+				}
+				if cpu := (cputime.Process() - c0).Seconds() / float64(b.N); cpu > 0 {
+					b.ReportMetric(float64(w.Bytes())/cpu/1e9, "wGB/cpu-s")
+				}
+			})
+		}
+	}
 }
