@@ -181,25 +181,12 @@ func kmatmul(p *Pool, y []float32, ids []int, keep [][]float32, w *Matrix, x []f
 		a = quantizeKActs(p, w.Type, x, batch, w.Cols)
 	}
 	defer kActsPool.Put(a)
-	// Decode batches: the workers claim groups of rows one claim at a time,
-	// so the one that started first, or was not descheduled, takes more
-	// (each row is still one kernel call over all columns: the same bits).
-	// Prefill keeps one contiguous share per worker for its cache blocking.
-	grain := 0
-	if batch <= kClaimBatch && !ref {
-		grain = kClaimRows(w.Rows, p.Threads())
-	}
 	rows := func(y []float32, ystride, lo, hi int) {
-		fn := func(l, h int) {
+		p.For(hi-lo, 16, func(l, h int) {
 			if ref || !kRowsFast(w, a, y, ystride, batch, lo+l, lo+h, lo) {
 				kRowsGeneric(w, a, y, ystride, batch, lo+l, lo+h, lo)
 			}
-		}
-		if grain > 0 {
-			p.ForEach(hi-lo, grain, fn)
-		} else {
-			p.For(hi-lo, 16, fn)
-		}
+		})
 	}
 	if ids == nil {
 		rows(y, w.Rows, 0, w.Rows)
@@ -242,14 +229,3 @@ func kmatmul(p *Pool, y []float32, ids []int, keep [][]float32, w *Matrix, x []f
 const argmaxChunk = 4096
 
 var argmaxBufs = sync.Pool{New: func() any { return new([]float32) }}
-
-// kClaimBatch is the largest batch whose rows kmatmul's workers claim (the
-// batches up to which the amd64 tile kernels stream the weights once,
-// kBatchChunk there).
-const kClaimBatch = 64
-
-// kClaimRows is the rows one claim of a decode matmul takes: a multiple of
-// 16 (a tile group) giving each of threads workers about 8 claims.
-func kClaimRows(rows, threads int) int {
-	return max(16, (rows/(8*threads)+15)&^15)
-}
