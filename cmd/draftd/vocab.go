@@ -19,11 +19,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/draftd/draftd/internal/fileio"
 	"github.com/draftd/draftd/internal/tokenizer"
+	"github.com/draftd/draftd/internal/vocabrank"
 )
 
 func init() {
@@ -31,22 +31,10 @@ func init() {
 }
 
 // vocabFile is the JSON `draftd vocab` writes and serve --draft-vocab-file
-// reads.
-type vocabFile struct {
-	Corpus    []vocabCorpus `json:"corpus"`     // what was counted
-	Tokens    int64         `json:"tokens"`     // tokens counted
-	VocabSize int           `json:"vocab_size"` // the tokenizer's vocabulary
-	Special   []int         `json:"special"`    // control, user-defined and unknown tokens: always kept
-	Ranked    []int         `json:"ranked"`     // every other id, most frequent first (ties, including the unseen: lower id first)
-	Counts    []int64       `json:"counts"`     // (len(ranked)) occurrences of each
-}
+// reads (GET /v1/vocab answers it too, from the traffic serve saw).
+type vocabFile = vocabrank.File
 
-type vocabCorpus struct {
-	Source string `json:"source"`
-	Root   string `json:"root"`
-	Files  int    `json:"files"`
-	Bytes  int64  `json:"bytes"`
-}
+type vocabCorpus = vocabrank.Corpus
 
 func runVocab(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("vocab", flag.ContinueOnError)
@@ -151,31 +139,15 @@ func runVocab(ctx context.Context, args []string) error {
 		}
 		vf.Corpus = append(vf.Corpus, c)
 	}
-	vf.VocabSize = tok.VocabSize()
-	for id := range counts {
-		_, ty, err := tok.Token(id)
-		if err != nil {
-			return fmt.Errorf("vocab: %w", err)
-		}
-		switch {
-		case ty == tokenizer.TokenControl || ty == tokenizer.TokenUserDefined || ty == tokenizer.TokenUnknown:
-			vf.Special = append(vf.Special, id)
-		case ty != tokenizer.TokenUnused:
-			vf.Ranked = append(vf.Ranked, id)
-		}
+	classes, err := vocabrank.Classes(tok)
+	if err != nil {
+		return fmt.Errorf("vocab: %w", err)
 	}
-	slices.SortStableFunc(vf.Ranked, func(a, b int) int {
-		switch {
-		case counts[a] > counts[b]:
-			return -1
-		case counts[a] < counts[b]:
-			return 1
-		}
-		return 0
-	})
-	for _, id := range vf.Ranked {
-		vf.Counts = append(vf.Counts, counts[id])
+	ranked, err := vocabrank.Build(classes, counts)
+	if err != nil {
+		return fmt.Errorf("vocab: %w", err)
 	}
+	vf.VocabSize, vf.Special, vf.Ranked, vf.Counts = ranked.VocabSize, ranked.Special, ranked.Ranked, ranked.Counts
 	err = fileio.WriteAtomic(*out, func(w io.Writer) error {
 		bw := bufio.NewWriter(w)
 		if err := json.NewEncoder(bw).Encode(&vf); err != nil {
@@ -218,22 +190,5 @@ func draftVocabIDs(path string, n, vocab int) ([]int, error) {
 	if err := json.Unmarshal(data, &vf); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if vf.VocabSize < 1 || vf.VocabSize > vocab {
-		return nil, fmt.Errorf("%s: ranks a vocabulary of %d tokens; the model has %d rows", path, vf.VocabSize, vocab)
-	}
-	if len(vf.Special) > n {
-		return nil, fmt.Errorf("--draft-vocab %d is fewer than the %d special tokens of %s", n, len(vf.Special), path)
-	}
-	if len(vf.Special)+len(vf.Ranked) < n {
-		return nil, fmt.Errorf("--draft-vocab %d: %s ranks only %d ids (+ %d special)", n, path, len(vf.Ranked), len(vf.Special))
-	}
-	keep := append(slices.Clone(vf.Special), vf.Ranked[:n-len(vf.Special)]...)
-	seen := map[int]bool{}
-	for _, id := range keep {
-		if id < 0 || id >= vf.VocabSize || seen[id] {
-			return nil, fmt.Errorf("%s: id %d is out of range or listed twice", path, id)
-		}
-		seen[id] = true
-	}
-	return keep, nil
+	return vf.Keep(path, n, vocab)
 }
