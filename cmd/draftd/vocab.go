@@ -45,6 +45,7 @@ func runVocab(ctx context.Context, args []string) error {
 		tokPath  = fs.String("tokenizer", defaultTokenizer, "the drafter's tokenizer: tokenizer.json, an HF directory or the GGUF model")
 		exclude  = fs.String("exclude", "", "JSON Lines `file` written by draftd dataset whose source files are left out (to measure the trimmed head on unseen text)")
 		maxBytes = fs.Int64("max-bytes", 1<<30, "stop each corpus after this many bytes of text")
+		traffic  = fs.String("traffic", "", "a ranking `file` from a server's traffic (GET /v1/vocab): its ids rank first (what the target wrote, then the contexts sent), the corpora order the rest")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: draftd vocab --out F.json [flags]\n\n"+
@@ -92,6 +93,23 @@ func runVocab(ctx context.Context, args []string) error {
 	tok, err := tokenizer.Load(*tokPath)
 	if err != nil {
 		return fmt.Errorf("vocab: %w (run `npm ci` in testdata/tokenizer, or give --tokenizer)", err)
+	}
+	var keys [][]int64 // the traffic's accepted and context counts, before the corpus counts
+	var tf *vocabrank.Traffic
+	if *traffic != "" {
+		data, err := fileio.ReadFileMax(*traffic, maxVocabFileBytes)
+		if err != nil {
+			return fmt.Errorf("vocab: --traffic: %w", err)
+		}
+		var f vocabFile
+		if err := json.Unmarshal(data, &f); err != nil {
+			return fmt.Errorf("vocab: --traffic %s: %w", *traffic, err)
+		}
+		acc, ctxc, err := f.TrafficCounts(*traffic, tok.VocabSize())
+		if err != nil {
+			return fmt.Errorf("vocab: --traffic %w", err)
+		}
+		keys, tf = [][]int64{acc, ctxc}, f.Traffic
 	}
 	counts := make([]int64, tok.VocabSize())
 	var vf vocabFile
@@ -143,11 +161,15 @@ func runVocab(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("vocab: %w", err)
 	}
-	ranked, err := vocabrank.Build(classes, counts)
+	ranked, err := vocabrank.Build(classes, append(keys, counts)...)
 	if err != nil {
 		return fmt.Errorf("vocab: %w", err)
 	}
 	vf.VocabSize, vf.Special, vf.Ranked, vf.Counts = ranked.VocabSize, ranked.Special, ranked.Ranked, ranked.Counts
+	vf.ContextCounts, vf.CorpusCounts, vf.Traffic = ranked.ContextCounts, ranked.CorpusCounts, tf
+	if tf != nil {
+		vf.Tokens += tf.ContextTokens + tf.AcceptedTokens
+	}
 	err = fileio.WriteAtomic(*out, func(w io.Writer) error {
 		bw := bufio.NewWriter(w)
 		if err := json.NewEncoder(bw).Encode(&vf); err != nil {
@@ -158,9 +180,9 @@ func runVocab(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("vocab: %w", err)
 	}
-	seenIDs := 0
-	for _, c := range vf.Counts {
-		if c > 0 {
+	seenIDs := 0 // in the corpora
+	for id, c := range counts {
+		if c > 0 && classes[id] == vocabrank.Normal {
 			seenIDs++
 		}
 	}

@@ -124,6 +124,43 @@ func TestVocabFromServe(t *testing.T) {
 	if err := os.WriteFile(rank, body, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The traffic's ids first, the corpus orders the rest.
+	merged := filepath.Join(dir, "merged.json")
+	if err := Run(context.Background(), []string{"vocab", "--tokenizer", mpath, "--source", "prose", "--max-bytes", "20000", "--traffic", rank, "--out", merged}); err != nil {
+		t.Fatal(err)
+	}
+	mb, err := os.ReadFile(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mf vocabFile
+	if err := json.Unmarshal(mb, &mf); err != nil {
+		t.Fatal(err)
+	}
+	if len(mf.Ranked) != 261 || !slices.Equal(mf.Ranked[:2], []int{100, 101}) || !slices.Equal(slices.Sorted(slices.Values(mf.Ranked[2:8])), []int{40, 41, 42, 43, 44, 45}) || len(mf.CorpusCounts) != 261 ||
+		mf.Traffic == nil || mf.Traffic.AcceptedTokens != 3 || mf.CorpusCounts[8] == 0 {
+		t.Fatalf("merged ranking: %d ranked, top %v, %d corpus counts (9th %v), traffic %+v", len(mf.Ranked), mf.Ranked[:9], len(mf.CorpusCounts), mf.CorpusCounts[8:9], mf.Traffic)
+	}
+	for i := 3; i < len(mf.Ranked); i++ { // the context's ids (same traffic counts), then the rest: by corpus counts
+		if i == 8 {
+			continue
+		}
+		if c, p := mf.CorpusCounts[i], mf.CorpusCounts[i-1]; c > p || c == p && mf.Ranked[i] < mf.Ranked[i-1] {
+			t.Fatalf("among equal traffic counts: id %d (corpus count %d) after id %d (%d)", mf.Ranked[i], c, mf.Ranked[i-1], p)
+		}
+	}
+	// A corpus ranking is not traffic.
+	err = Run(context.Background(), []string{"vocab", "--tokenizer", mpath, "--source", "prose", "--max-bytes", "1", "--traffic", merged + ".x", "--out", filepath.Join(dir, "x.json")})
+	if err == nil {
+		t.Fatal("--traffic of a missing file: no error")
+	}
+	if err := os.WriteFile(merged+".x", []byte(`{"vocab_size":512,"special":[],"ranked":[1],"counts":[3]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = Run(context.Background(), []string{"vocab", "--tokenizer", mpath, "--source", "prose", "--max-bytes", "1", "--traffic", merged + ".x", "--out", filepath.Join(dir, "x.json")})
+	if err == nil || !strings.Contains(err.Error(), "not a ranking from GET /v1/vocab") {
+		t.Fatalf("--traffic of a corpus ranking: %v", err)
+	}
 	trimmed := startServe(t, true, "--model", mpath, "--strategy", "model", "--draft-vocab", "6", "--draft-vocab-file", rank)
 	for _, ctx := range []string{"[40,41,42,43,44,45]", "[1,2,3]", "[200,7,99,13,13,13]"} {
 		st, _, b := trimmed.post(`{"tokens":` + ctx + `,"n":8}`)

@@ -152,3 +152,36 @@ func TestVocabFromTraffic(t *testing.T) {
 	st, h, b := plain.do("GET", "/v1/vocab", "")
 	checkError(t, st, h, b, http.StatusNotFound, CodeNotFound, "tokenizer")
 }
+
+// BenchmarkTrafficContext is the counting cost of a 4,096-token context (a
+// plain request's, per request) on the Qwen vocabulary, from every
+// goroutine at once (contention on shared counters).
+func BenchmarkTrafficContext(b *testing.B) {
+	tr := newTraffic(151936, nil)
+	r := rand.New(rand.NewPCG(1, 2))
+	ctx := make([]int, 4096)
+	for i := range ctx {
+		ctx[i] = r.IntN(20000) // the frequent ids: shared cache lines
+	}
+	b.SetBytes(int64(len(ctx)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tr.sawContext(ctx)
+		}
+	})
+}
+
+// BenchmarkTrafficContextSerial is BenchmarkTrafficContext from one
+// goroutine.
+func BenchmarkTrafficContextSerial(b *testing.B) {
+	tr := newTraffic(151936, nil)
+	r := rand.New(rand.NewPCG(1, 2))
+	ctx := make([]int, 4096)
+	for i := range ctx {
+		ctx[i] = r.IntN(20000)
+	}
+	b.SetBytes(int64(len(ctx)))
+	for b.Loop() {
+		tr.sawContext(ctx)
+	}
+}

@@ -25,6 +25,9 @@ type File struct {
 	// ContextCounts (traffic only, len(ranked)): occurrences of each in the
 	// contexts clients sent, the tie-break of Counts.
 	ContextCounts []int64 `json:"context_counts,omitempty"`
+	// CorpusCounts (`draftd vocab --traffic` only, len(ranked)): occurrences
+	// of each in the corpora, the tie-break of ContextCounts.
+	CorpusCounts []int64 `json:"corpus_counts,omitempty"`
 }
 
 // Corpus is one corpus of `draftd vocab`.
@@ -74,12 +77,12 @@ func Classes(tok *tokenizer.Tokenizer) ([]Class, error) {
 
 // Build ranks the ids of classes (VocabSize = len(classes)): the special
 // ones apart, every normal one by counts[0] descending, ties by counts[1]
-// descending (when given), then by ascending id. Each counts slice is as
-// long as classes. Counts holds counts[0] of each ranked id, ContextCounts
-// counts[1].
+// descending, then counts[2] (when given), then by ascending id. Each counts
+// slice is as long as classes. Counts holds counts[0] of each ranked id,
+// ContextCounts counts[1], CorpusCounts counts[2].
 func Build(classes []Class, counts ...[]int64) (File, error) {
-	if len(counts) < 1 || len(counts) > 2 {
-		return File{}, fmt.Errorf("vocabrank: %d count arrays; want 1 or 2", len(counts))
+	if len(counts) < 1 || len(counts) > 3 {
+		return File{}, fmt.Errorf("vocabrank: %d count arrays; want 1 to 3", len(counts))
 	}
 	for _, c := range counts {
 		if len(c) != len(classes) {
@@ -110,13 +113,47 @@ func Build(classes []Class, counts ...[]int64) (File, error) {
 	for i, id := range f.Ranked {
 		f.Counts[i] = counts[0][id]
 	}
-	if len(counts) == 2 {
-		f.ContextCounts = make([]int64, len(f.Ranked))
+	pick := func(c []int64) []int64 {
+		out := make([]int64, len(f.Ranked))
 		for i, id := range f.Ranked {
-			f.ContextCounts[i] = counts[1][id]
+			out[i] = c[id]
 		}
+		return out
+	}
+	if len(counts) >= 2 {
+		f.ContextCounts = pick(counts[1])
+	}
+	if len(counts) == 3 {
+		f.CorpusCounts = pick(counts[2])
 	}
 	return f, nil
+}
+
+// TrafficCounts are the accepted and context counts by id of a ranking
+// from traffic (GET /v1/vocab), checked: vocab ids, each ranked id once,
+// every count array as long as the ranking.
+func (f *File) TrafficCounts(name string, vocab int) (accepted, context []int64, err error) {
+	switch {
+	case f.Traffic == nil:
+		return nil, nil, fmt.Errorf("%s: no \"traffic\": not a ranking from GET /v1/vocab", name)
+	case f.VocabSize != vocab:
+		return nil, nil, fmt.Errorf("%s: ranks a vocabulary of %d tokens; the tokenizer has %d", name, f.VocabSize, vocab)
+	case len(f.Counts) != len(f.Ranked) || len(f.ContextCounts) != len(f.Ranked):
+		return nil, nil, fmt.Errorf("%s: %d ranked ids with %d counts and %d context counts; want as many of each", name, len(f.Ranked), len(f.Counts), len(f.ContextCounts))
+	}
+	accepted, context = make([]int64, vocab), make([]int64, vocab)
+	seen := make([]bool, vocab)
+	for i, id := range f.Ranked {
+		if id < 0 || id >= vocab || seen[id] {
+			return nil, nil, fmt.Errorf("%s: id %d is out of range or listed twice", name, id)
+		}
+		if f.Counts[i] < 0 || f.ContextCounts[i] < 0 {
+			return nil, nil, fmt.Errorf("%s: id %d has a negative count", name, id)
+		}
+		seen[id] = true
+		accepted[id], context[id] = f.Counts[i], f.ContextCounts[i]
+	}
+	return accepted, context, nil
 }
 
 // Keep is the ids a draft head of n rows keeps for a model of vocab rows:
