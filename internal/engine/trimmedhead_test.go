@@ -123,7 +123,11 @@ func fullIDs(ref []refStep) []int {
 // whole chain kept), plus random subsets.
 func TestTrimmedHeadChain(t *testing.T) {
 	const n = 10
-	for _, name := range []string{"tiny-qwen3-q8_0", "tiny-qwen3-f32", "tiny-qwen2-q4_0", "tiny-qwen3k-q4_k_m"} {
+	models := []string{"tiny-qwen3-q8_0", "tiny-qwen2-q4_0", "tiny-qwen3-f32", "tiny-qwen3k-q4_k_m"}
+	if raceEnabled {
+		models = models[:2]
+	}
+	for _, name := range models {
 		t.Run(name, func(t *testing.T) {
 			path := "../../testdata/models/" + name + ".gguf"
 			ref := loadModel(t, path) // the whole head
