@@ -14,6 +14,8 @@ import (
 	"github.com/draftd/draftd/internal/kernels"
 	"github.com/draftd/draftd/internal/model"
 	"github.com/draftd/draftd/internal/server"
+	"github.com/draftd/draftd/internal/tokenizer"
+	"github.com/draftd/draftd/internal/vocabrank"
 )
 
 // backendOptions are what the backend is built from.
@@ -129,6 +131,13 @@ func openBackend(opt backendOptions) func(context.Context, engine.Observer) (ser
 			MaxDraftLen: o.MaxDraftLen, Strategy: o.Strategy.Name(), Strategies: draft.Names,
 			TrustMatch: lookup.Trust, MinMatch: lookup.MinMatch, LookupChoice: lookup.Choice.String(), Kernels: kernels.Impl(), Threads: m.Threads(),
 			KVCacheType: kv, MaxBatch: o.MaxBatch, MaxQueue: o.MaxQueue,
+			TokenClasses: func() ([]vocabrank.Class, error) {
+				tok, err := tokenizer.Load(path) // the GGUF's own, or the HF directory's tokenizer.json
+				if err != nil {
+					return nil, err
+				}
+				return vocabrank.Classes(tok)
+			},
 		}}, nil
 	}
 }

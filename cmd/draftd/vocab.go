@@ -19,11 +19,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/draftd/draftd/internal/fileio"
 	"github.com/draftd/draftd/internal/tokenizer"
+	"github.com/draftd/draftd/internal/vocabrank"
 )
 
 func init() {
@@ -31,22 +31,10 @@ func init() {
 }
 
 // vocabFile is the JSON `draftd vocab` writes and serve --draft-vocab-file
-// reads.
-type vocabFile struct {
-	Corpus    []vocabCorpus `json:"corpus"`     // what was counted
-	Tokens    int64         `json:"tokens"`     // tokens counted
-	VocabSize int           `json:"vocab_size"` // the tokenizer's vocabulary
-	Special   []int         `json:"special"`    // control, user-defined and unknown tokens: always kept
-	Ranked    []int         `json:"ranked"`     // every other id, most frequent first (ties, including the unseen: lower id first)
-	Counts    []int64       `json:"counts"`     // (len(ranked)) occurrences of each
-}
+// reads (GET /v1/vocab answers it too, from the traffic serve saw).
+type vocabFile = vocabrank.File
 
-type vocabCorpus struct {
-	Source string `json:"source"`
-	Root   string `json:"root"`
-	Files  int    `json:"files"`
-	Bytes  int64  `json:"bytes"`
-}
+type vocabCorpus = vocabrank.Corpus
 
 func runVocab(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("vocab", flag.ContinueOnError)
@@ -57,6 +45,7 @@ func runVocab(ctx context.Context, args []string) error {
 		tokPath  = fs.String("tokenizer", defaultTokenizer, "the drafter's tokenizer: tokenizer.json, an HF directory or the GGUF model")
 		exclude  = fs.String("exclude", "", "JSON Lines `file` written by draftd dataset whose source files are left out (to measure the trimmed head on unseen text)")
 		maxBytes = fs.Int64("max-bytes", 1<<30, "stop each corpus after this many bytes of text")
+		traffic  = fs.String("traffic", "", "a ranking `file` from a server's traffic (GET /v1/vocab): its ids rank first (what the target wrote, then the contexts sent), the corpora order the rest")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: draftd vocab --out F.json [flags]\n\n"+
@@ -105,6 +94,23 @@ func runVocab(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("vocab: %w (run `npm ci` in testdata/tokenizer, or give --tokenizer)", err)
 	}
+	var keys [][]int64 // the traffic's accepted and context counts, before the corpus counts
+	var tf *vocabrank.Traffic
+	if *traffic != "" {
+		data, err := fileio.ReadFileMax(*traffic, maxVocabFileBytes)
+		if err != nil {
+			return fmt.Errorf("vocab: --traffic: %w", err)
+		}
+		var f vocabFile
+		if err := json.Unmarshal(data, &f); err != nil {
+			return fmt.Errorf("vocab: --traffic %s: %w", *traffic, err)
+		}
+		acc, ctxc, err := f.TrafficCounts(*traffic, tok.VocabSize())
+		if err != nil {
+			return fmt.Errorf("vocab: --traffic %w", err)
+		}
+		keys, tf = [][]int64{acc, ctxc}, f.Traffic
+	}
 	counts := make([]int64, tok.VocabSize())
 	var vf vocabFile
 	seen := map[[32]byte]bool{}
@@ -151,30 +157,18 @@ func runVocab(ctx context.Context, args []string) error {
 		}
 		vf.Corpus = append(vf.Corpus, c)
 	}
-	vf.VocabSize = tok.VocabSize()
-	for id := range counts {
-		_, ty, err := tok.Token(id)
-		if err != nil {
-			return fmt.Errorf("vocab: %w", err)
-		}
-		switch {
-		case ty == tokenizer.TokenControl || ty == tokenizer.TokenUserDefined || ty == tokenizer.TokenUnknown:
-			vf.Special = append(vf.Special, id)
-		case ty != tokenizer.TokenUnused:
-			vf.Ranked = append(vf.Ranked, id)
-		}
+	classes, err := vocabrank.Classes(tok)
+	if err != nil {
+		return fmt.Errorf("vocab: %w", err)
 	}
-	slices.SortStableFunc(vf.Ranked, func(a, b int) int {
-		switch {
-		case counts[a] > counts[b]:
-			return -1
-		case counts[a] < counts[b]:
-			return 1
-		}
-		return 0
-	})
-	for _, id := range vf.Ranked {
-		vf.Counts = append(vf.Counts, counts[id])
+	ranked, err := vocabrank.Build(classes, append(keys, counts)...)
+	if err != nil {
+		return fmt.Errorf("vocab: %w", err)
+	}
+	vf.VocabSize, vf.Special, vf.Ranked, vf.Counts = ranked.VocabSize, ranked.Special, ranked.Ranked, ranked.Counts
+	vf.ContextCounts, vf.CorpusCounts, vf.Traffic = ranked.ContextCounts, ranked.CorpusCounts, tf
+	if tf != nil {
+		vf.Tokens += tf.ContextTokens + tf.AcceptedTokens
 	}
 	err = fileio.WriteAtomic(*out, func(w io.Writer) error {
 		bw := bufio.NewWriter(w)
@@ -186,9 +180,9 @@ func runVocab(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("vocab: %w", err)
 	}
-	seenIDs := 0
-	for _, c := range vf.Counts {
-		if c > 0 {
+	seenIDs := 0 // in the corpora
+	for id, c := range counts {
+		if c > 0 && classes[id] == vocabrank.Normal {
 			seenIDs++
 		}
 	}
@@ -218,22 +212,5 @@ func draftVocabIDs(path string, n, vocab int) ([]int, error) {
 	if err := json.Unmarshal(data, &vf); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if vf.VocabSize < 1 || vf.VocabSize > vocab {
-		return nil, fmt.Errorf("%s: ranks a vocabulary of %d tokens; the model has %d rows", path, vf.VocabSize, vocab)
-	}
-	if len(vf.Special) > n {
-		return nil, fmt.Errorf("--draft-vocab %d is fewer than the %d special tokens of %s", n, len(vf.Special), path)
-	}
-	if len(vf.Special)+len(vf.Ranked) < n {
-		return nil, fmt.Errorf("--draft-vocab %d: %s ranks only %d ids (+ %d special)", n, path, len(vf.Ranked), len(vf.Special))
-	}
-	keep := append(slices.Clone(vf.Special), vf.Ranked[:n-len(vf.Special)]...)
-	seen := map[int]bool{}
-	for _, id := range keep {
-		if id < 0 || id >= vf.VocabSize || seen[id] {
-			return nil, fmt.Errorf("%s: id %d is out of range or listed twice", path, id)
-		}
-		seen[id] = true
-	}
-	return keep, nil
+	return vf.Keep(path, n, vocab)
 }

@@ -277,6 +277,13 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 	}
 	for i := range reqs {
 		q := &reqs[i]
+		switch {
+		case errs[i] != nil:
+		case q.Incremental: // the accepted draft tokens and the bonus: the target's output
+			b.traffic.sawAccepted(q.Tokens[len(q.Tokens)-q.Accepted-1:])
+		default:
+			b.traffic.sawContext(q.Tokens)
+		}
 		if q.Session == "" || first[q.Session] != i {
 			continue
 		}

@@ -110,6 +110,9 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
+	if req.Session == "" { // a session's tokens were counted by draftItems
+		b.traffic.sawContext(req.Tokens)
+	}
 	s.served(res, x)
 	writeJSON(w, http.StatusOK, appendDraft(make([]byte, 0, 48+20*len(res.Draft)), res.Draft, boundOf(&req, bound, res)))
 	return nil

@@ -169,7 +169,8 @@ func (s *Server) Load(ctx context.Context) error {
 		d.Close(ctx)
 		return fmt.Errorf("%w: max batch items %d > the engine's max queue %d: such a call could never be queued", ErrConfig, maxItems, bi.MaxQueue)
 	}
-	b := &backend{d: d, maxItems: maxItems, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}, strs: bi.Strategies, strategy: bi.Strategy}
+	b := &backend{d: d, maxItems: maxItems, lim: limits{Rules: bi.Rules, DraftLen: s.cfg.DraftLen}, strs: bi.Strategies, strategy: bi.Strategy,
+		traffic: newTraffic(bi.VocabSize, bi.TokenClasses), model: bi.Model}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()

@@ -27,6 +27,7 @@ import (
 
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/session"
+	"github.com/draftd/draftd/internal/vocabrank"
 )
 
 // Backend is what the server drafts with: the model and its engine, built
@@ -83,6 +84,11 @@ type BackendInfo struct {
 	KVCacheType   string                 `json:"kv_cache_type"`
 	MaxBatch      int                    `json:"max_batch"`
 	MaxQueue      int                    `json:"max_queue"`
+	// TokenClasses, when set, says which ids of the model's tokenizer are
+	// special (always kept by a trimmed head) and which unused: what
+	// GET /v1/vocab needs to write a ranking. Called at most once, on the
+	// first GET /v1/vocab (it may load the tokenizer).
+	TokenClasses func() ([]vocabrank.Class, error) `json:"-"`
 }
 
 // BatchItem is one draft of Backend.DraftBatch.
@@ -256,6 +262,8 @@ type backend struct {
 	info     []byte   // GET /v1/info answer
 	strs     []string // the strategies a request may name
 	strategy string   // the backend's default strategy
+	traffic  *traffic // the token ids of the requests drafted for (GET /v1/vocab)
+	model    string   // the model's file name, for GET /v1/vocab
 }
 
 // New returns a server in the loading state.
@@ -316,6 +324,7 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/v1/info", s.handleInfo},
 		{"POST", "/v1/drafts", s.handleDrafts},
 		{"DELETE", "/v1/sessions/{id}", s.handleDeleteSession},
+		{"GET", "/v1/vocab", s.handleVocab},
 	}
 	mux := http.NewServeMux()
 	allow := map[string][]string{}
