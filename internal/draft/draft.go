@@ -44,6 +44,7 @@ const (
 	DefaultTrust    = 0 // hybrid keeps a lookup token only where the model agrees: its draft is model's, in fewer steps (real pair: 16 cost 0.9 % τ)
 	DefaultMinMatch = 4 // hybrid proposes after a match of four tokens or more
 	DefaultChoice   = Frequent
+	DefaultRecall   = true // hybrid also proposes the session's earlier chain (see docs/strategies.md)
 )
 
 // Options tune lookup and hybrid.
@@ -55,12 +56,16 @@ type Options struct {
 	MinMatch int
 	// Choice picks among earlier occurrences of the longest match.
 	Choice Choice
+	// Recall: hybrid also proposes, in a session, the drafter's own chain
+	// of the previous request after its accepted tokens (Recaller), kept
+	// only where the model agrees.
+	Recall bool
 }
 
 // DefaultOptions are the options of the served strategies unless flags say
 // otherwise.
 func DefaultOptions() Options {
-	return Options{Trust: DefaultTrust, MinMatch: DefaultMinMatch, Choice: DefaultChoice}
+	return Options{Trust: DefaultTrust, MinMatch: DefaultMinMatch, Choice: DefaultChoice, Recall: DefaultRecall}
 }
 
 // Strategy is implemented by every strategy, together with exactly one of
@@ -88,6 +93,17 @@ type Guided interface {
 	Start(ctx []int, n int) Drafter
 }
 
+// Recaller is implemented by Guided strategies that can also use the
+// drafter's own earlier chain of a session: recall is the previous draft
+// after the tokens the target accepted of it (its first token the one the
+// target replaced with the bonus, the last of ctx). StartRecall with an
+// empty recall is Start; the draft it leads to must equal Start's (recall
+// only chooses what the model checks).
+type Recaller interface {
+	Guided
+	StartRecall(ctx []int, n int, recall []int) Drafter
+}
+
 // Drafter is one request's state in a Guided strategy. The engine calls
 // Propose and then Accept once for each forward step in which the sequence
 // reaches the end of its known tokens.
@@ -105,9 +121,12 @@ type Drafter interface {
 // Stats count where one request's draft tokens came from.
 type Stats struct {
 	FromModel  int // draft tokens that are the model's greedy choice
-	FromLookup int // draft tokens taken from lookup proposals
+	FromLookup int // draft tokens taken from proposals (lookup's or recalled)
 	Kept       int // proposal tokens kept (= FromLookup for hybrid)
 	Rejected   int // proposal tokens run through the model and dropped
+	// Recalled and RecallRejected are the part of Kept and Rejected that
+	// came from the session's earlier chain (Recaller).
+	Recalled, RecallRejected int
 }
 
 // Counter is implemented by Drafters that report Stats.
