@@ -44,7 +44,7 @@ const (
 	DefaultTrust    = 0 // hybrid keeps a lookup token only where the model agrees: its draft is model's, in fewer steps (real pair: 16 cost 0.9 % τ)
 	DefaultMinMatch = 4 // hybrid proposes after a match of four tokens or more
 	DefaultChoice   = Frequent
-	DefaultRecall   = true // hybrid also proposes the session's earlier chain (see docs/strategies.md)
+	DefaultEager    = true // hybrid's extra proposals in small batches (see docs/strategies.md)
 )
 
 // Options tune lookup and hybrid.
@@ -56,16 +56,18 @@ type Options struct {
 	MinMatch int
 	// Choice picks among earlier occurrences of the longest match.
 	Choice Choice
-	// Recall: hybrid also proposes, in a session, the drafter's own chain
-	// of the previous request after its accepted tokens (Recaller), kept
-	// only where the model agrees.
-	Recall bool
+	// Eager: with Trust 0, in a step of at most SmallBatch sequences (see
+	// BatchSizer), hybrid also proposes the drafter's own chain of the
+	// session's previous request after its accepted tokens (Recaller) and
+	// lookup continuations from matches of any length, all kept only where
+	// the model agrees: more tokens per step, the same draft.
+	Eager bool
 }
 
 // DefaultOptions are the options of the served strategies unless flags say
 // otherwise.
 func DefaultOptions() Options {
-	return Options{Trust: DefaultTrust, MinMatch: DefaultMinMatch, Choice: DefaultChoice, Recall: DefaultRecall}
+	return Options{Trust: DefaultTrust, MinMatch: DefaultMinMatch, Choice: DefaultChoice, Eager: DefaultEager}
 }
 
 // Strategy is implemented by every strategy, together with exactly one of
@@ -102,6 +104,20 @@ type Guided interface {
 type Recaller interface {
 	Guided
 	StartRecall(ctx []int, n int, recall []int) Drafter
+}
+
+// SmallBatch is the most sequences a step may hold for hybrid's eager
+// proposals (Options.Eager): with one sequence an extra row of the step
+// costs ~5 % of the step's CPU time on the real drafter (docs/strategies.md),
+// while in a full batch a row costs about what a sequence does.
+const SmallBatch = 4
+
+// BatchSizer is implemented by Drafters whose proposals depend on the size
+// of the step's batch; the engine calls Batch with the number of sequences
+// in the batch before each Propose. Only proposals that never change the
+// draft may depend on it (drafts never depend on batching).
+type BatchSizer interface {
+	Batch(seqs int)
 }
 
 // Drafter is one request's state in a Guided strategy. The engine calls

@@ -246,7 +246,7 @@ func reportCPU(b *testing.B, c0 time.Duration) {
 }
 
 func TestHybridRecall(t *testing.T) {
-	on := Options{MinMatch: 4, Recall: true}
+	on := Options{MinMatch: 4, Eager: true}
 	// The previous draft was 20 21 22 23 24 25; the target accepted none
 	// and put 9 (the bonus, ctx's last token) in place of 20.
 	ctx := []int{1, 2, 3, 9}
@@ -301,6 +301,27 @@ func TestHybridRecall(t *testing.T) {
 		t.Errorf("after %d misses: proposal %v still recalled", maxRecallMiss, p)
 	}
 
+	// In a batch of more than SmallBatch sequences: no recall, and lookup
+	// proposes only from MinMatch on; in a small one from a match of 1.
+	short := []int{1, 2, 3, 7, 1, 9} // the suffix 9 never occurred; 1 did
+	big := start(on, ctx, rec)
+	big.(BatchSizer).Batch(SmallBatch + 1)
+	if p := big.Propose(8); p != nil {
+		t.Errorf("batch of %d: proposal %v; want none", SmallBatch+1, p)
+	}
+	big.(BatchSizer).Batch(SmallBatch)
+	if p := big.Propose(8); !slices.Equal(p, rec[1:]) {
+		t.Errorf("batch of %d: proposal %v; want %v", SmallBatch, p, rec[1:])
+	}
+	d = Hybrid{Opt: on}.Start(short[:5], 8)
+	if p := d.Propose(8); !slices.Equal(p, []int{2}) {
+		t.Errorf("eager lookup after a match of 1: proposal %v; want [2]", p)
+	}
+	d.(BatchSizer).Batch(SmallBatch + 1)
+	if p := d.Propose(8); p != nil {
+		t.Errorf("lookup in a big batch after a match of 1 (MinMatch 4): proposal %v; want none", p)
+	}
+
 	// No recall when it is off, when lookup tokens may be trusted (the
 	// draft would change), or when there is nothing after the replaced token.
 	for _, c := range []struct {
@@ -309,7 +330,7 @@ func TestHybridRecall(t *testing.T) {
 		rec  []int
 	}{
 		{"off", Options{MinMatch: 4}, rec},
-		{"trust", Options{MinMatch: 4, Trust: 8, Recall: true}, rec},
+		{"trust", Options{MinMatch: 4, Trust: 8, Eager: true}, rec},
 		{"one token", on, rec[:1]},
 	} {
 		if p := start(c.opt, ctx, c.rec).Propose(8); p != nil {

@@ -15,27 +15,29 @@ package draft
 // after the kept ones). No proposal (no match of Opt.MinMatch tokens) means
 // one plain model step, as with Model.
 //
-// With Opt.Recall, a session's request also gets the drafter's chain of the
-// previous request after the accepted tokens (StartRecall): the target
-// replaced its first token with the bonus, and the drafter's new chain often
-// rejoins the old one after it (a different word, then the same line). The
-// recalled tokens from where the chain is aligned with it are proposed
-// first and kept only where the model agrees. Only with Opt.Trust 0, whose
-// draft is the model's chain whatever is proposed: recall never changes the
-// draft.
+// With Opt.Eager and Opt.Trust 0 — whose draft is the model's chain
+// whatever is proposed — a step of at most SmallBatch sequences (where an
+// extra row is cheap) gets more proposals, kept only where the model
+// agrees: a session's request also gets the drafter's chain of the previous
+// request after the accepted tokens (StartRecall; the target replaced its
+// first token with the bonus, and the drafter's new chain often rejoins the
+// old one after it: a different word, then the same line), proposed from
+// where the new chain is aligned with it; and lookup proposes from a match
+// of any length, not only Opt.MinMatch.
 type Hybrid struct{ Opt Options }
 
 func (Hybrid) Name() string { return NameHybrid }
 
 // Start implements Guided.
 func (h Hybrid) Start(ctx []int, n int) Drafter {
-	return &hybridDrafter{opt: h.Opt, x: NewIndex(ctx, n, h.Opt.Choice)}
+	eager := h.Opt.Eager && h.Opt.Trust == 0
+	return &hybridDrafter{opt: h.Opt, x: NewIndex(ctx, n, h.Opt.Choice), eager: eager, small: eager}
 }
 
 // StartRecall implements Recaller.
 func (h Hybrid) StartRecall(ctx []int, n int, recall []int) Drafter {
 	d := h.Start(ctx, n).(*hybridDrafter)
-	if h.Opt.Recall && h.Opt.Trust == 0 && len(recall) > 1 && len(ctx) > 0 {
+	if d.eager && len(recall) > 1 && len(ctx) > 0 {
 		d.rec = recall
 		d.align(ctx[len(ctx)-1]) // the bonus, in place of recall[0]
 	}
@@ -53,6 +55,9 @@ type hybridDrafter struct {
 	prop []int  // the proposal of this step
 	lens []int  // match length of each proposal token (0: recalled, never trusted)
 	st   Stats
+
+	eager bool // Opt.Eager with Opt.Trust 0
+	small bool // eager, and this step's batch is small (Batch)
 
 	rec     []int // the recalled chain (nil: none)
 	rp      int   // index in rec of the token expected next
@@ -79,20 +84,22 @@ func (d *hybridDrafter) align(tok int) bool {
 	return true
 }
 
+// Batch implements BatchSizer.
+func (d *hybridDrafter) Batch(seqs int) { d.small = d.eager && seqs <= SmallBatch }
+
 func (d *hybridDrafter) Propose(max int) []int {
 	d.prop, d.lens, d.recProp = d.prop[:0], d.lens[:0], false
-	if d.rp < len(d.rec) && d.miss < maxRecallMiss && max > 0 {
-		for _, t := range d.rec[d.rp:min(len(d.rec), d.rp+max)] {
-			d.prop = append(d.prop, t)
-			d.lens = append(d.lens, 0)
-		}
-		d.recProp = true
+	if d.recall(max) { // the drafter's own chain before lookup's
 		return d.prop
 	}
 	m := d.x.Len()
+	minMatch := d.opt.MinMatch
+	if d.small {
+		minMatch = 1
+	}
 	for len(d.prop) < max {
 		q, ok := d.x.Query()
-		if !ok || q.Length < d.opt.MinMatch || (len(d.lens) > 0 && len(d.prop) >= d.lens[0]) {
+		if !ok || q.Length < minMatch || (len(d.lens) > 0 && len(d.prop) >= d.lens[0]) {
 			break
 		}
 		d.prop = append(d.prop, q.Next)
@@ -104,6 +111,20 @@ func (d *hybridDrafter) Propose(max int) []int {
 		return nil
 	}
 	return d.prop
+}
+
+// recall makes the recalled chain from where it is aligned this step's
+// proposal, if it proposes anything.
+func (d *hybridDrafter) recall(max int) bool {
+	if !d.small || d.rp >= len(d.rec) || d.miss >= maxRecallMiss || max <= 0 {
+		return false
+	}
+	for _, t := range d.rec[d.rp:min(len(d.rec), d.rp+max)] {
+		d.prop = append(d.prop, t)
+		d.lens = append(d.lens, 0)
+	}
+	d.recProp = true
+	return true
 }
 
 func (d *hybridDrafter) Accept(greedy []int) int {

@@ -461,7 +461,7 @@ func (e *Engine) step(active []*seq) []*seq {
 		s.ms.Blocks = s.lease.Blocks
 		batch = append(batch, s)
 		if s.pos+k == len(s.all) { // the strategy may add a proposal
-			seqs = s.propose(seqs)
+			seqs = s.propose(seqs, len(active))
 			decode += s.nprop
 			s.ms.Alts = (s.req.alts || s.req.conf) && s.nprop == 0
 		} else {

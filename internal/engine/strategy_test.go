@@ -247,7 +247,7 @@ func (badStrategy) Name() string { return "bad" }
 func TestRecallKeepsModelChain(t *testing.T) {
 	m := loadModel(t, tinyModel)
 	e := newEngine(t, m, Options{MaxBatch: 4})
-	hyb := draft.Hybrid{Opt: draft.Options{MinMatch: 4, Recall: true}}
+	hyb := draft.Hybrid{Opt: draft.Options{MinMatch: 4, Eager: true}}
 	var mu sync.Mutex
 	var total draft.Stats
 	var wg sync.WaitGroup

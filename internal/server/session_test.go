@@ -428,7 +428,7 @@ func (b *recallBackend) last() []int {
 func TestSessionRecallEqualsGenerate(t *testing.T) {
 	m := loadModel(t)
 	opt := draft.DefaultOptions()
-	opt.Recall = true
+	opt.Eager = true
 	rb := &recallBackend{}
 	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{Strategy: draft.Hybrid{Opt: opt}},
 		func(b Backend) Backend { rb.Backend = b; return rb })})
