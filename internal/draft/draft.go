@@ -9,14 +9,18 @@
 //     tokens that occurred earlier in them; no model (ModelFree).
 //   - hybrid: lookup proposals checked by the model in the same forward
 //     step, the model's own token after the first rejected one, a new lookup
-//     after every model token (Guided).
+//     after every model token (Guided); with Options.Eager in small batches
+//     also the drafter's own chain of the session's previous request
+//     (Recaller).
 //   - pld: plain prompt-lookup decoding as published (n-gram 3→1, first
 //     match), the baseline lookup is measured against (ModelFree).
 //
-// Every strategy reads only the request's own tokens: nothing is kept across
-// requests and nothing comes from stored data. All are deterministic: a
-// draft depends on the context and the model's greedy tokens only, never on
-// batching or the cache.
+// Every strategy's draft depends on the request's own tokens only: nothing
+// kept across requests and nothing from stored data decides a token. (The
+// session's previous draft that eager hybrid recalls only chooses which
+// tokens the model checks; with trust 0 the draft is the model's chain.)
+// All are deterministic: a draft depends on the context and the model's
+// greedy tokens only, never on batching or the cache.
 package draft
 
 import (

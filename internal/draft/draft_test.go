@@ -254,23 +254,23 @@ func TestHybridRecall(t *testing.T) {
 	start := func(opt Options, ctx, rec []int) Drafter { return Hybrid{Opt: opt}.StartRecall(ctx, 8, rec) }
 
 	d := start(on, ctx, rec)
-	if p := d.Propose(7); !slices.Equal(p, []int{21, 22, 23, 24, 25}) {
-		t.Fatalf("after a replaced token: proposal %v; want the rest of the old chain [21 22 23 24 25]", p)
+	if p := d.Propose(7); !slices.Equal(p, []int{21, 22, 23, 24}) {
+		t.Fatalf("after a replaced token: proposal %v; want the rest of the old chain, %d tokens: [21 22 23 24]", p, eagerRows)
 	}
 	if p := start(on, ctx, rec).Propose(2); !slices.Equal(p, []int{21, 22}) {
 		t.Errorf("room 2: proposal %v; want [21 22]", p)
 	}
 	// The model agrees with 21 and 22, then says 30 instead of 23: the
 	// chain took 30 in 23's place, so 24 25 are proposed next.
-	if kept := d.Accept([]int{21, 22, 30, 24, 25, 26}); kept != 2 {
+	if kept := d.Accept([]int{21, 22, 30, 24, 25}); kept != 2 {
 		t.Fatalf("kept %d; want 2", kept)
 	}
 	if p := d.Propose(4); !slices.Equal(p, []int{24, 25}) {
 		t.Errorf("after a substitution: proposal %v; want [24 25]", p)
 	}
 	st := d.(Counter).Stats()
-	if st.Recalled != 2 || st.RecallRejected != 3 || st.Kept != 2 || st.FromModel != 1 {
-		t.Errorf("stats %+v; want 2 recalled kept, 3 rejected", st)
+	if st.Recalled != 2 || st.RecallRejected != 2 || st.Kept != 2 || st.FromModel != 1 {
+		t.Errorf("stats %+v; want 2 recalled kept, 2 rejected", st)
 	}
 
 	// The bonus is the old chain's second token (the target left 20 out).
@@ -291,7 +291,7 @@ func TestHybridRecall(t *testing.T) {
 	// lookup proposes again.
 	lctx := []int{5, 6, 7, 8, 50, 5, 6, 7, 8, 9}
 	d = start(on, lctx, []int{60, 61, 62, 63, 64, 65, 66})
-	for i, want := range [][]int{{61, 62, 63, 64, 65, 66}, {62, 63, 64, 65, 66}} {
+	for i, want := range [][]int{{61, 62, 63, 64}, {62, 63, 64, 65}} {
 		if p := d.Propose(8); !slices.Equal(p, want) {
 			t.Fatalf("miss %d: proposal %v; want %v", i, p, want)
 		}
@@ -310,8 +310,8 @@ func TestHybridRecall(t *testing.T) {
 		t.Errorf("batch of %d: proposal %v; want none", SmallBatch+1, p)
 	}
 	big.(BatchSizer).Batch(SmallBatch)
-	if p := big.Propose(8); !slices.Equal(p, rec[1:]) {
-		t.Errorf("batch of %d: proposal %v; want %v", SmallBatch, p, rec[1:])
+	if p := big.Propose(8); !slices.Equal(p, rec[1:5]) {
+		t.Errorf("batch of %d: proposal %v; want %v", SmallBatch, p, rec[1:5])
 	}
 	d = Hybrid{Opt: on}.Start(short[:5], 8)
 	if p := d.Propose(8); !slices.Equal(p, []int{2}) {

@@ -49,6 +49,12 @@ func (h Hybrid) StartRecall(ctx []int, n int, recall []int) Drafter {
 // the old one for good, and every proposal token costs a row.
 const maxRecallMiss = 2
 
+// eagerRows caps the proposal tokens of a step in a small batch (a recalled
+// chain or lookup's): an extra row costs 6–10 %
+// of a one-row step, more the more rows (docs/strategies.md), and 4 gave the
+// fewest step-equivalents over the recorded real-pair traces at n = 8 and 16.
+const eagerRows = 4
+
 type hybridDrafter struct {
 	opt  Options
 	x    *Index // context + draft so far
@@ -95,7 +101,7 @@ func (d *hybridDrafter) Propose(max int) []int {
 	m := d.x.Len()
 	minMatch := d.opt.MinMatch
 	if d.small {
-		minMatch = 1
+		minMatch, max = 1, min(max, eagerRows)
 	}
 	for len(d.prop) < max {
 		q, ok := d.x.Query()
@@ -119,7 +125,7 @@ func (d *hybridDrafter) recall(max int) bool {
 	if !d.small || d.rp >= len(d.rec) || d.miss >= maxRecallMiss || max <= 0 {
 		return false
 	}
-	for _, t := range d.rec[d.rp:min(len(d.rec), d.rp+max)] {
+	for _, t := range d.rec[d.rp:min(len(d.rec), d.rp+min(max, eagerRows))] {
 		d.prop = append(d.prop, t)
 		d.lens = append(d.lens, 0)
 	}

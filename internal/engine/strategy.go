@@ -73,6 +73,12 @@ func (s *seq) propose(seqs []*model.Seq, batch int) []*model.Seq {
 	var p []int
 	if room > 0 {
 		if b, ok := s.drafter.(draft.BatchSizer); ok {
+			if s.req.conf {
+				// Proposal rows have no confidence: a bounded draft
+				// keeps the proposals of a full batch, so that its
+				// model steps still measure one.
+				batch = max(batch, draft.SmallBatch+1)
+			}
 			b.Batch(batch)
 		}
 		p = s.drafter.Propose(room)

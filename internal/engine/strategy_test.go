@@ -124,14 +124,18 @@ func strategies() []stratCase {
 		return stratCase{fmt.Sprintf("hybrid-trust%d-min%d", opt.Trust, opt.MinMatch), draft.Hybrid{Opt: opt},
 			func(t *testing.T, m *model.Model, ctx []int, n int) []int { return refHybrid(t, m, ctx, n, opt) }}
 	}
+	generate := func(t *testing.T, m *model.Model, ctx []int, n int) []int {
+		g, err := m.Generate(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
 	return []stratCase{
-		{"model", draft.Model{}, func(t *testing.T, m *model.Model, ctx []int, n int) []int {
-			g, err := m.Generate(ctx, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
-		}},
+		{"model", draft.Model{}, generate},
+		// Eager proposals (1-token matches in small batches) with trust 0:
+		// the model's chain.
+		{"hybrid-eager", draft.Hybrid{Opt: draft.Options{MinMatch: 4, Eager: true}}, generate},
 		hyb(draft.Options{MinMatch: 1}),
 		hyb(draft.Options{MinMatch: 1, Trust: 3}),
 		{"lookup", draft.Lookup{}, func(t *testing.T, m *model.Model, ctx []int, n int) []int {
