@@ -322,6 +322,18 @@ func TestHybridRecall(t *testing.T) {
 		t.Errorf("lookup in a big batch after a match of 1 (MinMatch 4): proposal %v; want none", p)
 	}
 
+	// A long match: lookup's proposal is capped at eagerRows tokens in a
+	// small batch only.
+	long := []int{11, 12, 13, 14, 15, 16, 17, 18, 19, 99, 11, 12, 13, 14, 15, 16}
+	d = Hybrid{Opt: on}.Start(long, 16)
+	if p := d.Propose(12); !slices.Equal(p, []int{17, 18, 19, 99}) {
+		t.Errorf("eager lookup: proposal %v; want [17 18 19 99]", p)
+	}
+	d.(BatchSizer).Batch(SmallBatch + 1)
+	if p := d.Propose(12); !slices.Equal(p, []int{17, 18, 19, 99, 11, 12}) {
+		t.Errorf("lookup in a big batch: proposal %v; want the 6 tokens of its match [17 18 19 99 11 12]", p)
+	}
+
 	// No recall when it is off, when lookup tokens may be trusted (the
 	// draft would change), or when there is nothing after the replaced token.
 	for _, c := range []struct {
