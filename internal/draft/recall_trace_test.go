@@ -89,18 +89,29 @@ func rowCost(r int) float64 {
 // comma-separated JSON Lines of traceRecord: a session replay's requests
 // with the model's drafts) through model, hybrid and eager hybrid, as one
 // sequence alone in its steps, and logs their forward steps, rows and the
-// CPU cost those predict (stepCost).
+// CPU cost those predict (stepCost). Without the variable it replays a
+// small built-in trace. Every strategy's steps must be at most model's, and
+// eager hybrid's at most hybrid's where recall continues the chain.
 func TestRecallTrace(t *testing.T) {
+	traces := map[string][]traceRecord{}
 	env := os.Getenv("DRAFTD_RECALL_TRACES")
 	if env == "" {
-		t.Skip("DRAFTD_RECALL_TRACES not set")
+		// The second request's chain continues the first one's after a
+		// replaced token (recall keeps it), the third's does not.
+		traces["built-in"] = []traceRecord{
+			{Ctx: []int{1, 2, 3}, Draft: []int{10, 11, 12, 13, 14, 15, 16, 17}},
+			{Ctx: []int{1, 2, 3, 10, 11, 50}, Draft: []int{13, 14, 15, 16, 17, 18, 19, 20}, Recall: []int{12, 13, 14, 15, 16, 17}},
+			{Ctx: []int{1, 2, 3, 10, 11, 50, 13, 60}, Draft: []int{70, 71, 72, 73}, Recall: []int{14, 15, 16, 17, 18, 19, 20}},
+		}
 	}
 	for _, path := range strings.Split(env, ",") {
+		if path == "" {
+			continue
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var recs []traceRecord
 		sc := bufio.NewScanner(f)
 		sc.Buffer(nil, 1<<26)
 		for sc.Scan() {
@@ -108,9 +119,12 @@ func TestRecallTrace(t *testing.T) {
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				t.Fatal(err)
 			}
-			recs = append(recs, r)
+			traces[path] = append(traces[path], r)
 		}
 		f.Close()
+	}
+	for path, recs := range traces {
+		steps := map[string]int{}
 		for _, v := range []struct {
 			name string
 			s    Guided
@@ -119,8 +133,15 @@ func TestRecallTrace(t *testing.T) {
 			{"hybrid", Hybrid{Opt: Options{MinMatch: 4, Choice: Frequent}}},
 			{"hybrid --eager", Hybrid{Opt: Options{MinMatch: 4, Choice: Frequent, Eager: true}}},
 		} {
-			steps, rows, kept, recalled, cost := simulate(t, recs, v.s)
-			t.Logf("%s %-15s requests %d steps %d rows %d kept %d (recalled %d) cost %.0f one-row steps", path, v.name, len(recs), steps, rows, kept, recalled, cost)
+			st, rows, kept, recalled, cost := simulate(t, recs, v.s)
+			steps[v.name] = st
+			t.Logf("%s %-15s requests %d steps %d rows %d kept %d (recalled %d) cost %.0f one-row steps", path, v.name, len(recs), st, rows, kept, recalled, cost)
+		}
+		if steps["hybrid"] > steps["model"] || steps["hybrid --eager"] > steps["model"] {
+			t.Errorf("%s: steps %v; proposals must never take more steps than model", path, steps)
+		}
+		if env == "" && steps["hybrid --eager"] >= steps["hybrid"] {
+			t.Errorf("%s: steps %v; recall continues the second chain, so eager hybrid must take fewer steps than hybrid", path, steps)
 		}
 	}
 }
