@@ -56,7 +56,7 @@ func (b *engineBackend) DraftBatch(ctx context.Context, items []server.BatchItem
 	ei := make([]engine.Item, len(items))
 	for i, it := range items {
 		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N, Alts: it.Alts, Background: it.Background,
-			MinConfidence: it.MinConfidence, Confidences: it.Confidences}
+			MinConfidence: it.MinConfidence, Confidences: it.Confidences, Recall: it.Recall}
 		if it.Strategy != "" {
 			s, err := draft.New(it.Strategy, b.lookup)
 			if err != nil {

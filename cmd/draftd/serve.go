@@ -88,6 +88,7 @@ func runServe(ctx context.Context, args []string) error {
 		trustMatch = fs.Int("trust-match", draft.DefaultTrust, "hybrid keeps lookup tokens the model disagrees with when their match is at least this long (0: never)")
 		choice     = fs.String("lookup-choice", draft.DefaultChoice.String(), "which earlier occurrence of the longest match lookup follows: recent or frequent (most frequent continuation)")
 		minMatch   = fs.Int("min-match", draft.DefaultMinMatch, "hybrid proposes lookup tokens only after a match of at least this many tokens")
+		eager      = fs.Bool("eager", draft.DefaultEager, fmt.Sprintf("with --trust-match 0, in steps of at most %d sequences hybrid also proposes a session's previous draft after its accepted tokens and lookup matches of any length (kept only where the model agrees: the draft does not change)", draft.SmallBatch))
 		shutdownTO = fs.Duration("shutdown-timeout", d.ShutdownTimeout, fmt.Sprintf("how long the drain on a signal may take (in-flight requests finishing) before what remains is cut off and serve exits 1; (0, %v]", server.MaxShutdownTimeout))
 		batchItems = fs.Int("max-batch-items", 0, fmt.Sprintf("items of one POST /v1/drafts call (400 too_many_items above); [0, --max-queue], 0: %d or --max-queue when smaller", d.MaxBatchItems))
 		maxSess    = fs.Int("max-sessions", d.MaxSessions, fmt.Sprintf("sessions held at once; beyond, the least recently used is evicted; [1, %d]", server.MaxMaxSessions))
@@ -175,7 +176,7 @@ func runServe(ctx context.Context, args []string) error {
 		return clientUsageError(fs, fmt.Sprintf("--kv-cache-bytes %d (the memory budget of KV cache and sessions) leaves %d bytes of KV cache after the %d bytes set aside for sessions (%d × --max-session-tokens %d + %d × --max-sessions %d); want at least %d: raise --kv-cache-bytes or lower --max-session-tokens or --max-sessions",
 			memBudget, kvPart, sessBytes, session.MaxBytes(0, 1), *sessTokens, session.MaxBytes(1, 0), *maxSess, minKVCacheBytes))
 	}
-	lookup := draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice]}
+	lookup := draft.Options{Trust: *trustMatch, MinMatch: *minMatch, Choice: map[string]draft.Choice{"frequent": draft.Frequent}[*choice], Eager: *eager}
 	strat, err := draft.New(*strategy, lookup)
 	if err != nil {
 		return clientUsageError(fs, err.Error())

@@ -9,14 +9,18 @@
 //     tokens that occurred earlier in them; no model (ModelFree).
 //   - hybrid: lookup proposals checked by the model in the same forward
 //     step, the model's own token after the first rejected one, a new lookup
-//     after every model token (Guided).
+//     after every model token (Guided); with Options.Eager in small batches
+//     also the drafter's own chain of the session's previous request
+//     (Recaller).
 //   - pld: plain prompt-lookup decoding as published (n-gram 3→1, first
 //     match), the baseline lookup is measured against (ModelFree).
 //
-// Every strategy reads only the request's own tokens: nothing is kept across
-// requests and nothing comes from stored data. All are deterministic: a
-// draft depends on the context and the model's greedy tokens only, never on
-// batching or the cache.
+// Every strategy's draft depends on the request's own tokens only: nothing
+// kept across requests and nothing from stored data decides a token. (The
+// session's previous draft that eager hybrid recalls only chooses which
+// tokens the model checks; with trust 0 the draft is the model's chain.)
+// All are deterministic: a draft depends on the context and the model's
+// greedy tokens only, never on batching or the cache.
 package draft
 
 import (
@@ -44,6 +48,7 @@ const (
 	DefaultTrust    = 0 // hybrid keeps a lookup token only where the model agrees: its draft is model's, in fewer steps (real pair: 16 cost 0.9 % τ)
 	DefaultMinMatch = 4 // hybrid proposes after a match of four tokens or more
 	DefaultChoice   = Frequent
+	DefaultEager    = true // hybrid's extra proposals in small batches (see docs/strategies.md)
 )
 
 // Options tune lookup and hybrid.
@@ -55,12 +60,18 @@ type Options struct {
 	MinMatch int
 	// Choice picks among earlier occurrences of the longest match.
 	Choice Choice
+	// Eager: with Trust 0, in a step of at most SmallBatch sequences (see
+	// BatchSizer), hybrid also proposes the drafter's own chain of the
+	// session's previous request after its accepted tokens (Recaller) and
+	// lookup continuations from matches of any length, all kept only where
+	// the model agrees: more tokens per step, the same draft.
+	Eager bool
 }
 
 // DefaultOptions are the options of the served strategies unless flags say
 // otherwise.
 func DefaultOptions() Options {
-	return Options{Trust: DefaultTrust, MinMatch: DefaultMinMatch, Choice: DefaultChoice}
+	return Options{Trust: DefaultTrust, MinMatch: DefaultMinMatch, Choice: DefaultChoice, Eager: DefaultEager}
 }
 
 // Strategy is implemented by every strategy, together with exactly one of
@@ -88,6 +99,31 @@ type Guided interface {
 	Start(ctx []int, n int) Drafter
 }
 
+// Recaller is implemented by Guided strategies that can also use the
+// drafter's own earlier chain of a session: recall is the previous draft
+// after the tokens the target accepted of it (its first token the one the
+// target replaced with the bonus, the last of ctx). StartRecall with an
+// empty recall is Start; the draft it leads to must equal Start's (recall
+// only chooses what the model checks).
+type Recaller interface {
+	Guided
+	StartRecall(ctx []int, n int, recall []int) Drafter
+}
+
+// SmallBatch is the most sequences a step may hold for hybrid's eager
+// proposals (Options.Eager): with one sequence an extra row of the step
+// costs ~5 % of the step's CPU time on the real drafter (docs/strategies.md),
+// while in a full batch a row costs about what a sequence does.
+const SmallBatch = 4
+
+// BatchSizer is implemented by Drafters whose proposals depend on the size
+// of the step's batch; the engine calls Batch with the number of sequences
+// in the batch before each Propose. Only proposals that never change the
+// draft may depend on it (drafts never depend on batching).
+type BatchSizer interface {
+	Batch(seqs int)
+}
+
 // Drafter is one request's state in a Guided strategy. The engine calls
 // Propose and then Accept once for each forward step in which the sequence
 // reaches the end of its known tokens.
@@ -105,9 +141,12 @@ type Drafter interface {
 // Stats count where one request's draft tokens came from.
 type Stats struct {
 	FromModel  int // draft tokens that are the model's greedy choice
-	FromLookup int // draft tokens taken from lookup proposals
+	FromLookup int // draft tokens taken from proposals (lookup's or recalled)
 	Kept       int // proposal tokens kept (= FromLookup for hybrid)
 	Rejected   int // proposal tokens run through the model and dropped
+	// Recalled and RecallRejected are the part of Kept and Rejected that
+	// came from the session's earlier chain (Recaller).
+	Recalled, RecallRejected int
 }
 
 // Counter is implemented by Drafters that report Stats.

@@ -244,3 +244,109 @@ func reportCPU(b *testing.B, c0 time.Duration) {
 		b.ReportMetric(float64(c.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
+
+func TestHybridRecall(t *testing.T) {
+	on := Options{MinMatch: 4, Eager: true}
+	// The previous draft was 20 21 22 23 24 25; the target accepted none
+	// and put 9 (the bonus, ctx's last token) in place of 20.
+	ctx := []int{1, 2, 3, 9}
+	rec := []int{20, 21, 22, 23, 24, 25}
+	start := func(opt Options, ctx, rec []int) Drafter { return Hybrid{Opt: opt}.StartRecall(ctx, 8, rec) }
+
+	d := start(on, ctx, rec)
+	if p := d.Propose(7); !slices.Equal(p, []int{21, 22, 23, 24}) {
+		t.Fatalf("after a replaced token: proposal %v; want the rest of the old chain, %d tokens: [21 22 23 24]", p, eagerRows)
+	}
+	if p := start(on, ctx, rec).Propose(2); !slices.Equal(p, []int{21, 22}) {
+		t.Errorf("room 2: proposal %v; want [21 22]", p)
+	}
+	// The model agrees with 21 and 22, then says 30 instead of 23: the
+	// chain took 30 in 23's place, so 24 25 are proposed next.
+	if kept := d.Accept([]int{21, 22, 30, 24, 25}); kept != 2 {
+		t.Fatalf("kept %d; want 2", kept)
+	}
+	if p := d.Propose(4); !slices.Equal(p, []int{24, 25}) {
+		t.Errorf("after a substitution: proposal %v; want [24 25]", p)
+	}
+	st := d.(Counter).Stats()
+	if st.Recalled != 2 || st.RecallRejected != 2 || st.Kept != 2 || st.FromModel != 1 {
+		t.Errorf("stats %+v; want 2 recalled kept, 2 rejected", st)
+	}
+
+	// The bonus is the old chain's second token (the target left 20 out).
+	if p := start(on, []int{1, 2, 3, 21}, rec).Propose(8); !slices.Equal(p, []int{22, 23, 24, 25}) {
+		t.Errorf("bonus = old second token: proposal %v; want [22 23 24 25]", p)
+	}
+	// The model inserts a token before the old chain goes on.
+	d = start(on, ctx, rec)
+	d.Propose(8)
+	d.Accept([]int{40, 41, 41, 41, 41, 41}) // 40 in place of 21
+	d.Propose(8)                            // 22 23 24 25
+	d.Accept([]int{21, 0, 0, 0, 0})         // the model says 21: 22 is still to come
+	if p := d.Propose(8); !slices.Equal(p, []int{22, 23, 24, 25}) {
+		t.Errorf("after an inserted token: proposal %v; want [22 23 24 25]", p)
+	}
+
+	// Two recalled proposals in a row rejected at once: recall stops, and
+	// lookup proposes again.
+	lctx := []int{5, 6, 7, 8, 50, 5, 6, 7, 8, 9}
+	d = start(on, lctx, []int{60, 61, 62, 63, 64, 65, 66})
+	for i, want := range [][]int{{61, 62, 63, 64}, {62, 63, 64, 65}} {
+		if p := d.Propose(8); !slices.Equal(p, want) {
+			t.Fatalf("miss %d: proposal %v; want %v", i, p, want)
+		}
+		d.Accept([]int{70 + i, 0, 0, 0, 0, 0, 0})
+	}
+	if p := d.Propose(8); len(p) > 0 && p[0] >= 60 {
+		t.Errorf("after %d misses: proposal %v still recalled", maxRecallMiss, p)
+	}
+
+	// In a batch of more than SmallBatch sequences: no recall, and lookup
+	// proposes only from MinMatch on; in a small one from a match of 1.
+	short := []int{1, 2, 3, 7, 1, 9} // the suffix 9 never occurred; 1 did
+	big := start(on, ctx, rec)
+	big.(BatchSizer).Batch(SmallBatch + 1)
+	if p := big.Propose(8); p != nil {
+		t.Errorf("batch of %d: proposal %v; want none", SmallBatch+1, p)
+	}
+	big.(BatchSizer).Batch(SmallBatch)
+	if p := big.Propose(8); !slices.Equal(p, rec[1:5]) {
+		t.Errorf("batch of %d: proposal %v; want %v", SmallBatch, p, rec[1:5])
+	}
+	d = Hybrid{Opt: on}.Start(short[:5], 8)
+	if p := d.Propose(8); !slices.Equal(p, []int{2}) {
+		t.Errorf("eager lookup after a match of 1: proposal %v; want [2]", p)
+	}
+	d.(BatchSizer).Batch(SmallBatch + 1)
+	if p := d.Propose(8); p != nil {
+		t.Errorf("lookup in a big batch after a match of 1 (MinMatch 4): proposal %v; want none", p)
+	}
+
+	// A long match: lookup's proposal is capped at eagerRows tokens in a
+	// small batch only.
+	long := []int{11, 12, 13, 14, 15, 16, 17, 18, 19, 99, 11, 12, 13, 14, 15, 16}
+	d = Hybrid{Opt: on}.Start(long, 16)
+	if p := d.Propose(12); !slices.Equal(p, []int{17, 18, 19, 99}) {
+		t.Errorf("eager lookup: proposal %v; want [17 18 19 99]", p)
+	}
+	d.(BatchSizer).Batch(SmallBatch + 1)
+	if p := d.Propose(12); !slices.Equal(p, []int{17, 18, 19, 99, 11, 12}) {
+		t.Errorf("lookup in a big batch: proposal %v; want the 6 tokens of its match [17 18 19 99 11 12]", p)
+	}
+
+	// No recall when it is off, when lookup tokens may be trusted (the
+	// draft would change), or when there is nothing after the replaced token.
+	for _, c := range []struct {
+		name string
+		opt  Options
+		rec  []int
+	}{
+		{"off", Options{MinMatch: 4}, rec},
+		{"trust", Options{MinMatch: 4, Trust: 8, Eager: true}, rec},
+		{"one token", on, rec[:1]},
+	} {
+		if p := start(c.opt, ctx, c.rec).Propose(8); p != nil {
+			t.Errorf("%s: proposal %v; want none", c.name, p)
+		}
+	}
+}

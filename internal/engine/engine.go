@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -272,6 +273,7 @@ type request struct {
 	alts    bool        // record Result.Alts
 	conf    bool        // record Result.Confidences (asked, or minConf > 0)
 	minConf float32     // Item.MinConfidence
+	recall  []int       // Item.Recall, a private copy
 	bg      *Background // non-nil: background work (lowq)
 	reply   chan reply
 	enq     time.Time     // when it was queued (Observer.BackgroundWait)
@@ -420,6 +422,11 @@ type Item struct {
 	MinConfidence float32
 	// Confidences asks for Result.Confidences (also given with a bound).
 	Confidences bool
+	// Recall is a session's previous draft after the tokens its target
+	// accepted (the first one replaced by the bonus, Tokens' last), for a
+	// strategy that is a draft.Recaller; others ignore it. It chooses what
+	// the model checks, never the draft.
+	Recall []int
 }
 
 // Background is the handle of one background draft (Item.Background).
@@ -525,6 +532,9 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		copy(own, it.Tokens)
 		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, alts: it.Alts, bg: bg, reply: make(chan reply, 1),
 			conf: it.Confidences || it.MinConfidence > 0, minConf: it.MinConfidence})
+		if _, ok := g.(draft.Recaller); ok && len(it.Recall) > 0 {
+			members[len(members)-1].recall = slices.Clone(it.Recall)
+		}
 		slots = append(slots, i)
 	}
 	if len(members) == 0 {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/kvcache"
 	"github.com/draftd/draftd/internal/model"
 )
@@ -322,7 +323,12 @@ func (e *Engine) start(r *request, lease *kvcache.Lease) *seq {
 	all := r.tokens // Draft made it with room for the draft
 	r.tokens = nil
 	s := &seq{req: r, lease: lease, all: all, L: L, pos: lease.Cached, cached: lease.Cached}
-	s.drafter = r.strat.Start(all[:L], r.n)
+	if rs, ok := r.strat.(draft.Recaller); ok && len(r.recall) > 0 {
+		s.drafter = rs.StartRecall(all[:L], r.n, r.recall)
+	} else {
+		s.drafter = r.strat.Start(all[:L], r.n)
+	}
+	r.recall = nil
 	if s.cached > 0 {
 		e.hit.Add(uint64(s.cached))
 		e.observe(func(o Observer) { o.CacheHit(s.cached) })
@@ -455,7 +461,7 @@ func (e *Engine) step(active []*seq) []*seq {
 		s.ms.Blocks = s.lease.Blocks
 		batch = append(batch, s)
 		if s.pos+k == len(s.all) { // the strategy may add a proposal
-			seqs = s.propose(seqs)
+			seqs = s.propose(seqs, len(active))
 			decode += s.nprop
 			s.ms.Alts = (s.req.alts || s.req.conf) && s.nprop == 0
 		} else {

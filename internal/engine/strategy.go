@@ -60,17 +60,27 @@ func (e *Engine) route(tokens []int, n int, s draft.Strategy) (g draft.Guided, _
 	}, nil
 }
 
-// propose adds s's model.Seq(s) for this step to seqs. s's known tokens all
+// propose adds s's model.Seq(s) for this step to seqs; batch is the number
+// of sequences in the running batch. s's known tokens all
 // run in this step (s.ms.Tokens), so its strategy may append a proposal: the
 // last known token and the proposal then form s.ms (all their greedy ids
 // are needed); the known tokens before it, if any, form s.pre, which comes
 // first in the same forward pass (its KV is written before any attention of
 // the layer reads it).
-func (s *seq) propose(seqs []*model.Seq) []*model.Seq {
+func (s *seq) propose(seqs []*model.Seq, batch int) []*model.Seq {
 	s.known, s.nprop = len(s.ms.Tokens), 0
 	room := s.req.n - (len(s.all) - s.L) - 1 // tokens that may precede the model's own
 	var p []int
 	if room > 0 {
+		if b, ok := s.drafter.(draft.BatchSizer); ok {
+			if s.req.conf {
+				// Proposal rows have no confidence: a bounded draft
+				// keeps the proposals of a full batch, so that its
+				// model steps still measure one.
+				batch = max(batch, draft.SmallBatch+1)
+			}
+			b.Batch(batch)
+		}
 		p = s.drafter.Propose(room)
 	}
 	if len(p) == 0 {

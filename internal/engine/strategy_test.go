@@ -124,14 +124,18 @@ func strategies() []stratCase {
 		return stratCase{fmt.Sprintf("hybrid-trust%d-min%d", opt.Trust, opt.MinMatch), draft.Hybrid{Opt: opt},
 			func(t *testing.T, m *model.Model, ctx []int, n int) []int { return refHybrid(t, m, ctx, n, opt) }}
 	}
+	generate := func(t *testing.T, m *model.Model, ctx []int, n int) []int {
+		g, err := m.Generate(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
 	return []stratCase{
-		{"model", draft.Model{}, func(t *testing.T, m *model.Model, ctx []int, n int) []int {
-			g, err := m.Generate(ctx, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
-		}},
+		{"model", draft.Model{}, generate},
+		// Eager proposals (1-token matches in small batches) with trust 0:
+		// the model's chain.
+		{"hybrid-eager", draft.Hybrid{Opt: draft.Options{MinMatch: 4, Eager: true}}, generate},
 		hyb(draft.Options{MinMatch: 1}),
 		hyb(draft.Options{MinMatch: 1, Trust: 3}),
 		{"lookup", draft.Lookup{}, func(t *testing.T, m *model.Model, ctx []int, n int) []int {
@@ -238,3 +242,67 @@ func TestEngineDefaultStrategy(t *testing.T) {
 type badStrategy struct{}
 
 func (badStrategy) Name() string { return "bad" }
+
+// TestRecallKeepsModelChain replays session-like conversations with hybrid's
+// recall (the previous draft after the accepted tokens, Item.Recall): every
+// draft must equal model.Generate's chain, whether the bonus continues the
+// old chain (recalled tokens kept), replaces one of its tokens, leaves one
+// out or is unrelated (recalled tokens rejected), concurrently in one batch.
+func TestRecallKeepsModelChain(t *testing.T) {
+	m := loadModel(t, tinyModel)
+	e := newEngine(t, m, Options{MaxBatch: 4})
+	hyb := draft.Hybrid{Opt: draft.Options{MinMatch: 4, Eager: true}}
+	var mu sync.Mutex
+	var total draft.Stats
+	var wg sync.WaitGroup
+	for c := range scale(8) {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(c), 77))
+			ctx := repetitive(r, 12+r.IntN(40), m.Vocab)
+			n := []int{8, 16, 5, 12}[c%4]
+			var recall []int
+			for len(ctx)+n+2 < m.MaxContext {
+				res, errs, err := e.DraftBatch(context.Background(), []Item{{Tokens: ctx, N: n, Strategy: hyb, Recall: recall}})
+				if err == nil {
+					err = errs[0]
+				}
+				if err != nil {
+					t.Errorf("conversation %d: %v", c, err)
+					return
+				}
+				want, err := m.Generate(ctx, min(n, m.MaxContext-len(ctx)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !slices.Equal(res[0].Draft, want) {
+					t.Errorf("conversation %d, context %v, recall %v:\nhave %v\nwant %v (model)", c, ctx, recall, res[0].Draft, want)
+					return
+				}
+				mu.Lock()
+				st := res[0].Sources
+				total.Recalled += st.Recalled
+				total.RecallRejected += st.RecallRejected
+				mu.Unlock()
+				d := res[0].Draft
+				k := r.IntN(len(d))
+				var bonus int
+				switch r.IntN(4) {
+				case 0: // the old chain's own token: recall continues it
+					bonus = d[k]
+				case 1: // the one after it: the target left d[k] out
+					bonus = d[min(k+1, len(d)-1)]
+				default: // another token
+					bonus = r.IntN(m.Vocab)
+				}
+				ctx = append(append(slices.Clone(ctx), d[:k]...), bonus)
+				recall = d[k:]
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("recalled tokens: %d kept, %d rejected", total.Recalled, total.RecallRejected)
+	if total.Recalled == 0 || total.RecallRejected == 0 {
+		t.Errorf("recalled tokens: %d kept, %d rejected; the test must exercise both", total.Recalled, total.RecallRejected)
+	}
+}

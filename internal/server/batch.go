@@ -190,6 +190,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 				len(full), q.Accepted, b.lim.MaxContext, b.lim.MaxContext-1))
 		default:
 			q.Tokens, q.Fit = full, b.lim.Fit(len(full), q.N)
+			q.Recall = s.sessions.Recall(q.Session, q.Accepted)
 		}
 		if s.pre == nil {
 			continue
@@ -230,7 +231,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		}
 		items = append(items, BatchItem{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy,
 			Alts:          s.pre != nil && q.Session != "" && s.predraftable(b, q) && s.pre.wanted(),
-			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences})
+			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences, Recall: q.Recall})
 		slot = append(slot, i)
 	}
 	if len(items) > 0 {
@@ -265,7 +266,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		outcome[i] = predraftMiss
 		q := &reqs[i]
 		r, e, err := b.d.DraftBatch(ctx, []BatchItem{{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy, Alts: true,
-			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences}})
+			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences, Recall: q.Recall}})
 		if err == nil {
 			err = e[0]
 		}

@@ -60,6 +60,9 @@ type draftRequest struct {
 	Incremental bool
 	Accepted    int // 0 ≤ Accepted; its upper bound is the session's last draft
 	Bonus       int // an id in [0, vocab)
+	// Recall is set by the handler for an incremental request: the
+	// session's last draft after its accepted tokens (BatchItem.Recall).
+	Recall []int
 
 	// Confidence-bounded drafts (docs/protocol.md): "min_confidence" (in
 	// [0, 1]; HasMinConfidence when given) and "confidences" (true: report

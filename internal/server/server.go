@@ -103,6 +103,9 @@ type BatchItem struct {
 	// drafts).
 	MinConfidence float32
 	Confidences   bool
+	// Recall is engine.Item's: a session's previous draft after its
+	// accepted tokens (hybrid proposes it; the draft does not change).
+	Recall []int
 }
 
 // WeightShare is one storage type's part of the weights (a K-quant mix such

@@ -70,7 +70,7 @@ func (b *engineBackend) DraftBatch(ctx context.Context, items []BatchItem) ([]en
 	ei := make([]engine.Item, len(items))
 	for i, it := range items {
 		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N, Alts: it.Alts, Background: it.Background,
-			MinConfidence: it.MinConfidence, Confidences: it.Confidences}
+			MinConfidence: it.MinConfidence, Confidences: it.Confidences, Recall: it.Recall}
 		if it.Strategy != "" {
 			st, err := draft.New(it.Strategy, draft.DefaultOptions())
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/model"
 )
@@ -394,4 +395,80 @@ func TestDeleteSessionPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkError(t, resp.StatusCode, resp.Header, b, http.StatusBadRequest, CodeInvalidRequest, "given 2 times")
+}
+
+// recallBackend records the Recall of every item it passes on.
+type recallBackend struct {
+	Backend
+	mu   sync.Mutex
+	seen [][]int
+}
+
+func (b *recallBackend) DraftBatch(ctx context.Context, items []BatchItem) ([]engine.Result, []error, error) {
+	b.mu.Lock()
+	for _, it := range items {
+		b.seen = append(b.seen, slices.Clone(it.Recall))
+	}
+	b.mu.Unlock()
+	return b.Backend.DraftBatch(ctx, items)
+}
+
+func (b *recallBackend) last() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen[len(b.seen)-1]
+}
+
+// TestSessionRecallEqualsGenerate runs sessions on a server whose default is
+// hybrid with recall: an "accepted"+"bonus" request hands the engine the
+// session's last draft after its accepted tokens (Recall; none when all were
+// accepted or with "tokens"), and every draft equals model.Generate on the
+// full context, whether the bonus continues the old chain (its rest is
+// recalled and kept) or not.
+func TestSessionRecallEqualsGenerate(t *testing.T) {
+	m := loadModel(t)
+	opt := draft.DefaultOptions()
+	opt.Eager = true
+	rb := &recallBackend{}
+	ts := startHealthy(t, Config{Open: tinyOpen(engine.Options{Strategy: draft.Hybrid{Opt: opt}},
+		func(b Backend) Backend { rb.Backend = b; return rb })})
+	for g := range 4 {
+		r := rand.New(rand.NewPCG(uint64(g), 123))
+		id := fmt.Sprintf("recall-%d", g)
+		ctx := randIDs(r, 5+r.IntN(40))
+		n := 6 + 2*g
+		body := fmt.Sprintf(`{"session":%q,"tokens":%s,"n":%d}`, id, idsJSON(ctx), n)
+		var wantRecall []int
+		for step := 0; len(ctx)+n+1 < tinyMax; step++ {
+			st, _, b := ts.sessionPost(body, id)
+			if st != http.StatusOK {
+				t.Fatalf("%s step %d: status %d %s", id, step, st, b)
+			}
+			if have := rb.last(); !slices.Equal(have, wantRecall) {
+				t.Fatalf("%s step %d: recall %v; want %v", id, step, have, wantRecall)
+			}
+			have := decodeDraft(t, b)
+			want, err := m.Generate(ctx, min(n, tinyMax-len(ctx)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(have, want) {
+				t.Fatalf("%s step %d (context %d): session draft %v; Generate %v", id, step, len(ctx), have, want)
+			}
+			k := r.IntN(len(have) + 1)
+			var bonus int
+			switch {
+			case step%2 == 0 && k < len(have):
+				bonus = have[k] // the old chain goes on: its rest is recalled and kept
+			default:
+				bonus = r.IntN(tinyVocab)
+			}
+			ctx = append(append(slices.Clip(ctx), have[:k]...), bonus)
+			wantRecall = nil
+			if k < len(have) {
+				wantRecall = have[k:]
+			}
+			body = fmt.Sprintf(`{"session":%q,"accepted":%d,"bonus":%d,"n":%d}`, id, k, bonus, n)
+		}
+	}
 }

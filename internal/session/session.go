@@ -230,6 +230,28 @@ func (s *Store) Extend(id string, accepted, bonus int) ([]int, error) {
 	return append(full, bonus), nil
 }
 
+// Recall returns a copy of the tokens of session id's last draft after its
+// first accepted ones (nil when there are none, or no such session). Called
+// by the holder of id's lock after Extend, it is the rest of the draft
+// Extend extended.
+func (s *Store) Recall(id string, accepted int) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el := s.byID[id]
+	if el == nil {
+		return nil
+	}
+	e := el.Value.(*entry)
+	if accepted < 0 || accepted >= len(e.last) {
+		return nil
+	}
+	out := make([]int, len(e.last)-accepted)
+	for i, t := range e.last[accepted:] {
+		out[i] = int(t)
+	}
+	return out
+}
+
 // Put makes context and draft the state of session id (creating it), then
 // evicts least recently used other sessions until the bounds hold. A state
 // larger than MaxTokens by itself is not kept (false); the session is then

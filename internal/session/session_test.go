@@ -206,3 +206,29 @@ func TestBytesAccounted(t *testing.T) {
 		}
 	}
 }
+
+func TestRecall(t *testing.T) {
+	s := newStore(t, Options{MaxSessions: 4, MaxTokens: 100, TTL: time.Hour})
+	s.Put("a", []int{1, 2, 3}, []int{7, 8, 9})
+	for _, c := range []struct {
+		id       string
+		accepted int
+		want     []int
+	}{
+		{"a", 0, []int{7, 8, 9}},
+		{"a", 2, []int{9}},
+		{"a", 3, nil}, // all accepted: nothing to recall
+		{"a", 4, nil},
+		{"a", -1, nil},
+		{"b", 0, nil}, // unknown
+	} {
+		if have := s.Recall(c.id, c.accepted); !slices.Equal(have, c.want) {
+			t.Errorf("Recall(%s, %d) = %v; want %v", c.id, c.accepted, have, c.want)
+		}
+	}
+	r := s.Recall("a", 0)
+	r[0] = 99 // a copy: the session's draft is unchanged
+	if have, _ := s.Extend("a", 1, 5); !slices.Equal(have, []int{1, 2, 3, 7, 5}) {
+		t.Errorf("after changing a recall: Extend = %v", have)
+	}
+}
