@@ -207,8 +207,8 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
     gives n = 0 calls draftd not at all and returns an empty draft for every
     row; the policy hears each row's acceptance, each incremental call's length and the
     target's time keyed by the longest draft returned + 1; after steps
-    without drafts the sessions go on (drafts equal /draft of the whole
-    context)."""
+    without drafts the sessions go on without sending their contexts again
+    (drafts equal /draft of the whole context)."""
     from draftd.policy import LengthPolicy
 
     p = DraftdProposer(config(tiny.url, adaptive=True))
@@ -241,11 +241,11 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
             assert p.stats.calls == calls + (1 if n else 0), f"n = {n}: {p.stats.calls - calls} draftd calls"
     assert pol.verified == [5, 1, 1, 3], pol.verified
     # After steps without a draft a session's context has grown by more than
-    # accepted + bonus: the next request sends it whole (the server finds
-    # its prefix cached). Whole-context calls' times (prefill) are not the
-    # policy's draft times.
-    assert (p.stats.full, p.stats.incremental) == (4, 2), p.stats
-    assert pol.timed == [K], pol.timed
+    # accepted + bonus: the next request still goes as accepted + bonus,
+    # the bonus a list of every token since (no whole context sent again).
+    # Whole-context calls' times (prefill) are not the policy's draft times.
+    assert (p.stats.full, p.stats.incremental, p.stats.resends) == (2, 4, 0), p.stats
+    assert pol.timed == [2, K], pol.timed
     assert pol.observed == accepted[:4], (pol.observed, accepted)
     assert p.stats.undrafted == 2 and p.stats.misses == 0, p.stats
     p.close()
