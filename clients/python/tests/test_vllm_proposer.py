@@ -188,6 +188,10 @@ class Scripted:
         self.observed: list[tuple[int, int]] = []
         self.verified: list[int] = []
         self.timed: list[int] = []
+        self.batches: list[int] = []
+
+    def batch(self, rows: int) -> None:
+        self.batches.append(rows)
 
     def choose(self) -> int:
         return self.script.pop(0)
@@ -209,10 +213,10 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
     target's time keyed by the longest draft returned + 1; after steps
     without drafts the sessions go on without sending their contexts again
     (drafts equal /draft of the whole context)."""
-    from draftd.policy import LengthPolicy
+    from draftd.batchpolicy import BatchPolicy
 
     p = DraftdProposer(config(tiny.url, adaptive=True))
-    assert isinstance(p.tuner, LengthPolicy)
+    assert isinstance(p.tuner, BatchPolicy)
     script = [4, 0, 0, 2, K]
     pol = Scripted(script)
     p.tuner = pol  # type: ignore[assignment]
@@ -248,6 +252,7 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
     assert pol.timed == [2, K], pol.timed
     assert pol.observed == accepted[:4], (pol.observed, accepted)
     assert p.stats.undrafted == 2 and p.stats.misses == 0, p.stats
+    assert pol.batches == [2] * len(script), pol.batches  # each step's batch size, before its choice
     p.close()
 
 
