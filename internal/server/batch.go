@@ -171,7 +171,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 			}
 			continue
 		}
-		full, err := s.sessions.Extend(q.Session, q.Accepted, q.Bonus)
+		full, err := s.sessions.Extend(q.Session, q.Accepted, q.Bonus, q.More...)
 		var ae *session.AcceptedError
 		switch {
 		case errors.Is(err, session.ErrUnknown):
@@ -195,8 +195,8 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		if s.pre == nil {
 			continue
 		}
-		if errs[i] != nil || !s.predraftable(b, q) {
-			s.pre.drop(q.Session)
+		if errs[i] != nil || !s.predraftable(b, q) || len(q.More) > 0 {
+			s.pre.drop(q.Session) // (a branch guesses one bonus token, never more)
 			continue
 		}
 		br, out := s.pre.take(q.Session, q.Accepted, q.Bonus, q.N, q.Strategy)

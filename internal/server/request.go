@@ -58,8 +58,9 @@ type draftRequest struct {
 	ID          []byte
 	Session     string
 	Incremental bool
-	Accepted    int // 0 ≤ Accepted; its upper bound is the session's last draft
-	Bonus       int // an id in [0, vocab)
+	Accepted    int   // 0 ≤ Accepted; its upper bound is the session's last draft
+	Bonus       int   // an id in [0, vocab)
+	More        []int // ids in [0, vocab) after Bonus ("bonus" given as an array of more than one id); nil otherwise
 	// Recall is set by the handler for an incremental request: the
 	// session's last draft after its accepted tokens (BatchItem.Recall).
 	Recall []int
@@ -320,8 +321,29 @@ func parseSession(req *draftRequest, body []byte, sess, acc, bonus span, toks []
 	}
 	req.Accepted = int(min(v, 1<<31))
 	b = body[bonus.start:bonus.end]
+	if b[0] == '[' {
+		// Several tokens: the target's bonus and the tokens it produced in
+		// steps the client drafted nothing for.
+		count, err := checkIDs("bonus", b, lim)
+		if err != nil {
+			return err
+		}
+		if count == 0 {
+			return reqErr(CodeInvalidToken, `"bonus" is an empty array; give the token the target produced (an integer, or an array of at least one)`)
+		}
+		ids := make([]int, 0, count)
+		for i, lit := nextElem(b, 0); lit != nil; i, lit = nextElem(b, i) {
+			v, _, _ := parseInt(lit)
+			ids = append(ids, int(v))
+		}
+		req.Bonus, req.Incremental = ids[0], true
+		if count > 1 {
+			req.More = ids[1:]
+		}
+		return nil
+	}
 	if !isNumByte(b[0]) {
-		return reqErr(CodeInvalidToken, fmt.Sprintf(`"bonus" is %s; token ids must be integers`, kindOf(b)))
+		return reqErr(CodeInvalidToken, fmt.Sprintf(`"bonus" is %s; token ids must be integers (an integer, or an array of them)`, kindOf(b)))
 	}
 	v, ok, why = parseInt(b)
 	if why != "" {

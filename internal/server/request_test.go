@@ -170,12 +170,21 @@ func referenceParse(body []byte, lim limits) (tokens []int, n int, code string) 
 			if k, why := integer(obj["accepted"]); why != "" || k < 0 {
 				return nil, 0, CodeInvalidAccepted
 			}
-			b, why := integer(obj["bonus"])
-			switch {
-			case why == "type" || why == "fraction":
+			// "bonus": an id, or a non-empty array of ids (the first bad one decides).
+			bonus, isArr := obj["bonus"].([]any)
+			if !isArr {
+				bonus = []any{obj["bonus"]}
+			} else if len(bonus) == 0 {
 				return nil, 0, CodeInvalidToken
-			case why == "range" || b < 0 || b >= int64(lim.Vocab):
-				return nil, 0, CodeTokenOutOfRange
+			}
+			for _, e := range bonus {
+				b, why := integer(e)
+				switch {
+				case why == "type" || why == "fraction":
+					return nil, 0, CodeInvalidToken
+				case why == "range" || b < 0 || b >= int64(lim.Vocab):
+					return nil, 0, CodeTokenOutOfRange
+				}
 			}
 			n, code := nOf()
 			return nil, n, code
@@ -236,6 +245,8 @@ func FuzzParseDraftRequest(f *testing.F) {
 		`{"tokens":[1],"min_confidence":1e-400}`, `{"tokens":[1],"min_confidence":3e-1,"confidences":true}`, `{"tokens":[1],"min_confidence":null}`,
 		`{"tokens":[1],"confidences":false}`, `{"tokens":[1],"confidences":1}`, `{"tokens":[1],"confidences":"true"}`,
 		`{"session":"s","accepted":1,"bonus":2,"min_confidence":0.5,"confidences":true}`, `{"min_confidence":2}`,
+		`{"session":"s","accepted":0,"bonus":[3,4,5],"n":2}`, `{"session":"s","accepted":0,"bonus":[]}`,
+		`{"session":"s","accepted":0,"bonus":[3,512]}`, `{"session":"s","accepted":0,"bonus":[3,"4"]}`, `{"session":"s","accepted":0,"bonus":[[1]]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -270,6 +281,11 @@ func FuzzParseDraftRequest(f *testing.F) {
 		if req.Incremental {
 			if req.Session == "" || req.Accepted < 0 || req.Bonus < 0 || req.Bonus >= testLimits.Vocab || req.N < 1 {
 				t.Fatalf("%q: incremental request broken: %+v", body, req)
+			}
+			for _, id := range req.More {
+				if id < 0 || id >= testLimits.Vocab {
+					t.Fatalf("%q: bonus id %d out of range", body, id)
+				}
 			}
 			return
 		}

@@ -99,6 +99,68 @@ func TestSessionChainsEqualGenerate(t *testing.T) {
 	}
 }
 
+// TestSessionBonusArray: "bonus" as an array — the bonus and the tokens the
+// target produced in steps the client drafted nothing for — extends the
+// session by all of them: every draft equals Generate on the full context,
+// through /draft and /v1/drafts, pre-drafting on and off; an empty array
+// or a bad id in it fails without changing the session.
+func TestSessionBonusArray(t *testing.T) {
+	m := loadModel(t)
+	for _, branches := range []int{0, 2} {
+		t.Run(fmt.Sprintf("predraft=%d", branches), func(t *testing.T) {
+			ts := startHealthy(t, Config{PredraftBranches: branches})
+			r := rand.New(rand.NewPCG(7, uint64(branches)))
+			ctx := randIDs(r, 9)
+			have := establish(t, ts, "arr", ctx, 4)
+			for step := 0; step < 8; step++ {
+				k := r.IntN(len(have) + 1)
+				more := randIDs(r, 1+step%4) // one token (as an array) to four
+				if len(ctx)+k+len(more) >= tinyMax-1 {
+					break
+				}
+				ctx = append(append(slices.Clip(ctx), have[:k]...), more...)
+				body := fmt.Sprintf(`{"session":"arr","accepted":%d,"bonus":%s,"n":4}`, k, idsJSON(more))
+				if step%2 == 1 {
+					res := ts.postBatch(`{"requests":[`+body+`]}`, SessionHeader, "arr")
+					if len(res) != 1 || res[0].Draft == nil {
+						t.Fatalf("step %d: batch answer %+v", step, res)
+					}
+					have = *res[0].Draft
+				} else {
+					st, _, b := ts.sessionPost(body, "arr")
+					if st != http.StatusOK {
+						t.Fatalf("step %d: status %d %s", step, st, b)
+					}
+					have = decodeDraft(t, b)
+				}
+				want, err := m.Generate(ctx, min(4, tinyMax-len(ctx)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(have, want) {
+					t.Fatalf("step %d (bonus of %d tokens, context %d): session draft %v; Generate %v", step, len(more), len(ctx), have, want)
+				}
+			}
+			for _, tc := range []struct {
+				name, bonus, code, msg string
+			}{
+				{"empty", `[]`, CodeInvalidToken, "empty array"},
+				{"out of range", `[1,512]`, CodeTokenOutOfRange, "bonus[1]"},
+				{"not integer", `[1,"2"]`, CodeInvalidToken, "bonus[1]"},
+				{"nested", `[[1]]`, CodeInvalidToken, "bonus[0]"},
+			} {
+				st, h, b := ts.sessionPost(fmt.Sprintf(`{"session":"arr","accepted":0,"bonus":%s}`, tc.bonus), "")
+				checkError(t, st, h, b, 400, tc.code, tc.msg)
+			}
+			// The failures left the session as it was.
+			st, _, b := ts.sessionPost(`{"session":"arr","accepted":0,"bonus":[3,4],"n":4}`, "")
+			if want := ts.draft(append(slices.Clip(ctx), 3, 4), 4); st != 200 || !slices.Equal(decodeDraft(t, b), want) {
+				t.Errorf("after the errors: %d %s; want %v", st, b, want)
+			}
+		})
+	}
+}
+
 func TestSessionErrors(t *testing.T) {
 	ts := startHealthy(t, Config{})
 	st, _, b := ts.sessionPost(`{"session":"s1","tokens":[1,2,3,4],"n":4}`, "")

@@ -201,11 +201,12 @@ func (s *Store) Lock(ctx context.Context, id string) (unlock func(), err error) 
 }
 
 // Extend returns the context of session id after its client accepted the
-// first accepted tokens of the last draft and the target added bonus:
-// context + last[:accepted] + [bonus], a new slice. It fails with ErrUnknown
+// first accepted tokens of the last draft and the target added bonus and
+// then more (none but for a client that let steps pass without drafts):
+// context + last[:accepted] + [bonus] + more, a new slice. It fails with ErrUnknown
 // or an *AcceptedError; it does not change the session (Put does, once the
 // draft from it is made).
-func (s *Store) Extend(id string, accepted, bonus int) ([]int, error) {
+func (s *Store) Extend(id string, accepted, bonus int, more ...int) ([]int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.opt.Now()
@@ -220,14 +221,14 @@ func (s *Store) Extend(id string, accepted, bonus int) ([]int, error) {
 	}
 	e.used = now
 	s.lru.MoveToFront(el)
-	full := make([]int, 0, len(e.ctx)+accepted+1) // (L + accepted + 1)
+	full := make([]int, 0, len(e.ctx)+accepted+1+len(more)) // (L + accepted + 1 + len(more))
 	for _, t := range e.ctx {
 		full = append(full, int(t))
 	}
 	for _, t := range e.last[:accepted] {
 		full = append(full, int(t))
 	}
-	return append(full, bonus), nil
+	return append(append(full, bonus), more...), nil
 }
 
 // Recall returns a copy of the tokens of session id's last draft after its

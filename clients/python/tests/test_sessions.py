@@ -201,6 +201,12 @@ def test_client_side_validation() -> None:
             draftd.DraftRequest(accepted=0, bonus=1)
         with pytest.raises(ValueError, match="together"):
             draftd.DraftRequest(session="s", accepted=0)
+        with pytest.raises(ValueError, match="bonus is empty"):
+            draftd.DraftRequest(session="s", accepted=0, bonus=[])
+        with pytest.raises(TypeError, match=r"bonus\[1\]"):
+            draftd.DraftRequest(session="s", accepted=0, bonus=[1, True])
+        assert draftd.DraftRequest(session="s", accepted=0, bonus=[5]).to_json()["bonus"] == 5
+        assert draftd.DraftRequest(session="s", accepted=1, bonus=(5, 6)).to_json()["bonus"] == [5, 6]
         with pytest.raises(ValueError, match="give tokens"):
             draftd.DraftRequest(session="s")
         with pytest.raises(TypeError, match="id"):

@@ -39,36 +39,16 @@ from typing import Any
 import pytest
 
 import draftd
-from draftd._testing import need as require
 from draftd._testing.neartie import gap_for
 from draftd._testing.realtarget import vllm_near_tie as near_tie
 from draftd._testing.serve import REPO, Server
+from draftd._testing.vllmserve import dtype, hf_dir, vllm_python  # noqa: F401 (vllm_python: test_vllm_lifecycle's)
 
 pytestmark = pytest.mark.realmodel
 
 BENCH = REPO / "clients/python/bench"
 HF_NAME = "qwen2.5-coder-0.5b-instruct"
 NEW_TOKENS, K = 32, 4
-
-
-def need(path: Path, what: str, how: str) -> Path:
-    require(path.exists(), f"{what} {path} is missing: {how}")
-    return path
-
-
-def vllm_python() -> Path:
-    p = os.environ.get("DRAFTD_VLLM_PYTHON") or "~/.cache/draftd/vllm-venv/bin/python"
-    return need(Path(p).expanduser(), "vLLM's python", "run scripts/vllmenv (or set DRAFTD_VLLM_PYTHON)")
-
-
-def hf_dir(name: str) -> Path:
-    root = Path(os.environ.get("DRAFTD_HF_MODELS") or "~/.cache/draftd/hf").expanduser()
-    return need(root / name / "config.json", "the exported model", "run scripts/hfexport").parent
-
-
-def dtype() -> str:
-    flags = Path("/proc/cpuinfo").read_text().split()
-    return "bfloat16" if "avx512_bf16" in flags or "amx_bf16" in flags else "float32"
 
 
 def vllm_run(out: Path, *args: str) -> dict[str, Any]:

@@ -188,6 +188,10 @@ class Scripted:
         self.observed: list[tuple[int, int]] = []
         self.verified: list[int] = []
         self.timed: list[int] = []
+        self.batches: list[int] = []
+
+    def batch(self, rows: int) -> None:
+        self.batches.append(rows)
 
     def choose(self) -> int:
         return self.script.pop(0)
@@ -207,12 +211,12 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
     gives n = 0 calls draftd not at all and returns an empty draft for every
     row; the policy hears each row's acceptance, each incremental call's length and the
     target's time keyed by the longest draft returned + 1; after steps
-    without drafts the sessions go on (drafts equal /draft of the whole
-    context)."""
-    from draftd.policy import LengthPolicy
+    without drafts the sessions go on without sending their contexts again
+    (drafts equal /draft of the whole context)."""
+    from draftd.batchpolicy import BatchPolicy
 
     p = DraftdProposer(config(tiny.url, adaptive=True))
-    assert isinstance(p.tuner, LengthPolicy)
+    assert isinstance(p.tuner, BatchPolicy)
     script = [4, 0, 0, 2, K]
     pol = Scripted(script)
     p.tuner = pol  # type: ignore[assignment]
@@ -241,13 +245,14 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
             assert p.stats.calls == calls + (1 if n else 0), f"n = {n}: {p.stats.calls - calls} draftd calls"
     assert pol.verified == [5, 1, 1, 3], pol.verified
     # After steps without a draft a session's context has grown by more than
-    # accepted + bonus: the next request sends it whole (the server finds
-    # its prefix cached). Whole-context calls' times (prefill) are not the
-    # policy's draft times.
-    assert (p.stats.full, p.stats.incremental) == (4, 2), p.stats
-    assert pol.timed == [K], pol.timed
+    # accepted + bonus: the next request still goes as accepted + bonus,
+    # the bonus a list of every token since (no whole context sent again).
+    # Whole-context calls' times (prefill) are not the policy's draft times.
+    assert (p.stats.full, p.stats.incremental, p.stats.resends) == (2, 4, 0), p.stats
+    assert pol.timed == [2, K], pol.timed
     assert pol.observed == accepted[:4], (pol.observed, accepted)
     assert p.stats.undrafted == 2 and p.stats.misses == 0, p.stats
+    assert pol.batches == [2] * len(script), pol.batches  # each step's batch size, before its choice
     p.close()
 
 

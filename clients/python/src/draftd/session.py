@@ -6,8 +6,8 @@ target accepted and the token it added.
 uses: give it the whole context at every step, as a plain ``/draft`` would
 get; it remembers what the server holds (the context it last sent and the
 draft it got back) and sends ``accepted``+``bonus`` when the new context is
-that context + a prefix of that draft + one token, else the whole context as
-``tokens``. When the server answers ``409 unknown_session`` (expired,
+that context + a prefix of that draft + one token (or more: ``bonus`` a list,
+after steps that asked no draft), else the whole context as ``tokens``. When the server answers ``409 unknown_session`` (expired,
 evicted, deleted, a restarted or another replica) or ``400
 invalid_accepted`` to an incremental request, it sends the whole context
 again at once, so a caller never loses a step to a lost session. After a
@@ -66,16 +66,21 @@ class _State:
 
     def plan(self, tokens: list[int], n: int | None = None, min_confidence: float | None = None) -> DraftRequest:
         """The request for the whole context ``tokens``: incremental when it
-        is the held context + last[:k] + [bonus], else tokens. ``n``,
+        extends the held context — by last[:k] and the bonus, or by more
+        tokens than that (steps that asked no draft: ``bonus`` a list of
+        them) — else tokens. k is the longest prefix of the last draft that
+        the new tokens repeat, short of the last new token. ``n``,
         ``min_confidence``: this request's (None: the session's)."""
         n = self.n if n is None else n
         mc = self.min_confidence if min_confidence is None else min_confidence
         c = self.context
-        if c is not None:
-            k = len(tokens) - len(c) - 1
-            if 0 <= k <= len(self.last) and tokens[: len(c)] == c and tokens[len(c): len(c) + k] == self.last[:k]:
-                return DraftRequest(session=self.id, accepted=k, bonus=tokens[-1], n=n, strategy=self.strategy,
-                                    id=self.id, min_confidence=mc, confidences=self.confidences)
+        if c is not None and len(tokens) > len(c) and tokens[: len(c)] == c:
+            extra = tokens[len(c):]
+            k, most = 0, min(len(self.last), len(extra) - 1)
+            while k < most and extra[k] == self.last[k]:
+                k += 1
+            return DraftRequest(session=self.id, accepted=k, bonus=extra[k:], n=n, strategy=self.strategy,
+                                id=self.id, min_confidence=mc, confidences=self.confidences)
         return self.full(tokens, n, mc)
 
     def full(self, tokens: list[int], n: int | None = None, min_confidence: float | None = None) -> DraftRequest:
@@ -99,8 +104,11 @@ class _State:
 
 def _resend(req: DraftRequest, err: errors.APIError | None) -> bool:
     """Whether a failed request is sent again as tokens: an incremental one
-    the server could not apply to the session it holds."""
-    return req.incremental and isinstance(err, (errors.UnknownSessionError, errors.InvalidAcceptedError))
+    the server could not apply to the session it holds, or one whose bonus
+    list a draftd older than bonus lists refused (400 invalid_token)."""
+    return req.incremental and (isinstance(err, (errors.UnknownSessionError, errors.InvalidAcceptedError))
+                                or isinstance(req.bonus, list) and isinstance(err, errors.BadRequestError)
+                                and err.code == "invalid_token")
 
 
 class _Base:

@@ -68,7 +68,9 @@ class DraftRequest:
     (docs/protocol.md, sessions): ``session`` with ``tokens`` establishes or
     replaces the session's context; ``session`` with ``accepted`` and
     ``bonus`` instead of ``tokens`` extends it by the first ``accepted``
-    tokens of its last draft and the target's ``bonus`` token. ``id``: a
+    tokens of its last draft and the target's ``bonus`` token — or, a
+    sequence, the bonus and the tokens the target produced in steps no
+    draft was asked for (a one-token sequence is sent as its int). ``id``: a
     string the batch answer echoes (``/v1/drafts`` only; ignored by
     ``/draft``). ``min_confidence``: a confidence-bounded draft — the chain
     stops before the first token whose confidence is below it, so the draft
@@ -83,7 +85,7 @@ class DraftRequest:
     strategy: str | None = None
     session: str | None = None
     accepted: int | None = None
-    bonus: int | None = None
+    bonus: int | Sequence[int] | None = None
     id: str | None = None
     min_confidence: float | None = None
     confidences: bool = False
@@ -110,7 +112,14 @@ class DraftRequest:
             if self.accepted is None or self.bonus is None:
                 raise ValueError("give accepted and bonus together")
             object.__setattr__(self, "accepted", _check_int(self.accepted, "accepted"))
-            object.__setattr__(self, "bonus", _check_int(self.bonus, "bonus"))
+            if isinstance(self.bonus, Sequence) or not hasattr(self.bonus, "__index__"):
+                b = check_tokens(self.bonus, "bonus")  # type: ignore[arg-type]
+                if not b:
+                    raise ValueError("bonus is empty; give the token the target produced (an int, or a "
+                                     "sequence of at least one)")
+                object.__setattr__(self, "bonus", b[0] if len(b) == 1 else b)
+            else:
+                object.__setattr__(self, "bonus", _check_int(self.bonus, "bonus"))
             if self.tokens is not None:
                 raise ValueError("give either tokens or accepted and bonus, not both")
             if self.accepted < 0:

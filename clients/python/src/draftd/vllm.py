@@ -37,7 +37,8 @@ min_confidence  DRAFTD_MIN_CONFIDENCE   a confidence bound sent with every draft
 
 The draft length is vLLM's ``num_speculative_tokens`` (K) — with
 ``adaptive``, the length 0 ≤ n ≤ K that :class:`draftd.policy.LengthPolicy`
-expects to give the most tokens per second (n = 0: no call to draftd that
+expects to give the most tokens per second at the step's batch size (one
+policy per class of batch sizes, :class:`draftd.batchpolicy.BatchPolicy`) (n = 0: no call to draftd that
 step, every row an empty draft) — shortened where more cannot be used: a request whose last step ended it (a stop token, its
 ``max_tokens`` or the model's length) gets no draft, and one with r tokens
 left gets at most r − 1 (its next step adds at most draft + 1 tokens).
@@ -100,7 +101,7 @@ from typing import Any
 
 from .client import Client
 from .errors import APIError, DraftdError, TransportError
-from .policy import LengthPolicy
+from .batchpolicy import BatchPolicy
 from .session import Session
 from .types import DraftRequest, Info, check_min_confidence
 
@@ -257,7 +258,7 @@ class DraftdProposer:
             self.min_confidence = None if mc is None else check_min_confidence(float(mc))
         except (TypeError, ValueError):
             raise ValueError(f"min_confidence = {mc!r} must be a number in [0, 1]") from None
-        self.tuner = LengthPolicy(self.k) if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None
+        self.tuner = BatchPolicy(self.k) if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None
         self._pending: dict[str, int] = {}  # request id → length of the draft it was given
         self._returned: float | None = None  # when propose() last returned (adaptive)
         self._returned_len = 0  # the longest draft it returned then
@@ -414,6 +415,9 @@ class DraftdProposer:
                 and all(len(s) > 0 for s in sampled)):
             self.tuner.verify_time(entered - self._returned, self._returned_len + 1)
         self._returned = None
+        batch = getattr(self.tuner, "batch", None)
+        if batch is not None:
+            batch(len(sampled))  # this step's choice and reports go to its batch size's policy
         best = self.tuner.choose()
         if best == 0:
             self.stats.undrafted += 1
