@@ -83,11 +83,24 @@ from __future__ import annotations
 import random
 import statistics
 from collections import deque
+from typing import Any
 
-__all__ = ["BOUNDS", "LengthPolicy"]
+__all__ = ["BOUNDS", "LengthPolicy", "confidence_info"]
 
 #: The confidence bounds the policy chooses among (0: no bound).
 BOUNDS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def confidence_info(raw: dict[str, Any]) -> tuple[str | None, float]:
+    """What a draftd's /v1/info (``raw``) says about confidence bounds:
+    its ``confidence_signal`` (None: the server reports no confidences, a
+    bound cannot be asked) and its ``min_confidence`` (the bound of session
+    and /v1/drafts requests that send none; 0 when absent or not a number
+    in [0, 1])."""
+    signal = raw.get("confidence_signal")
+    default = raw.get("min_confidence")
+    ok = isinstance(default, (int, float)) and not isinstance(default, bool) and 0 <= default <= 1
+    return (signal if isinstance(signal, str) and signal else None), (float(default) if ok else 0.0)
 
 
 class _Bounds:
