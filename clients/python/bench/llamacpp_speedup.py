@@ -34,8 +34,17 @@ PASSIVE the target's threads sleep at every barrier of a graph and its
 default spins only briefly after a graph, so it does not hold the cores
 draftd then drafts on.
 
+Prompt sets (--prompts): short — code, chat instructions, prose (~20–400
+tokens) — and long — source files and chat histories of this repository's
+own Go and Python sources and docs, ~600–2,400 tokens
+(draftd._testing.realtarget.long_texts, the chat histories in Qwen2.5's
+template) — or both, each its own components (T_step, T_verify(k) at that
+context), rows and table (--out/short, --out/long). --quick: one prompt per
+kind and only the rows alone (2 threads), llama.cpp's draft model and draftd
+model 2+2 (with --adaptive, also the adaptive row).
+
   DRAFTD_LLAMACPP_TOOLS=$(scripts/llamacpp-python | tail -n1) \\
-  ~/.cache/draftd/venv/bin/python clients/python/bench/llamacpp_speedup.py --out /tmp/sbs
+  ~/.cache/draftd/venv/bin/python clients/python/bench/llamacpp_speedup.py --prompts both --adaptive --out /tmp/sbs
 
 A measurement, not a test (nothing asserted; equality is reported). The test of
 the same path is tests/test_llamacpp_e2e.py.
@@ -61,7 +70,7 @@ from draftd._testing.neartie import near_tie as _near_tie
 
 # realtarget imports torch only in load_target, which never runs here (torch's
 # OpenMP runtime must not share a worker's process with llama.cpp's)
-from draftd._testing.realtarget import PROSE, chat_text
+from draftd._testing.realtarget import PROSE, chat_text, long_texts
 from draftd._testing.serve import DRAFTER_FILE, REPO, TARGET_FILE, build_draftd, real_models_dir, start_server
 
 #: llama.cpp's logits are float32: draftd._testing.neartie's gap for it.
@@ -98,10 +107,10 @@ def loadavg() -> str:
 # line with its results. Each imports llama_cpp itself (after the env is set).
 
 
-def _llama(path: str, threads: int, logits_all: bool, draft_model: Any = None) -> Any:
+def _llama(path: str, threads: int, logits_all: bool, draft_model: Any = None, n_ctx: int = 2048) -> Any:
     from llama_cpp import Llama
 
-    return Llama(model_path=path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, seed=0, verbose=False,
+    return Llama(model_path=path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, seed=0, verbose=False,
                  logits_all=logits_all, draft_model=draft_model)
 
 
@@ -158,7 +167,7 @@ def near_tie(plain: list[int], plain_top: list[list[float]], got: list[int], got
 
 
 def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
-    llama = _llama(spec["target"], spec["threads"], True)  # every position's logits: the near-tie rule
+    llama = _llama(spec["target"], spec["threads"], True, n_ctx=spec.get("n_ctx", 2048))  # every position's logits: the near-tie rule
     res = []
     for sid, ids in spec["prompts"]:
         out, t0, t1, _ = _timed_generate(llama, ids, spec["tokens"])
@@ -170,7 +179,7 @@ def worker_components(spec: dict[str, Any]) -> dict[str, Any]:
     """T_verify(k) for k = 1..kmax: one Llama.eval of k positions (every
     position's logits, as with a draft model) after each prompt + 32 tokens;
     and the per-position cost of llama-cpp-python's sampling."""
-    llama = _llama(spec["target"], spec["threads"], True)
+    llama = _llama(spec["target"], spec["threads"], True, n_ctx=spec.get("n_ctx", 2048))
     # generate()'s sampler (kept for the whole generation, not made per call)
     llama._sampler = llama._init_sampler(temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
     kmax, reps = spec["kmax"], spec["reps"]
@@ -203,7 +212,7 @@ def worker_draftd(spec: dict[str, Any]) -> dict[str, Any]:
 
     dm = DraftdDraftModel(spec["url"], n=spec["n"], strategy=spec["strategy"], timeout=30.0,
                           adaptive=spec.get("adaptive", False))
-    llama = _llama(spec["target"], spec["threads"], True, draft_model=dm)
+    llama = _llama(spec["target"], spec["threads"], True, draft_model=dm, n_ctx=spec.get("n_ctx", 2048))
     evals: list[tuple[int, float]] = []  # (positions, seconds) of each Llama.eval
     drafts: list[tuple[int, float]] = []  # (n asked, seconds) of each draft request
     orig_eval, orig_draft = llama.eval, dm._draft
@@ -213,7 +222,7 @@ def worker_draftd(spec: dict[str, Any]) -> dict[str, Any]:
         orig_eval(tokens)
         evals.append((len(tokens), time.perf_counter() - t))
 
-    def timed_draft(ctx: list[int], n: int) -> list[int]:
+    def timed_draft(ctx: list[int], n: int) -> Any:
         t = time.perf_counter()
         d = orig_draft(ctx, n)
         drafts.append((n, time.perf_counter() - t))
@@ -270,7 +279,7 @@ def run_worker(spec: dict[str, Any], cpus: str | None, env: dict[str, str]) -> d
 
 
 def run_specsimple(tools: Path, target: Path, drafter: Path, text: str, tokens: int, n: int, threads: int,
-                   tmp: Path) -> dict[str, Any]:
+                   tmp: Path, n_ctx: int = 2048) -> dict[str, Any]:
     pf = tmp / "prompt.txt"
     # llama.cpp's -f drops one trailing newline of the file, and turns escape
     # sequences (a backslash and n in code) into characters unless --no-escape:
@@ -278,7 +287,7 @@ def run_specsimple(tools: Path, target: Path, drafter: Path, text: str, tokens: 
     pf.write_text(text + "\n")
     cmd = [str(tools / "llama-speculative-simple"), "-m", str(target), "-md", str(drafter), "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(n), "--spec-draft-n-min", "0", "-f", str(pf), "-n", str(tokens), "--temp", "0",
-           "--top-k", "1", "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-c", "2048", "--seed", "0",
+           "--top-k", "1", "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-c", str(n_ctx), "--seed", "0",
            "-ngl", "0", "--no-escape"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -300,7 +309,8 @@ def run_specsimple(tools: Path, target: Path, drafter: Path, text: str, tokens: 
             "accepted": int(acc.group(1)), "text": out_text}
 
 
-def start_llama_server(tools: Path, target: Path, threads: int, extra: list[str], cpus: str | None) -> tuple[subprocess.Popen[str], str]:
+def start_llama_server(tools: Path, target: Path, threads: int, extra: list[str], cpus: str | None,
+                       n_ctx: int = 2048) -> tuple[subprocess.Popen[str], str]:
     import socket
 
     s = socket.socket()
@@ -308,7 +318,7 @@ def start_llama_server(tools: Path, target: Path, threads: int, extra: list[str]
     port = s.getsockname()[1]
     s.close()
     cmd = [str(tools / "llama-server"), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-           "-tb", str(threads), "-c", "2048", "-np", "1", "--no-webui", *extra]
+           "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui", *extra]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -350,7 +360,11 @@ def main() -> int:
     ap.add_argument("--tools", type=Path, default=os.environ.get("DRAFTD_LLAMACPP_TOOLS"),
                     help="directory of llama-server and llama-speculative-simple (scripts/llamacpp-python's last line)")
     ap.add_argument("--draftd", type=Path, help="draftd binary (default: $DRAFTD_BIN, else go build the repository's)")
-    ap.add_argument("--per-kind", type=int, default=2, help="prompts of each kind (code, chat, prose)")
+    ap.add_argument("--prompts", choices=("short", "long", "both"), default="short",
+                    help="the prompt set: short (code, chat, prose of ~20–400 tokens), long (source files and chat "
+                    "histories of this repository, ~600–2,400 tokens), both (each its own table in --out/SET)")
+    ap.add_argument("--per-kind", type=int, help="prompts of each kind (short: code, chat, prose, default 2; long: "
+                    "code, chat, default 2; --quick: 1)")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--n", type=int, default=4, help="draft length of every speculative row")
     ap.add_argument("--strategies", default="model,hybrid")
@@ -360,7 +374,8 @@ def main() -> int:
     ap.add_argument("--adaptive", action="store_true", help="also draftd rows with adaptive draft lengths (at most --n)")
     ap.add_argument("--omp-wait", default="", help="OMP_WAIT_POLICY of the draftd rows ('' leaves it unset: PASSIVE "
                     "made the target's batched eval ~40 %% slower, its threads sleeping at every barrier)")
-    ap.add_argument("--quick", action="store_true", help="only alone (2), llama.cpp's draft model, draftd model 2+2")
+    ap.add_argument("--quick", action="store_true", help="one prompt of each kind, only alone (2), llama.cpp's draft "
+                    "model, draftd model 2+2 (and adaptive with --adaptive)")
     ap.add_argument("--out", type=Path, help="directory for table.md and results.json (required)")
     a = ap.parse_args()
     if a.worker:
@@ -371,11 +386,38 @@ def main() -> int:
         ap.error("--out DIR is required")
     if a.tools is None or not (a.tools / "llama-server").exists():
         ap.error("--tools DIR (or $DRAFTD_LLAMACPP_TOOLS): run scripts/llamacpp-python")
+    if a.per_kind is None:
+        a.per_kind = 1 if a.quick else 2
     if a.n < 1 or a.tokens < 2 or a.per_kind < 1:
         ap.error("--n ≥ 1, --tokens ≥ 2, --per-kind ≥ 1")
     a.out.mkdir(parents=True, exist_ok=True)
     target, drafter = a.models / TARGET_FILE, a.models / DRAFTER_FILE
     draftd_bin = a.draftd or build_draftd(a.out / "draftd")
+    for pset in ("short", "long") if a.prompts == "both" else (a.prompts,):
+        texts = prompt_texts(a.per_kind) if pset == "short" else long_prompt_texts(a.per_kind)
+        out = a.out / pset if a.prompts == "both" else a.out
+        out.mkdir(exist_ok=True)
+        run_set(a, pset, texts, out, target, drafter, draftd_bin)
+    return 0
+
+
+def long_prompt_texts(per_kind: int) -> list[tuple[str, str]]:
+    """(id, text) of per_kind prompts of each long kind: source files of this
+    repository to continue, chat histories (draftd._testing.realtarget.long_texts)."""
+    texts = long_texts()
+    code = [t for t in texts if t[0].startswith("long-code")]
+    chat = [t for t in texts if t[0].startswith("long-chat")]
+    if per_kind > min(len(code), len(chat)):
+        raise SystemExit(f"--per-kind {per_kind}: at most {min(len(code), len(chat))} long prompts of each kind")
+    out = []
+    for i in range(per_kind):
+        out += [code[i], chat[i]]
+    return out
+
+
+def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: Path, drafter: Path,
+            draftd_bin: Path) -> None:
+    """Every row on one prompt set; table.md and results.json in out."""
     log = lambda *x: print(*x, file=sys.stderr, flush=True)  # noqa: E731
     loads = [loadavg()]
 
@@ -383,10 +425,12 @@ def main() -> int:
     from llama_cpp import Llama
 
     tok = Llama(model_path=str(target), vocab_only=True, verbose=False)
-    texts = prompt_texts(a.per_kind)
     prompts = [(sid, tok.tokenize(t.encode(), add_bos=False, special=True)) for sid, t in texts]
     del tok
-    base = {"target": str(target), "prompts": prompts, "tokens": a.tokens}
+    # the context llama.cpp must hold: the longest prompt, its output and a draft past it
+    n_ctx = max(2048, 1 << (max(len(ids) for _, ids in prompts) + a.tokens + 2 * a.n).bit_length())
+    log(f"{pset} prompts: {', '.join(f'{sid} {len(ids)}' for sid, ids in prompts)} tokens; n_ctx {n_ctx}")
+    base = {"target": str(target), "prompts": prompts, "tokens": a.tokens, "n_ctx": n_ctx}
 
     rows: list[dict[str, Any]] = []
     log(f"load {loadavg()}: llama.cpp alone")
@@ -413,7 +457,7 @@ def main() -> int:
     # llama.cpp's own draft model (llama-speculative-simple), same n, 2+2 threads (in one process: sequential).
     with tempfile.TemporaryDirectory() as tmpd:
         log(f"load {loadavg()}: llama-speculative-simple")
-        ss = [run_specsimple(a.tools, target, drafter, text, a.tokens, a.n, 2, Path(tmpd)) for _, text in texts]
+        ss = [run_specsimple(a.tools, target, drafter, text, a.tokens, a.n, 2, Path(tmpd), n_ctx) for _, text in texts]
     from llama_cpp import Llama as _L
 
     detok = _L(model_path=str(target), vocab_only=True, verbose=False)
@@ -440,7 +484,7 @@ def main() -> int:
     for kind in ["", *ngrams]:
         log(f"load {loadavg()}: llama-server {kind or 'alone'}")
         extra = ["--spec-type", kind, "--spec-draft-n-max", str(a.n)] if kind else []
-        proc, url = start_llama_server(a.tools, target, 2, extra, None)
+        proc, url = start_llama_server(a.tools, target, 2, extra, None, n_ctx)
         try:
             rs = [server_complete(url, ids, a.tokens) for _, ids in prompts]
         finally:
@@ -527,12 +571,12 @@ def main() -> int:
                     "iso": {"R1_ms": 1000 * iso[1]["rtt"], f"R{a.n}_ms": 1000 * iso[a.n]["rtt"], "http_ms": 1000 * http,
                             "server_per_token_ms": 1000 * per_tok_srv}})
     loads.append(loadavg())
-    md = render(rows, breakdown, ref_tok_s, a, n_out, loads, comps, t_step)
-    (a.out / "table.md").write_text(md)
-    (a.out / "results.json").write_text(json.dumps({"rows": rows, "breakdown": breakdown, "components": comps,
-                                                     "t_step": t_step, "loads": loads}, indent=1))
+    md = f"### {pset} prompts ({', '.join(str(len(ids)) for _, ids in prompts)} tokens)\n\n" + render(
+        rows, breakdown, ref_tok_s, a, n_out, loads, comps, t_step, len(prompts))
+    (out / "table.md").write_text(md)
+    (out / "results.json").write_text(json.dumps({"rows": rows, "breakdown": breakdown, "components": comps,
+                                                   "t_step": t_step, "loads": loads, "prompts": pset}, indent=1))
     print(md)
-    return 0
 
 
 def _start_draftd(bin_: Path, model: Path, flags: list[str], cpus: str | None) -> Any:
@@ -568,8 +612,8 @@ def _draft_rtt(url: str, ids: list[int], n: int, reps: int = 12) -> dict[str, fl
 
 
 def render(rows: list[dict[str, Any]], breakdown: list[dict[str, Any]], ref: float, a: Any, n_out: int,
-           loads: list[str], comps: dict[int, Any], t_step: dict[int, float]) -> str:
-    L = [f"{len(rows[0:1]) and ''}Greedy, {a.per_kind * 3} prompts (code, chat, prose) × {a.tokens} tokens, draft length {a.n}; "
+           loads: list[str], comps: dict[int, Any], t_step: dict[int, float], n_prompts: int) -> str:
+    L = [f"Greedy, {n_prompts} prompts × {a.tokens} tokens, draft length {a.n}; "
          f"load average before / after: {loads[0]} / {loads[-1]}.", "",
          "| configuration | tokens/s | vs llama.cpp alone (2 threads) | τ | outputs = plain greedy | predicted speed-up | |",
          "|---|---:|---:|---:|---:|---:|---|"]

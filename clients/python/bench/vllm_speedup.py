@@ -30,10 +30,19 @@ with n̄ the mean draft length the row sent and T_call its measured draft
 call (draft compute + HTTP); overlapped rows also show the bound
 τ·T_step / max(T_call, T_verify).
 
-  ~/.cache/draftd/venv/bin/python clients/python/bench/vllm_speedup.py --out /tmp/vllm-bench
+Prompt sets (--prompts): short — a code snippet, a chat instruction, prose
+(~20–110 tokens; draftd._testing.realtarget.prompts) — and long — source files
+and chat histories of this repository's own Go and Python sources and docs,
+~600–2,400 tokens (realtarget.long_texts, chat histories in Qwen2.5's
+template) — or both, each set its own rows, components and table (T_step and
+T_verify grow with the context). --quick: one prompt per set, 32 tokens, the
+rows prefill, alone-2, oracle-K, ngram, draft_model-K and draftd-model-K-2+2
+(sequential and adaptive).
 
-Every run's JSON is kept in --out; a run whose JSON exists is not redone
-(delete it to redo), so an interrupted table resumes. A measurement, not a
+  ~/.cache/draftd/venv/bin/python clients/python/bench/vllm_speedup.py --prompts both --out /tmp/vllm-bench
+
+Every run's JSON is kept in --out/SET (SET: short, long); a run whose JSON
+exists is not redone (delete it to redo), so an interrupted table resumes. A measurement, not a
 test: nothing is asserted; outputs' equality with plain greedy is reported
 (draftd._testing.neartie, the gap of --dtype, as in tests/test_vllm_e2e.py).
 """
@@ -101,25 +110,59 @@ def main() -> None:
                     / "qwen2.5-coder-0.5b-instruct.gguf")
     ap.add_argument("--draftd", type=Path, help="the draftd binary (default: $DRAFTD_BIN, else go build the repository's)")
     ap.add_argument("--python", default=str(Path("~/.cache/draftd/vllm-venv/bin/python").expanduser()))
-    ap.add_argument("--prompts", type=int, default=3, help="prompts, alternating code, chat, prose")
+    ap.add_argument("--prompts", default="short",
+                    help="the prompt set: short (code, chat, prose of ~20–110 tokens), long (source files and chat "
+                    "histories of ~600–2,400 tokens), both (each its own table); a number N: the first N short ones")
+    ap.add_argument("--count", type=int, help="prompts of each set (default: short 3, long 4)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a tiny case: 1 prompt per set, 32 tokens, rows prefill, alone-2, oracle-K, ngram, "
+                         "draft_model-K, draftd-model-K-2+2 and its -adaptive")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--k", type=int, default=8, help="draft length of the draftd and draft_model rows")
     ap.add_argument("--rows", default="all", help="comma-separated row names (default all)")
     a = ap.parse_args()
+    if a.prompts.isdigit():
+        a.prompts, a.count = "short", int(a.prompts)
+    if a.prompts not in ("short", "long", "both"):
+        ap.error(f"--prompts {a.prompts!r}: want short, long, both or a number")
+    if a.quick:
+        a.count = a.count or 1
+        if a.tokens == 64:
+            a.tokens = 32
     a.out.mkdir(parents=True, exist_ok=True)
 
     from transformers import AutoTokenizer
 
+    from draftd._testing.realtarget import long_texts
     from draftd._testing.realtarget import prompts as real_prompts
 
     tok = AutoTokenizer.from_pretrained(str(a.target))
-    prompts = a.out / "prompts.json"
-    # short_code: the code prompt is ~110 tokens, not ~380 (the target's
-    # prefill is the same in every row and only dilutes the comparison)
-    prompts.write_text(json.dumps([{"id": i, "prompt": p} for i, p in real_prompts(tok, a.prompts, short_code=True)]))
     binary = a.draftd or build_draftd(a.out / "draftd")
+    for pset in ("short", "long") if a.prompts == "both" else (a.prompts,):
+        out_dir = a.out / pset
+        out_dir.mkdir(exist_ok=True)
+        if pset == "short":
+            # short_code: the code prompt is ~110 tokens, not ~380 (the target's
+            # prefill is the same in every row and only dilutes the comparison)
+            ps = real_prompts(tok, a.count or 3, short_code=True)
+        else:
+            texts = long_texts()
+            if (a.count or len(texts)) > len(texts):
+                ap.error(f"--count {a.count}: there are {len(texts)} long prompts")
+            ps = [(sid, tok(t, add_special_tokens=False)["input_ids"]) for sid, t in texts[: a.count or len(texts)]]
+        (out_dir / "prompts.json").write_text(json.dumps([{"id": i, "prompt": p} for i, p in ps]))
+        longest = max(len(p) for _, p in ps)
+        print(run_set(a, pset, out_dir, binary, longest, [len(p) for _, p in ps]))
+
+
+def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longest: int, lengths: list[int]) -> str:
+    """Every row of one prompt set (out_dir/prompts.json), each a fresh
+    vLLM process whose JSON goes to out_dir; the table."""
+    prompts = out_dir / "prompts.json"
     k = a.k
+    # the context vLLM must hold: the longest prompt and its output, a draft past it
+    max_len = max(2048, 1 << (longest + a.tokens + 2 * k).bit_length())
     # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores) or None, concurrency)
     rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None] | None, int]] = {
         "prefill": (["--max-tokens", "1"], 2, None, None, 1),
@@ -144,12 +187,14 @@ def main() -> None:
         "alone-2-c4": ([], 2, None, None, 4),
         f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 4),
     }
-    want = list(rows) if a.rows == "all" else a.rows.split(",")
+    quick = ["prefill", "alone-2", f"oracle-{k}", "ngram", f"draft_model-{k}", f"draftd-model-{k}-2+2",
+             f"draftd-model-{k}-2+2-adaptive"]
+    want = (quick if a.quick else list(rows)) if a.rows == "all" else a.rows.split(",")
     results: dict[str, dict[str, Any]] = {}
     for name in want:
         if name not in rows:
             raise SystemExit(f"--rows: unknown row {name!r}; rows: {', '.join(rows)}")
-        out = a.out / f"{name}.json"
+        out = out_dir / f"{name}.json"
         if out.exists():
             results[name] = json.loads(out.read_text())
             continue
@@ -157,7 +202,7 @@ def main() -> None:
         if "--max-tokens" not in vargs:
             vargs = ["--max-tokens", str(a.tokens), *vargs]
         if "oracle" in name:
-            vargs = [*vargs, "--oracle", str(a.out / "alone-2.json")]
+            vargs = [*vargs, "--oracle", str(out_dir / "alone-2.json")]
         server = None
         if dd is not None:
             server = Draftd(binary, a.drafter, dd[0], dd[1], dd[2])
@@ -167,13 +212,13 @@ def main() -> None:
                    VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
                    KMP_BLOCKTIME="0", OMP_WAIT_POLICY="PASSIVE")
         cmd = [a.python, str(HERE / "vllm_run.py"), "--model", str(a.target), "--prompts", str(prompts), "--out",
-               str(out), "--dtype", a.dtype, "--concurrency", str(conc), "--ignore-eos", "--logprobs", *vargs]
+               str(out), "--dtype", a.dtype, "--concurrency", str(conc), "--ignore-eos", "--logprobs", "--max-model-len", str(max_len), *vargs]
         if cores:
             cmd = ["taskset", "-c", cores, *cmd]
         load = os.getloadavg()[0]
-        print(f"vllm_speedup: {name} (load {load:.1f})", file=sys.stderr, flush=True)
+        print(f"vllm_speedup: {pset} {name} (load {load:.1f})", file=sys.stderr, flush=True)
         try:
-            with (a.out / f"{name}.log").open("w") as log:
+            with (out_dir / f"{name}.log").open("w") as log:
                 subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
             r = json.loads(out.read_text())
             r["load_before"] = load
@@ -194,14 +239,15 @@ def main() -> None:
         finally:
             if server is not None:
                 server.stop()
-    print(table(results, a, k))
+    return f"### {pset} prompts ({', '.join(str(n) for n in lengths)} tokens)\n\n" + table(results, a, k)
 
 
 def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
     def tps(r: dict[str, Any]) -> float:
         return r["tokens"] / r["wall_s"]
 
-    lines = [f"vLLM {a.dtype} target {a.target.name}, {a.prompts} prompts × {a.tokens} tokens, greedy; "
+    lines = [f"vLLM {a.dtype} target {a.target.name}, {len(next(iter(res.values()))['outputs']) if res else 0} prompts × "
+             f"{a.tokens} tokens, greedy; "
              f"{cpu()}; {time.strftime('%Y-%m-%d')}", ""]
     plain = res.get("alone-2")
     # The components by the target's threads (1 or 2): T_step from alone-T,

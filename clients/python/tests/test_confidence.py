@@ -50,6 +50,7 @@ def answer(item: dict[str, Any]) -> dict[str, Any]:
 class Fake(ThreadingHTTPServer):
     bodies: list[tuple[str, Any]]
     override: dict[str, Any] | None = None  # a fixed answer body, for malformed answers
+    info: dict[str, Any] = INFO  # the /v1/info answer
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -64,7 +65,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/info":
             self.send_error(404)
             return
-        self.send_json(INFO)
+        self.send_json(self.server.info)
 
     def send_json(self, out: Any) -> None:
         data = json.dumps(out).encode()

@@ -336,3 +336,44 @@ def test_draft_model_rejects_bad_settings() -> None:
             DraftdDraftModel("http://127.0.0.1:9", **kw)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="base_url"):
         DraftdDraftModel("127.0.0.1:9")
+
+
+def test_adaptive_bound_goes_with_the_length(fake) -> None:  # type: ignore[no-untyped-def]
+    """adaptive=True against a draftd that reports confidences: each draft
+    request carries the policy's bound as ``min_confidence`` and asks for
+    confidences, through a session or not; a chain stopped on the bound is
+    the short draft the target gets, and the policy hears its bound,
+    confidences and stop with the acceptance, and passes = tokens + 1. A
+    draftd without the signal gets no bound."""
+    from hostile import INFO
+    from test_vllm_proposer import Scripted
+
+    conf = [0.9, 0.8, 0.6]
+    for session in (True, False):
+        fake.bodies.clear()
+        fake.info = {**INFO, "confidence_signal": "top1_prob", "min_confidence": 0}
+        with DraftdDraftModel(url(fake), n=6, session=session, adaptive=True) as dm:
+            assert dm.confidence_signal == "top1_prob"
+            pol = Scripted([6, 6, 6], bounds=[0.5, 0.5, 0.0])
+            dm._adaptive = pol  # type: ignore[assignment]
+            ctx = [5, 6, 7]
+            d = dm(np.asarray(ctx, dtype=np.intc))
+            assert d.tolist() == [100, 101, 102], d.tolist()
+            ctx += [100, 101, 9]
+            assert dm(np.asarray(ctx, dtype=np.intc)).tolist() == [100, 101, 102]
+            ctx += [8]
+            assert dm(np.asarray(ctx, dtype=np.intc)).tolist() == [100, 101, 102, 103, 104, 105]
+        assert pol.observed == [(3, 2), (3, 0)], pol.observed
+        assert pol.evidence == [(0.5, conf, True), (0.5, conf, True)], pol.evidence
+        assert pol.timed == [4, 6], pol.timed  # the first request sent the prompt: its time is the prefill's
+        sent = [b for path, b in fake.bodies if path == "/draft"]
+        assert [(b["min_confidence"], b["confidences"], "session" in b) for b in sent] == \
+            [(0.5, True, session), (0.5, True, session), (0.0, True, session)], sent
+
+    fake.bodies.clear()
+    fake.info = INFO
+    with DraftdDraftModel(url(fake), n=6, adaptive=True) as dm:
+        assert dm.confidence_signal is None
+        dm._adaptive = Scripted([6], bounds=[0.5])  # type: ignore[assignment]
+        assert dm(np.asarray([5, 6, 7], dtype=np.intc)).tolist() == [100, 101, 102, 103, 104, 105]
+    assert [b.get("min_confidence") for path, b in fake.bodies if path == "/draft"] == [None]

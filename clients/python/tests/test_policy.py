@@ -9,7 +9,13 @@ stack's own numbers, not the policy's estimates.
 
 Every check fails for a policy that always returns the same n (any n in
 0..8, so also one that never drafts): test_checks_catch_fixed_lengths runs
-them against such stubs."""
+them against such stubs.
+
+The confidence bound (the second half): stacks whose drafter reports each
+token's confidence, the policy choosing (n, min_confidence); the reference is
+the exact expected tokens per second of every fixed pair. Those checks fail
+for a policy that always returns (n, 0) and for one whose bound never stops
+a chain (test_bound_checks_catch_unbounded)."""
 
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from typing import Protocol
 
 import pytest
 
-from draftd.policy import LengthPolicy
+from draftd.policy import BOUNDS, LengthPolicy
 
 N_MAX = 8
 
@@ -238,3 +244,276 @@ def test_model_estimates() -> None:
     for bad in (0, -1, True, 2.0):
         with pytest.raises(ValueError, match="n_max"):
             LengthPolicy(bad)  # type: ignore[arg-type]
+
+
+# -- the confidence bound ----------------------------------------------------
+
+
+@dataclass
+class ConfStack:
+    """A stack whose drafter reports each token's confidence: confidences
+    drawn independently per position from ``levels`` ((confidence,
+    probability) pairs), a token of confidence c accepted (given the ones
+    before it were) with probability accept(c)."""
+
+    verify: Callable[[int], float]
+    draft: Callable[[int], float]
+    levels: list[tuple[float, float]]
+    accept: Callable[[float], float] = lambda c: c
+
+    def rate(self, n: int, b: float) -> float:
+        """Exact expected tokens per second of drafts of at most n tokens
+        stopped before the first token of confidence < b (n = 0: plain
+        decoding). A stopped chain costs one pass more than its length."""
+        if n == 0:
+            return 1.0 / self.verify(1)
+        s = sum(p for c, p in self.levels if c >= b)
+        r = sum(p * self.accept(c) for c, p in self.levels if c >= b)
+        e = 1.0 + sum(r ** j for j in range(1, n + 1))
+        t, reach = 0.0, 1.0
+        for length in range(n + 1):
+            p = reach * (1.0 - s) if length < n else reach
+            t += p * (self.draft(min(n, length + 1)) + self.verify(length + 1))
+            reach *= s
+        return e / t
+
+    def pairs(self) -> dict[tuple[int, float], float]:
+        return {(n, b): self.rate(n, b) for n in range(N_MAX + 1) for b in BOUNDS}
+
+    def best(self) -> tuple[int, float]:
+        r = self.pairs()
+        return max(r, key=lambda k: r[k])
+
+    def best_unbounded(self) -> float:
+        return max(self.rate(n, 0.0) for n in range(N_MAX + 1))
+
+    def draw(self, rng: random.Random) -> float:
+        x = rng.random()
+        for c, p in self.levels:
+            x -= p
+            if x < 0:
+                return c
+        return self.levels[-1][0]
+
+
+class BoundPolicy(Policy, Protocol):
+    bound: float
+
+    def observe(self, drafted: int, accepted: int, *, confidences: list[float] | None = None,
+                bound: float | None = None, stopped: bool = False) -> None: ...
+
+
+@dataclass
+class BoundRun(Run):
+    pairs: list[tuple[int, float]] = field(default_factory=list)
+    stops: int = 0  # drafts whose chain stopped on the bound
+
+
+def drive_bounded(policy: BoundPolicy, stack: ConfStack, steps: int, seed: int = 1, jitter: float = 0.05,
+                  run: BoundRun | None = None) -> BoundRun:
+    """Steps as an adapter drives the policy against a draftd that reports
+    confidences: choose (n, bound), the chain stops before its first token
+    below the bound (stop_reason "confidence"), the call's passes are its
+    tokens + 1 when it stopped, the target verifies what came back."""
+    rng = random.Random(seed)
+    run = run or BoundRun()
+    for _ in range(steps):
+        n = policy.choose()
+        b = policy.bound
+        assert isinstance(n, int) and 0 <= n <= N_MAX, f"choose() = {n!r}; want an int in [0, {N_MAX}]"
+        assert 0 <= b <= 1, f"bound {b!r}; want a number in [0, 1]"
+        t, a, length = 0.0, 0, 0
+        if n:
+            conf: list[float] = []
+            stopped = False
+            for _j in range(n):
+                c = stack.draw(rng)
+                if b > 0 and c < b:
+                    stopped = True
+                    break
+                conf.append(c)
+            length = len(conf)
+            passes = min(n, length + 1) if stopped else n
+            d = stack.draft(passes) * (1 + rng.uniform(-jitter, jitter))
+            policy.draft_time(d, passes)
+            t += d
+            while a < length and rng.random() < stack.accept(conf[a]):
+                a += 1
+            policy.observe(length, a, confidences=conf, bound=b, stopped=stopped)
+            run.stops += stopped
+        v = stack.verify(length + 1) * (1 + rng.uniform(-jitter, jitter))
+        policy.verify_time(v, length + 1)
+        t += v
+        run.choices.append(n)
+        run.pairs.append((n, b))
+        run.tokens += a + 1
+        run.seconds += t
+    return run
+
+
+# Calibrated confidences (acceptance = confidence) in three groups: sure
+# tokens (0.98, 60 %), half-sure (0.5, 15 %), unsure (0.1, 25 %): a bound
+# in (0.1, 0.5] drops the unsure ones, nine in ten of which are rejected.
+_LEVELS = [(0.98, 0.60), (0.5, 0.15), (0.1, 0.25)]
+
+# The Q4_K_M llama.cpp target on the Xeon (Q4_XEON): 3 tokens bounded at
+# 0.2 (any of 0.2–0.5) make 12 % more tokens/s than the best unbounded
+# length (3), which barely beats plain decoding.
+BOUND_Q4 = ConfStack(verify=Q4_XEON.verify, draft=Q4_XEON.draft, levels=_LEVELS)
+
+# A bf16 target (11 ms per extra position over a 110 ms step) with a drafter
+# at 15 ms a token: bounded at 0.2, 7 tokens; unbounded, only 3 pay.
+BOUND_BF16 = ConfStack(verify=lambda k: 0.110 + 0.004 * (k - 1), draft=lambda n: 0.002 + 0.015 * n, levels=_LEVELS)
+
+# Confidence that says nothing (every token accepted 90 % of the time
+# whatever its confidence) with FAST_FLAT's cheap drafter: any bound only
+# cuts good tokens: 8 tokens, no bound.
+BOUND_USELESS = ConfStack(verify=FAST_FLAT.verify, draft=FAST_FLAT.draft, levels=[(0.95, 0.5), (0.25, 0.5)],
+                          accept=lambda c: 0.9)
+
+# The Zen 4 (SLOW_DRAFTER) with confidences: no pair pays; no drafts.
+BOUND_SLOW = ConfStack(verify=SLOW_DRAFTER.verify, draft=SLOW_DRAFTER.draft, levels=_LEVELS)
+
+
+def test_bound_cases_are_what_they_say() -> None:
+    for stack, want, gain in ((BOUND_Q4, (3, 0.2), 1.10), (BOUND_BF16, (7, 0.2), 1.10)):
+        r = stack.pairs()
+        assert stack.best() == want, f"best pair {stack.best()}; want {want}"
+        assert r[want] >= gain * stack.best_unbounded(), f"{want}: {r[want]:.2f}; unbounded {stack.best_unbounded():.2f}"
+    assert BOUND_USELESS.best() == (8, 0.0)
+    assert BOUND_USELESS.rate(8, 0.0) >= 1.15 * max(BOUND_USELESS.rate(n, b) for n in range(1, 9) for b in BOUNDS if b > 0.25)
+    assert BOUND_SLOW.best()[0] == 0
+
+
+def check_bounded(make: Callable[[], BoundPolicy], stack: ConfStack, steps: int = 2000) -> BoundRun:
+    """Tokens per second ≥ 97 % of the best fixed (n, bound) (≥ 98 % of
+    plain decoding)."""
+    run = drive_bounded(make(), stack, steps)
+    have = run.tokens / run.seconds
+    want = stack.best()
+    assert have >= 0.97 * stack.rate(*want), \
+        f"{have:.2f} tokens/s; the best pair {want}: {stack.rate(*want):.2f} ({Counter(run.pairs[100:]).most_common(4)})"
+    assert have >= 0.98 * stack.rate(0, 0.0), f"{have:.2f} tokens/s; plain decoding: {stack.rate(0, 0.0):.2f}"
+    return run
+
+
+def check_bound_q4(make: Callable[[], BoundPolicy]) -> None:
+    """The Q4_K_M target: a bound that stops unsure chains, and chains do stop."""
+    run = check_bounded(make, BOUND_Q4)
+    assert run.stops >= 0.2 * len(run.choices), f"{run.stops} of {len(run.choices)} drafts stopped on the bound"
+
+
+def check_bound_bf16(make: Callable[[], BoundPolicy]) -> None:
+    """A bf16 target and a 15 ms drafter: long bounded chains."""
+    check_bounded(make, BOUND_BF16)
+
+
+def check_bound_useless(make: Callable[[], BoundPolicy]) -> None:
+    """Confidence that says nothing: no bound that stops good chains."""
+    check_bounded(make, BOUND_USELESS)
+
+
+def check_bound_slow(make: Callable[[], BoundPolicy]) -> None:
+    """A drafter that cannot pay, bounded or not: plain decoding."""
+    check_bounded(make, BOUND_SLOW, steps=3000)
+
+
+BOUND_CHECKS = [check_bound_q4, check_bound_bf16, check_bound_useless, check_bound_slow]
+
+
+@pytest.mark.parametrize("check", BOUND_CHECKS, ids=lambda c: c.__name__)
+def test_policy_bounded(check: Callable[[Callable[[], BoundPolicy]], None]) -> None:
+    check(lambda: LengthPolicy(N_MAX))
+
+
+class FixedPair(Fixed):
+    """A stub that always returns (n, bound)."""
+
+    def __init__(self, n: int, bound: float) -> None:
+        super().__init__(n)
+        self.bound = bound
+
+    def observe(self, drafted: int, accepted: int, *, confidences: list[float] | None = None,
+                bound: float | None = None, stopped: bool = False) -> None:
+        pass
+
+
+class Unbounded:
+    """The real policy, whose bound never stops a chain: it sends a bound
+    below every confidence (what an adapter that drops the bound does)."""
+
+    def __init__(self) -> None:
+        self.p = LengthPolicy(N_MAX)
+        self.bound = 0.0
+
+    def choose(self) -> int:
+        n = self.p.choose()
+        self.bound = 0.01 if self.p.bound > 0 else 0.0
+        return n
+
+    def observe(self, drafted: int, accepted: int, *, confidences: list[float] | None = None,
+                bound: float | None = None, stopped: bool = False) -> None:
+        self.p.observe(drafted, accepted, confidences=confidences, bound=0.0, stopped=stopped)
+
+    def draft_time(self, seconds: float, tokens: int) -> None:
+        self.p.draft_time(seconds, tokens)
+
+    def verify_time(self, seconds: float, k: int) -> None:
+        self.p.verify_time(seconds, k)
+
+
+def _failures(make: Callable[[], BoundPolicy]) -> list[str]:
+    failed = []
+    for check in BOUND_CHECKS:
+        try:
+            check(make)
+        except AssertionError as e:
+            failed.append(f"{check.__name__}: {e}")
+    return failed
+
+
+@pytest.mark.parametrize("n", range(N_MAX + 1))
+def test_bound_checks_catch_unbounded(n: int) -> None:
+    """(n, 0) for every n, and (n, a bound below every confidence), fail
+    the bounded Q4_K_M and bf16 cases; (n, 0.5) fails at least two checks."""
+    for bound in (0.0, 0.05):
+        failed = _failures(lambda: FixedPair(n, bound))
+        names = {f.split(":")[0] for f in failed}
+        assert {"check_bound_q4", "check_bound_bf16"} <= names, f"(n, bound) = ({n}, {bound}) failed only {failed}"
+    assert len(_failures(lambda: FixedPair(n, 0.5))) >= 2
+
+
+def test_bound_checks_catch_a_bound_that_never_stops() -> None:
+    """The policy itself, with its bound made one that never stops a chain."""
+    names = {f.split(":")[0] for f in _failures(Unbounded)}
+    assert {"check_bound_q4", "check_bound_bf16"} <= names, f"failed only {names}"
+
+
+def test_bound_model_estimates() -> None:
+    """What a draft says about each bound: a draft asked with bound b0 is
+    evidence for every bound ≥ b0 (where its chain would stop, what was
+    accepted), none for bounds below it."""
+    p = LengthPolicy(4, decay=1.0, bounds=(0.0, 0.3, 0.6))
+    # Asked with 0.3: tokens 0.9, 0.5, 0.95, then a stop (the 4th < 0.3); 2 accepted.
+    p.observe(3, 2, confidences=[0.9, 0.5, 0.95], bound=0.3, stopped=True)
+    bm = p._bounds
+    assert bm.seen[0] == [0.0] * 4, "bound 0 (below the asked 0.3) learns nothing"
+    assert bm.seen[1] == [1.0, 1.0, 1.0, 1.0] and bm.kept[1] == [1.0, 1.0, 1.0, 0.0]
+    assert bm.path[1] == [1.0, 1.0, 1.0, 0.0] and bm.good[1] == [1.0, 1.0, 0.0, 0.0]
+    assert bm.seen[2] == [1.0, 1.0, 0.0, 0.0] and bm.kept[2] == [1.0, 0.0, 0.0, 0.0]  # 0.6 stops before the 0.5
+    assert bm.path[2] == [1.0, 1.0, 0.0, 0.0] and bm.good[2] == [1.0, 0.0, 0.0, 0.0]
+    # Without confidences: evidence for the asked bound alone.
+    p.observe(1, 1, bound=0.6, stopped=True)
+    assert bm.seen[2] == [2.0, 2.0, 0.0, 0.0] and bm.kept[2] == [2.0, 0.0, 0.0, 0.0] and bm.seen[1][0] == 1.0
+    # The rate of a pair from exact models: s = 1/2 kept at every position, r = 1/2.
+    q = LengthPolicy(2, bounds=(0.0, 0.5))
+    q._bounds.model = lambda bi: ([0.5, 0.5], [0.5, 0.5])  # type: ignore[method-assign]
+    q.draft_time(0.010, 1)
+    q.draft_time(0.020, 2)
+    for k, v in ((1, 0.1), (2, 0.1), (3, 0.1)):
+        q.verify_time(v, k)
+    # L = 0 (p 1/2): 1 pass; L = 1 (1/4): 2 passes; L = 2 (1/4): 2 passes.
+    t = 0.5 * (0.010 + 0.1) + 0.25 * (0.020 + 0.1) + 0.25 * (0.020 + 0.1)
+    assert q.rate_bounded(2, 0.5) == pytest.approx((1 + 0.5 + 0.25) / t)
+    with pytest.raises(ValueError, match="bounds"):
+        LengthPolicy(4, bounds=(0.5, 1.5))

@@ -183,9 +183,12 @@ class Scripted:
     """A policy stub for the proposer's ``tuner``: the lengths of a script,
     in order; it records what the proposer tells it."""
 
-    def __init__(self, script: list[int]) -> None:
+    def __init__(self, script: list[int], bounds: list[float] | None = None) -> None:
         self.script = list(script)
+        self.bounds = list(bounds) if bounds is not None else None
+        self.bound = 0.0
         self.observed: list[tuple[int, int]] = []
+        self.evidence: list[tuple[float | None, list[float] | None, bool]] = []  # (bound, confidences, stopped)
         self.verified: list[int] = []
         self.timed: list[int] = []
         self.batches: list[int] = []
@@ -194,10 +197,14 @@ class Scripted:
         self.batches.append(rows)
 
     def choose(self) -> int:
+        if self.bounds is not None:
+            self.bound = self.bounds.pop(0)
         return self.script.pop(0)
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe(self, drafted: int, accepted: int, *, confidences: list[float] | None = None,
+                bound: float | None = None, stopped: bool = False) -> None:
         self.observed.append((drafted, accepted))
+        self.evidence.append((bound, confidences, stopped))
 
     def draft_time(self, seconds: float, tokens: int) -> None:
         self.timed.append(tokens)
@@ -274,3 +281,50 @@ def test_min_confidence_goes_with_every_request(fake) -> None:  # type: ignore[n
     assert "session" in items[0][0] and "session" not in items[1][0]
     p.close()
     q.close()
+
+
+def test_adaptive_bound_goes_with_the_length(fake) -> None:  # type: ignore[no-untyped-def]
+    """``adaptive`` against a draftd that reports confidences
+    (``confidence_signal`` in /v1/info): each step sends the policy's bound
+    as every item's ``min_confidence`` and asks for confidences; a chain
+    stopped on the bound reaches vLLM short, the policy hears its bound,
+    confidences and stop with the acceptance, and the call's passes are its
+    tokens + 1 (the pass that found the unsure token). Against a draftd
+    without the signal the bound is not sent."""
+    from hostile import INFO
+
+    fake.info = {**INFO, "confidence_signal": "top1_prob", "min_confidence": 0}
+    p = DraftdProposer(config(url(fake), adaptive=True))
+    assert p.confidence_signal == "top1_prob"
+    pol = Scripted([6, 6, 6, 0], bounds=[0.5, 0.5, 0.0, 0.0])
+    p.tuner = pol  # type: ignore[assignment]
+    r = Runner(p)
+    q = Req([11, 12, 13], 50, [14])
+    r.requests = {"a": q}
+    got = r.step(["a"], [[14]])
+    assert got == [[100, 101, 102]], got  # confidences 0.9, 0.8, 0.6, then 0.3 < 0.5
+    q.output += [100, 101, 9]  # two accepted, the target's own 9
+    assert r.step(["a"], [[100, 101, 9]]) == [[100, 101, 102]]
+    q.output += [8]  # none accepted
+    assert r.step(["a"], [[8]]) == [[100, 101, 102, 103, 104, 105]]  # bound 0: the whole chain
+    q.output += [100, 101, 102, 103, 104, 105, 6]
+    assert r.step(["a"], [[100, 101, 102, 103, 104, 105, 6]]) == [[]]
+    conf = [0.9, 0.8, 0.6]
+    assert pol.observed == [(3, 2), (3, 0), (6, 6)], pol.observed
+    assert pol.evidence == [(0.5, conf, True), (0.5, conf, True), (0.0, [0.9, 0.8, 0.6, 0.3, 0.2, 0.9], False)], \
+        pol.evidence
+    assert pol.timed == [4, 6], pol.timed  # the first call sent the whole prompt: its time is the prefill's
+    items = [b["requests"] for path, b in fake.bodies]
+    assert [(i[0]["min_confidence"], i[0]["confidences"]) for i in items] == [(0.5, True), (0.5, True), (0.0, True)]
+    p.close()
+
+    fake.bodies.clear()
+    fake.info = INFO
+    p = DraftdProposer(config(url(fake), adaptive=True))
+    assert p.confidence_signal is None
+    p.tuner = Scripted([6], bounds=[0.5])  # type: ignore[assignment]
+    r = Runner(p)
+    r.requests = {"a": Req([11, 12, 13], 50, [14])}
+    assert r.step(["a"], [[14]]) == [[100, 101, 102, 103, 104, 105]]
+    assert [b["requests"][0].get("min_confidence") for _, b in fake.bodies] == [None]
+    p.close()

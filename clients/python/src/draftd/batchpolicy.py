@@ -64,8 +64,15 @@ class BatchPolicy:
     def choose(self) -> int:
         return self.current.choose()
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        self.current.observe(drafted, accepted)
+    @property
+    def bound(self) -> float:
+        """The confidence bound of the last choice (LengthPolicy.bound)."""
+        return self.current.bound
+
+    def observe(self, drafted: int, accepted: int, **evidence: Any) -> None:
+        """LengthPolicy.observe, with its keyword-only evidence
+        (confidences, bound, stopped)."""
+        self.current.observe(drafted, accepted, **evidence)
 
     def draft_time(self, seconds: float, tokens: int) -> None:
         self.current.draft_time(seconds, tokens)

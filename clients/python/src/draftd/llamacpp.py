@@ -78,7 +78,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .client import Client
 from .errors import APIError, DraftdError, TransportError
-from .policy import LengthPolicy
+from .policy import BOUNDS, LengthPolicy, confidence_info
 from .session import Session, SessionStats
 from .types import Info, check_min_confidence
 
@@ -152,6 +152,9 @@ class _Pending:
     context: list[int]
     draft: list[int]
     t: float = 0.0
+    bound: float | None = None  # the confidence bound the draft was asked with (None: none, or not known)
+    confidences: list[float] | None = None  # its tokens' confidences, when the answer had them
+    stopped: bool = False  # its chain stopped on the bound (stop_reason "confidence")
 
 
 class DraftdDraftModel(LlamaDraftModel):
@@ -170,7 +173,11 @@ class DraftdDraftModel(LlamaDraftModel):
     measured acceptance by position, draft call times and the target's time
     per verification length (n: the most it asks; 0: no request and an
     empty draft, while drafting does not pay; see
-    :class:`draftd.policy.LengthPolicy`); off, every draft asks n. ``client``:
+    :class:`draftd.policy.LengthPolicy`), and, when draftd reports its
+    tokens' confidences (``confidence_signal`` in /v1/info) and
+    ``min_confidence`` is None, each draft's confidence bound with it (the
+    policy's ``bound``, sent as ``min_confidence``, each answer asked for its
+    confidences); off, every draft asks n. ``client``:
     a :class:`draftd.Client` of your own instead of one made from ``url``
     (its timeouts and retries are then yours; it is not closed by
     :meth:`close`). ``n_vocab``: the target's vocabulary size (None: read
@@ -228,7 +235,8 @@ class DraftdDraftModel(LlamaDraftModel):
         # No retries: a 503 is a miss now, not a wait (the target does not wait).
         self.client = client if client is not None else Client(url, timeout=httpx.Timeout(first_timeout), max_retries=0)
         self.min_confidence = min_confidence
-        self._session: Session | None = (self.client.session(n=n, strategy=strategy, min_confidence=min_confidence)
+        self._session: Session | None = (self.client.session(n=n, strategy=strategy, min_confidence=min_confidence,
+                                                             confidences=adaptive)
                                          if session else None)
         self.calls = 0
         self.requests = 0
@@ -245,7 +253,11 @@ class DraftdDraftModel(LlamaDraftModel):
         self._prompt_len = 0
         self._end: int | None = None  # context length at which the budgeted generation ends
         self._acc: Acceptance | None = None
-        self._adaptive = LengthPolicy(n) if adaptive else None
+        # A bound of the caller's is the policy's only one: it chooses the length alone.
+        self._adaptive = (LengthPolicy(n, bounds=BOUNDS if min_confidence is None else (min_confidence,))
+                          if adaptive else None)
+        self.confidence_signal: str | None = None  # /v1/info's: draftd reports draft tokens' confidences
+        self.server_bound: float | None = None  # /v1/info's min_confidence: a session's bound when it sends none
         self.unresolved = 0
         self.n_vocab = n_vocab
         self.info: Info | None = None  # draftd's /v1/info, from the handshake
@@ -360,12 +372,14 @@ class DraftdDraftModel(LlamaDraftModel):
         room = min(room, self._nmax)
         if self._end is not None:
             room = min(room, self._end - len(ctx) - 1)  # the target's bonus token must still fit
-        draft: list[int] = []
+        pending = _Pending(ctx, [])
         if room > 0:
-            draft = self._draft(ctx, room)
+            pending = self._draft(ctx, room)
+        draft = pending.draft
         if self._acc is not None:
             self._acc.drafted.append(len(draft))
-        self._pending = _Pending(ctx, draft, time.perf_counter())
+        pending.t = time.perf_counter()
+        self._pending = pending
         return np.asarray(draft, dtype=np.intc) if draft else _EMPTY
 
     def _resolve(self, ctx: list[int], now: float) -> None:
@@ -384,16 +398,27 @@ class DraftdDraftModel(LlamaDraftModel):
             if self._acc is not None:
                 self._acc.accepted.append(k)
             if self._adaptive is not None:
-                self._adaptive.observe(len(p.draft), k)
+                self._adaptive.observe(len(p.draft), k, confidences=p.confidences, bound=p.bound, stopped=p.stopped)
                 self._adaptive.verify_time(now - p.t, len(p.draft) + 1)  # the target since the answer
         elif self._acc is not None:
             self.unresolved += 1
 
-    def _draft(self, ctx: list[int], n: int) -> list[int]:
+    def _bound(self) -> float | None:
+        """The confidence bound of this step's request: the adaptive
+        policy's (when draftd reports confidences and the caller gave
+        none), else the caller's ``min_confidence`` (None: not sent)."""
+        if self._adaptive is not None and self.confidence_signal and self.min_confidence is None:
+            return self._adaptive.bound
+        return self.min_confidence
+
+    def _draft(self, ctx: list[int], n: int) -> _Pending:
+        """This step's draft of at most n tokens after ctx (an empty one on
+        a miss), with what the policy learns from it."""
         now = time.monotonic()
+        none = _Pending(ctx, [])
         if now < self._quiet_until:
             self.skipped += 1
-            return []
+            return none
         # The server prefills what it has not seen: a context that does not
         # extend the last one sent (a new generation) may take first_timeout.
         last = self._last_sent
@@ -411,19 +436,21 @@ class DraftdDraftModel(LlamaDraftModel):
                 elif self.info is not None:
                     self._check_vocab(self.info, vocab)  # a target found since the handshake
                 resent = s.stats.resent if s is not None else 0
+                bound = self._bound()
                 if s is not None:
-                    d = s.draft(ctx, n=n)
+                    d = s.draft(ctx, n=n, min_confidence=bound)
                 else:
-                    d = self.client.draft(ctx, n, strategy=self.strategy, min_confidence=self.min_confidence)
+                    d = self.client.draft(ctx, n, strategy=self.strategy, min_confidence=bound,
+                                          confidences=self._adaptive is not None)
                 if s is not None and s.stats.resent != resent:
                     self._stale = True  # the server lost the session: perhaps a restarted one
         except (DraftdError, ValueError) as e:
             self._missed(e)
-            return []
+            return none
         except Exception as e:  # noqa: BLE001 - a bug here must not fail the generation
             log.exception("draftd draft model: unexpected error; no draft this step")
             self._missed(e)
-            return []
+            return none
         finally:
             self.draft_seconds += time.monotonic() - now
         if self._adaptive is not None and not first:  # a first request's time is the prompt's prefill
@@ -437,8 +464,15 @@ class DraftdDraftModel(LlamaDraftModel):
             self.invalid += 1
             self._warn_once("invalid", "draftd draft model: dropped a draft with an id outside the target's "
                             "vocabulary [0, %d): %s", limit, str(draft)[:80])
-            return []
-        return draft
+            return none
+        # What the draft says about confidence bounds: the bound in force
+        # (the server's --min-confidence for a session that sent none) when
+        # the answer says why its chain ended.
+        asked = bound if bound is not None else self.server_bound if s is not None else 0.0
+        known = d.stop_reason is not None and asked is not None
+        conf = d.confidences[: len(draft)] if d.confidences is not None else None
+        return _Pending(ctx, draft, bound=asked if known else None, confidences=conf,
+                        stopped=d.stop_reason == "confidence")
 
     def _caller_vocab(self) -> int | None:
         """The vocabulary size of the Llama whose generate() called this
@@ -484,6 +518,7 @@ class DraftdDraftModel(LlamaDraftModel):
         self.handshakes += 1
         self._check_vocab(info, self.n_vocab if vocab is None else vocab)
         self.info = info
+        self.confidence_signal, self.server_bound = confidence_info(info.raw)
         self._nmax = min(self.n, info.max_draft_len)
         if self._nmax < self.n:
             self._warn_once("max_draft_len", "draftd draft model: n = %d is above draftd's --max-draft-len %d: "

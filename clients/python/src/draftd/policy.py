@@ -48,6 +48,30 @@ is chosen only when even drafts that are always accepted would not pay. The
 draws come from the policy's own generator (``seed``): a policy fed the same
 measurements makes the same choices.
 
+**The confidence bound.** An adapter whose draftd reports each draft
+token's confidence (``confidence_signal`` in /v1/info) reports them with
+:meth:`~LengthPolicy.observe` (``confidences=``, the bound the draft was
+asked with and whether the chain stopped on it), and the policy then also
+chooses each step's ``min_confidence`` (:attr:`LengthPolicy.bound`) among
+``bounds``: the chain stops before its first token whose confidence is below
+the bound, so a draft of n has 0 to n tokens, costs one pass more than it
+has tokens when it stopped (the pass that found the unsure token), and the
+target verifies what it has. For each pair (n, b) (see :class:`_Bounds`)::
+
+    rate(n, b) = E[accepted + 1 | n, b] / Σ_L P(L | n, b) · (T_draft(passes(L)) + T_verify(L + 1))
+
+with L the draft's length under the bound and passes(L) = min(n, L + 1),
+and the pair with the most tokens per second is drafted (against plain
+decoding as above). What a bound does is learned from the drafts
+themselves: a draft asked with bound b0 shows, for every bound b ≥ b0, where
+that chain would have stopped and which of its tokens were accepted (its
+confidences are all known up to where b stops); bounds below b0 learn
+nothing from it. So the first ``explore`` drafts with confidences are asked
+with the lowest bound (complete evidence for all), and while drafting every
+other probe asks the next lower bound of the grid. Without confidences (a
+draftd without the signal, or ``bounds`` of one value) the bound stays
+``bounds[0]`` and the choice is the length's alone.
+
 The policy is pure bookkeeping (no clock, no I/O): an adapter calls
 :meth:`LengthPolicy.choose` before each step, and reports what it measured
 with :meth:`~LengthPolicy.observe` (acceptance), :meth:`~LengthPolicy.draft_time`
@@ -59,8 +83,113 @@ from __future__ import annotations
 import random
 import statistics
 from collections import deque
+from typing import Any
 
-__all__ = ["LengthPolicy"]
+__all__ = ["BOUNDS", "LengthPolicy", "confidence_info"]
+
+#: The confidence bounds the policy chooses among (0: no bound).
+BOUNDS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def confidence_info(raw: dict[str, Any]) -> tuple[str | None, float]:
+    """What a draftd's /v1/info (``raw``) says about confidence bounds:
+    its ``confidence_signal`` (None: the server reports no confidences, a
+    bound cannot be asked) and its ``min_confidence`` (the bound of session
+    and /v1/drafts requests that send none; 0 when absent or not a number
+    in [0, 1])."""
+    signal = raw.get("confidence_signal")
+    default = raw.get("min_confidence")
+    ok = isinstance(default, (int, float)) and not isinstance(default, bool) and 0 <= default <= 1
+    return (signal if isinstance(signal, str) and signal else None), (float(default) if ok else 0.0)
+
+
+class _Bounds:
+    """What each confidence bound b of a grid would do to drafts, from the
+    drafts' own per-token confidences (decayed counts, per draft position j):
+
+    - ``seen[b][j]``, ``kept[b][j]``: drafts whose chain under b reached
+      position j (every earlier token's confidence ≥ b), and of those the
+      ones whose token j was ≥ b too: the chain's length, whatever the
+      target accepted;
+    - ``path[b][j]``, ``good[b][j]``: drafts whose tokens before j were all
+      kept under b and accepted, and of those the ones whose token j was
+      kept and accepted: the accepted tokens.
+
+    A draft asked with bound b0 is complete evidence for every b ≥ b0 up
+    to where b stops (or the draft ends without a stop); it says nothing
+    about bounds below b0. Without confidences a draft is evidence for b0
+    alone (its tokens were kept; the one after, when it stopped, was not)."""
+
+    def __init__(self, n_max: int, bounds: tuple[float, ...], decay: float) -> None:
+        self.n_max = n_max
+        self.bounds = bounds
+        self.decay = decay
+        nb = len(bounds)
+        self.seen = [[0.0] * n_max for _ in range(nb)]  # (bounds, n_max)
+        self.kept = [[0.0] * n_max for _ in range(nb)]  # (bounds, n_max)
+        self.path = [[0.0] * n_max for _ in range(nb)]  # (bounds, n_max)
+        self.good = [[0.0] * n_max for _ in range(nb)]  # (bounds, n_max)
+        self.drafts = 0  # drafts observed with confidences
+
+    def observe(self, confidences: list[float] | None, length: int, accepted: int, bound: float,
+                stopped: bool) -> None:
+        """A draft of ``length`` tokens asked with ``bound`` (stopped: its
+        chain stopped on the bound before the next token), the first
+        ``accepted`` accepted; ``confidences``: its tokens' (None: unknown)."""
+        if confidences is not None:
+            self.drafts += 1
+        for bi, b in enumerate(self.bounds):
+            if b < bound - 1e-9 or (confidences is None and abs(b - bound) > 1e-9):
+                continue
+            conf = confidences if confidences is not None else [1.0] * length
+            self._count(self.seen[bi], self.kept[bi], conf, b, stopped, None)
+            self._count(self.path[bi], self.good[bi], conf, b, stopped, accepted)
+
+    def _count(self, tried: list[float], hit: list[float], conf: list[float], b: float, stopped: bool,
+               accepted: int | None) -> None:
+        """One walk down the chain under bound b: position j is tried while
+        every earlier one was hit (kept, and accepted when ``accepted`` is
+        given); positions past the evidence keep theirs, decaying slowly."""
+        reach = 0  # positions tried
+        hits = 0
+        for j in range(self.n_max):
+            if j < len(conf):
+                ok = conf[j] >= b and (accepted is None or j < accepted)
+            elif j == len(conf) and stopped:
+                ok = False  # the next token's confidence was below the asked bound ≤ b
+            else:
+                break
+            reach = j + 1
+            if not ok:
+                break
+            hits = j + 1
+        for j in range(self.n_max):
+            g = self.decay if j < reach else self.decay ** 0.125
+            tried[j] = g * tried[j] + (1.0 if j < reach else 0.0)
+            hit[j] = g * hit[j] + (1.0 if j < hits else 0.0)
+
+    @staticmethod
+    def _rates(tried: list[float], hit: list[float], first: float) -> list[float]:
+        """Posterior means of hit / tried by position, each position's prior
+        (weight 2) the estimate of the one before (``first`` for the first)."""
+        out: list[float] = []
+        prev = first
+        for t, h in zip(tried, hit):
+            a = h + 2.0 * prev
+            q = a / (t + 2.0)
+            out.append(q)
+            prev = q
+        return out
+
+    def model(self, bi: int) -> tuple[list[float], list[float]]:
+        """(s, r) of bound index bi: s_j the chance the chain under the
+        bound keeps position j given it kept the earlier ones, r_j the
+        chance position j is kept and accepted given the earlier ones were."""
+        if self.bounds[bi] <= 0:
+            s = [1.0] * self.n_max  # no bound: every token is kept
+        else:
+            s = self._rates(self.seen[bi], self.kept[bi], 1.0)
+        return s, self._rates(self.path[bi], self.good[bi], 0.5)
 
 
 class LengthPolicy:
@@ -73,11 +202,13 @@ class LengthPolicy:
     ``min_drafts``: drafts observed before n = 0 may be chosen on their
     acceptance; ``explore``: drafts seen before the choice stops drawing
     acceptances from their posterior (see the module); ``seed``: of those
-    draws. ``samples``: timing samples kept per verification length."""
+    draws. ``samples``: timing samples kept per verification length.
+    ``bounds``: the confidence bounds chosen among once drafts report
+    confidences (one value: a fixed bound; see the module)."""
 
     def __init__(self, n_max: int, *, decay: float = 0.97, probe_every: int = 16, probe_max: int = 256,
                  margin: float = 0.02, min_drafts: int = 8, explore: int = 32, samples: int = 15,
-                 seed: int = 0) -> None:
+                 seed: int = 0, bounds: tuple[float, ...] = BOUNDS) -> None:
         if isinstance(n_max, bool) or not isinstance(n_max, int) or n_max < 1:
             raise ValueError(f"n_max {n_max!r} must be an int ≥ 1")
         if not 0 < decay <= 1:
@@ -86,6 +217,9 @@ class LengthPolicy:
             raise ValueError(f"probe_every {probe_every!r} and probe_max {probe_max!r}: want 1 ≤ probe_every ≤ probe_max")
         if not margin >= 0:
             raise ValueError(f"margin {margin!r} must be ≥ 0")
+        bounds = tuple(sorted(set(float(b) for b in bounds)))
+        if not bounds or not all(0 <= b <= 1 for b in bounds):
+            raise ValueError(f"bounds {bounds!r} must be one or more numbers in [0, 1]")
         self.n_max = n_max
         self.decay = decay
         self.probe_every = probe_every
@@ -104,17 +238,30 @@ class LengthPolicy:
         self._since_probe = 0
         self._interval = probe_every
         self._probes = 0
+        self._moves = 0  # probes that tried a neighbouring length
         self.probing = False  # whether the last choice was a probe
         self.last = n_max  # the last choice
+        self._bounds = _Bounds(n_max, bounds, decay)
+        self.bound = bounds[0]  # the confidence bound of the last choice (min_confidence; 0: none)
+        self._pair = (n_max, bounds[0])  # the best drafting (n, bound) of the last choice
 
     # -- what the adapter measured -----------------------------------------
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe(self, drafted: int, accepted: int, *, confidences: list[float] | None = None,
+                bound: float | None = None, stopped: bool = False) -> None:
         """A draft of ``drafted`` tokens, of which the target accepted the
-        first ``accepted``."""
+        first ``accepted``. ``bound``: the confidence bound it was asked
+        with (None: none, or not known: no evidence about bounds);
+        ``stopped``: its chain stopped on the bound (``stop_reason``
+        ``"confidence"``); ``confidences``: its tokens' (``drafted`` of
+        them). A draft stopped before its first token (0 tokens) counts."""
+        accepted = max(0, min(accepted, drafted))
+        if bound is not None and drafted >= 0:
+            conf = None if confidences is None else [float(c) for c in confidences[:drafted]]
+            if conf is None or len(conf) == drafted:
+                self._bounds.observe(conf, drafted, accepted, bound, stopped)
         if drafted < 1:
             return
-        accepted = max(0, min(accepted, drafted))
         tried = min(drafted, accepted + 1, self.n_max)  # the positions this draft tried
         for j in range(self.n_max):
             # A position not tried keeps most of its evidence: only probes
@@ -167,6 +314,12 @@ class LengthPolicy:
             return 0.0
         if not self._calls:
             return None
+        c0, c1 = self._draft_line()
+        return c0 + c1 * n
+
+    def _draft_line(self) -> tuple[float, float]:
+        """(per call, per token) seconds of the recent draft calls: their
+        least-squares line, else (0, the median time per token)."""
         xs = [x for x, _ in self._calls]
         ys = [y for _, y in self._calls]
         if len(set(xs)) >= 2:
@@ -175,8 +328,8 @@ class LengthPolicy:
             c1 = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
             c0 = my - c1 * mx
             if c1 > 0 and c0 >= 0:
-                return c0 + c1 * n
-        return statistics.median(y / x for x, y in self._calls) * n
+                return c0, c1
+        return 0.0, statistics.median(y / x for x, y in self._calls)
 
     def t_verify(self, k: int) -> float | None:
         """The expected seconds of the target's step over k positions: the
@@ -214,8 +367,16 @@ class LengthPolicy:
         draw from their posterior (Thompson sampling: lengths whose
         acceptance is still uncertain get tried); before ``min_drafts``,
         n = 0 only when even drafts that are always accepted would not pay."""
+        if self.bounded():
+            n, bound, rn = self.best_pair()
+            self._pair = (n, bound)
+            r0 = self.rate(0)
+            if r0 is None or rn < 0:
+                return n
+            return 0 if rn < r0 * (1 + self.margin) else n
         q = self.acceptance(sample=self.drafts < self.explore)
         n, rn = self._best_drafting(q)
+        self._pair = (n, self._bounds.bounds[0])
         r0 = self.rate(0)
         if r0 is None or rn < 0:
             return n
@@ -235,30 +396,111 @@ class LengthPolicy:
                 best, best_rate = n, r
         return best, best_rate
 
+    # -- the confidence bound ------------------------------------------------
+
+    def bounded(self) -> bool:
+        """Whether the choice is of (n, bound) pairs: ``explore`` drafts
+        reported their confidences, and there is more than one bound."""
+        return len(self._bounds.bounds) > 1 and self._bounds.drafts >= self.explore
+
+    def rate_bounded(self, n: int, bound: float) -> float | None:
+        """Expected tokens per second of steps of at most n draft tokens
+        whose chain stops before its first token below ``bound`` (a value
+        of ``bounds``; see the module). None: not known yet."""
+        return self._rates_bounded(self._bounds.model(self._bounds.bounds.index(bound)), self._t_drafts(),
+                                   self._t_verifies())[n]
+
+    def _rates_bounded(self, model: tuple[list[float], list[float]], d: list[float] | None,
+                       vs: list[float | None]) -> list[float | None]:
+        """rate_bounded of n = 0..n_max (index n; 0: None) from the bound's
+        model (s, r): a draft of at most n has length L < n with chance
+        K_L (1 − s_L), K_L = Π_{j<L} s_j, and costs T_draft(L + 1) +
+        T_verify(L + 1); length n with chance K_n, T_draft(n) + T_verify(n + 1)."""
+        s, r = model
+        out: list[float | None] = [None]
+        e, run = 1.0, 1.0  # E[accepted + 1 | n]; Π r
+        stopped, reach = 0.0, 1.0  # the time of the chains stopped before n, weighted; K_n
+        for n in range(1, self.n_max + 1):
+            run *= r[n - 1]
+            e += run
+            # the chain of length n − 1 < n that stopped at position n − 1
+            p = reach * (1.0 - s[n - 1])
+            if p > 0:
+                v = vs[n]
+                if d is None or v is None:
+                    out.extend([None] * (self.n_max + 1 - n))
+                    return out
+                stopped += p * (d[n] + v)
+            reach *= s[n - 1]
+            v = vs[n + 1]
+            if d is None or v is None:
+                out.append(None)
+                continue
+            t = stopped + reach * (d[n] + v)
+            out.append(e / t if t > 0 else None)
+        return out
+
+    def _t_drafts(self) -> list[float] | None:
+        """t_draft(p) for p = 0..n_max (None: no call measured)."""
+        if not self._calls:
+            return None
+        c0, c1 = self._draft_line()
+        return [0.0] + [c0 + c1 * p for p in range(1, self.n_max + 1)]
+
+    def _t_verifies(self) -> list[float | None]:
+        """t_verify(k) for k = 0..n_max + 1 (index 0 unused)."""
+        return [None] + [self.t_verify(k) for k in range(1, self.n_max + 2)]
+
+    def best_pair(self) -> tuple[int, float, float]:
+        """The drafting pair (n ≥ 1, bound) with the most expected tokens
+        per second, and that rate (−1: not known)."""
+        d, vs = self._t_drafts(), self._t_verifies()
+        best = (self.n_max, self._bounds.bounds[0], -1.0)
+        for bi, bound in enumerate(self._bounds.bounds):
+            for n, r in enumerate(self._rates_bounded(self._bounds.model(bi), d, vs)):
+                if n >= 1 and r is not None and r > best[2] + 1e-12:
+                    best = (n, bound, r)
+        return best
+
+    def _lower(self, bound: float) -> float:
+        """The grid's bound below ``bound`` (the lowest stays)."""
+        bs = self._bounds.bounds
+        i = bs.index(bound)
+        return bs[max(0, i - 1)]
+
     # -- the choice ------------------------------------------------------------
 
     def choose(self) -> int:
-        """The draft length of the next step, in [0, n_max]."""
+        """The draft length of the next step, in [0, n_max]; its confidence
+        bound is then :attr:`bound` (send it as ``min_confidence``)."""
         self.steps += 1
         self.probing = False
+        self.bound = self._bounds.bounds[0]
         if self._warmup:
             self.last = self._warmup.pop(0)
             return self.last
         b = self.best()
+        self.bound = self._pair[1]
         self._since_probe += 1
         if b == 0:
             if self._since_probe >= self._interval:
                 self._since_probe = 0
                 self._interval = min(2 * self._interval, self.probe_max)
                 self.probing = True
-                b = self._best_drafting(self.acceptance(sample=self.drafts < self.explore))[0]
+                if self.bounded():
+                    b = self._pair[0]
+                else:
+                    b = self._best_drafting(self.acceptance(sample=self.drafts < self.explore))[0]
         else:
             self._interval = self.probe_every
             if self._since_probe >= self.probe_every:
                 self._since_probe = 0
                 self._probes += 1
                 self.probing = True
-                b = self._neighbour(b)
+                if self.bounded() and self._probes % 2 and self.bound > self._bounds.bounds[0]:
+                    self.bound = self._lower(self.bound)  # evidence for the next lower bound
+                else:
+                    b = self._neighbour(b)
         self.last = b
         return b
 
@@ -269,7 +511,8 @@ class LengthPolicy:
         unmeasured = [n for n in range(1, self.n_max + 1) if not self._verify[n + 1]]
         if unmeasured:
             return max(unmeasured, key=lambda n: self.rate(n) or 0.0)
-        if self._probes % 4 == 0:
+        self._moves += 1
+        if self._moves % 4 == 0:
             return 0
         up, down = min(b + 1, self.n_max), max(b - 1, 1)
-        return up if self._probes % 2 else down
+        return up if self._moves % 2 else down

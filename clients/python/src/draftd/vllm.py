@@ -29,10 +29,13 @@ backoff         DRAFTD_BACKOFF          seconds without drafts after a failed
 adaptive        DRAFTD_ADAPTIVE         choose each step's draft length in [0, K]
                                         from the acceptance and times measured so
                                         far; 0: no draft while drafting does not
-                                        pay (false)
+                                        pay; and, when draftd reports its tokens'
+                                        confidences and min_confidence is not
+                                        set, each step's confidence bound (false)
 min_confidence  DRAFTD_MIN_CONFIDENCE   a confidence bound sent with every draft
                                         request, 0 ≤ x ≤ 1 (not sent: the
-                                        server's --min-confidence)
+                                        server's --min-confidence, or with
+                                        adaptive the policy's)
 =============== ======================= =========================================
 
 The draft length is vLLM's ``num_speculative_tokens`` (K) — with
@@ -102,8 +105,9 @@ from typing import Any
 from .client import Client
 from .errors import APIError, DraftdError, TransportError
 from .batchpolicy import BatchPolicy
+from .policy import BOUNDS, confidence_info
 from .session import Session
-from .types import DraftRequest, Info, check_min_confidence
+from .types import Draft, DraftRequest, Info, check_min_confidence
 
 __all__ = ["DraftdProposer", "ProposerStats", "proposers"]
 
@@ -235,6 +239,19 @@ def _option(cfg: dict[str, Any], key: str, env: str, default: Any, kind: type) -
     return v
 
 
+@dataclass
+class _Given:
+    """A draft a row was given, for the adaptive policy: its length, the
+    confidence bound it was asked with (None: not known), its tokens'
+    confidences (None: not asked or not answered), whether its chain
+    stopped on the bound."""
+
+    length: int
+    bound: float | None
+    confidences: list[float] | None
+    stopped: bool
+
+
 class DraftdProposer:
     """vLLM's custom proposer backed by a draftd server (see the module
     doc). vLLM builds it with its ``VllmConfig``."""
@@ -258,8 +275,13 @@ class DraftdProposer:
             self.min_confidence = None if mc is None else check_min_confidence(float(mc))
         except (TypeError, ValueError):
             raise ValueError(f"min_confidence = {mc!r} must be a number in [0, 1]") from None
-        self.tuner = BatchPolicy(self.k) if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None
-        self._pending: dict[str, int] = {}  # request id → length of the draft it was given
+        # A bound of the caller's is the policy's only one: it chooses the length alone.
+        self.tuner = (BatchPolicy(self.k, bounds=BOUNDS if self.min_confidence is None else (self.min_confidence,))
+                      if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None)
+        self._pending: dict[str, _Given] = {}  # request id → the draft it was given
+        self.confidence_signal: str | None = None  # /v1/info's: draftd reports draft tokens' confidences
+        self.server_bound = 0.0  # /v1/info's min_confidence: a session's bound when it sends none
+        self._bound: float | None = None  # this step's min_confidence (None: not sent)
         self._returned: float | None = None  # when propose() last returned (adaptive)
         self._returned_len = 0  # the longest draft it returned then
         self._returned_ids: list[str] | None = None  # the batch it returned them to
@@ -317,8 +339,11 @@ class DraftdProposer:
         if req_ids is not None:
             self._forget_gone(live, req_ids)
         best = self.k
+        self._bound = self.min_confidence
         if self.tuner is not None:
             best = self._choose(entered, req_ids, sampled_token_ids)
+            if self.confidence_signal and self.min_confidence is None:
+                self._bound = self.tuner.bound
         plans: list[tuple[int, Session | None, int]] = []
         for i in range(rows):
             length = int(num_tokens_no_spec[i])
@@ -369,7 +394,11 @@ class DraftdProposer:
         self.stats.calls += 1
         self._failures = 0
         vocab = self.target_vocab or (self.info.vocab_size if self.info is not None else None)
-        for (i, _, n), (draft, err) in zip(plans, results):
+        passes = 0  # the draft passes of the call: its longest chain's
+        for (i, _, n), (d, err) in zip(plans, results):
+            draft = [] if d is None else list(d.tokens)
+            if err is None:
+                passes = max(passes, min(n, len(draft) + 1) if d is not None and d.stop_reason == "confidence" else n)
             if err is not None:
                 self.stats.item_errors += 1
                 self.stats.last_error = f"{err.code}: {err.message}"
@@ -387,12 +416,10 @@ class DraftdProposer:
             out[i] = draft[:n]  # the row's own room, not only K
             self.stats.drafts += 1
             self.stats.draft_tokens += len(out[i])
-            if self.tuner is not None and req_ids is not None:
-                self._pending[req_ids[i]] = len(out[i])
-        if self.tuner is not None and self.stats.full == full:  # a whole context's time is its prefill
-            passes = max(n for _, _, n in plans)
-            if self.min_confidence:  # a bounded chain stops after the pass that found a token below it
-                passes = min(passes, 1 + max(len(d) for d in out))
+            if self.tuner is not None and req_ids is not None and d is not None:
+                self._pending[req_ids[i]] = self._given(d, out[i], plans[0][1] is not None)
+        if self.tuner is not None and self.stats.full == full and passes:  # a whole context's time is its prefill
+            # a bounded chain stops after the pass that found a token below the bound
             self.tuner.draft_time(call, passes)
         return self._done(out, req_ids)
 
@@ -408,9 +435,10 @@ class DraftdProposer:
         assert self.tuner is not None
         if req_ids is not None:
             for i, r in enumerate(req_ids):
-                drafted = self._pending.pop(r, None)
-                if drafted is not None and sampled[i]:
-                    self.tuner.observe(drafted, len(sampled[i]) - 1)
+                g = self._pending.pop(r, None)
+                if g is not None and sampled[i]:
+                    self.tuner.observe(g.length, len(sampled[i]) - 1, confidences=g.confidences, bound=g.bound,
+                                       stopped=g.stopped)
         if (self._returned is not None and req_ids == self._returned_ids and len(sampled) > 0
                 and all(len(s) > 0 for s in sampled)):
             self.tuner.verify_time(entered - self._returned, self._returned_len + 1)
@@ -430,11 +458,20 @@ class DraftdProposer:
             self._returned = time.perf_counter()
         return out
 
+    def _given(self, d: Draft, draft: list[int], session: bool) -> _Given:
+        """What the policy learns from a row's draft (``draft``: what the
+        row was given): the bound in force (this step's, else the server's
+        for a session; None when the answer does not say why its chain
+        ended), its confidences, whether it stopped on the bound."""
+        bound = self._bound if self._bound is not None else self.server_bound if session else 0.0
+        conf = d.confidences[: len(draft)] if d.confidences is not None else None
+        return _Given(len(draft), bound if d.stop_reason is not None else None, conf, d.stop_reason == "confidence")
+
     def _call(self, plans: list[tuple[int, Session | None, int]], lengths: Any,
-              tokens: Any) -> list[tuple[list[int], APIError | None]]:
+              tokens: Any) -> list[tuple[Draft | None, APIError | None]]:
         if any(sess is None for _, sess, _ in plans):
             reqs = [DraftRequest(tokens=tokens[i, : int(lengths[i])].tolist(), n=n, strategy=self.strategy,
-                                 min_confidence=self.min_confidence)
+                                 min_confidence=self._bound, confidences=self.tuner is not None)
                     for i, _, n in plans]
             self.stats.full += len(reqs)
             results = self.client.drafts(reqs)
@@ -443,6 +480,7 @@ class DraftdProposer:
             for i, sess, n in plans:
                 assert sess is not None
                 sess.n = n
+                sess.min_confidence = self._bound
                 steps.append((sess, tokens[i, : int(lengths[i])].tolist()))
             before = [(s.stats.tokens, s.stats.incremental, s.stats.resent) for s, _ in steps]
             results = self.client.session_drafts(steps)
@@ -453,7 +491,7 @@ class DraftdProposer:
                 self.stats.incremental += s.stats.incremental - inc
                 if s.stats.resent != res:
                     self._stale = True  # the server lost a session: perhaps a restarted one, read /v1/info again
-        return [([] if r.draft is None else list(r.draft.tokens), r.error) for r in results]
+        return [(r.draft, r.error) for r in results]
 
     def _handshake(self) -> None:
         """Reads /v1/info: checks the vocabularies, clips K to the server's
@@ -468,6 +506,7 @@ class DraftdProposer:
             raise ValueError(f"draftd at {self.url} drafts from a vocabulary of {info.vocab_size} tokens; the "
                              f"target's has {self.target_vocab}: its drafts could hold ids the target cannot take")
         self.info = info
+        self.confidence_signal, self.server_bound = confidence_info(info.raw)
         self._kmax = min(self.k, info.max_draft_len)
         if self._kmax < self.k:
             self._warn_once("max_draft_len", "draftd proposer: K = %d is above draftd's --max-draft-len %d: drafts "
@@ -582,7 +621,7 @@ class DraftdProposer:
             name = req_id if _SESSION_OK.match(req_id) else uuid.uuid5(uuid.NAMESPACE_OID, req_id).hex
             self._serial += 1
             s = self.client.session(f"{self._prefix}{self._serial}-{name}", strategy=self.strategy,
-                                    min_confidence=self.min_confidence)
+                                    min_confidence=self.min_confidence, confidences=self.tuner is not None)
             self._sessions[req_id] = s
             self._owners[req_id] = state
         return s

@@ -95,3 +95,83 @@ def vllm_near_tie(plain: dict[str, Any], assisted: dict[str, Any], sid: str, gap
     (--logprobs: each position's top-2 log-probabilities)."""
     return near_tie(plain["outputs"][sid], assisted["outputs"][sid], from_top(plain["logprobs"][sid]),
                     from_top(assisted["logprobs"][sid]), gap)
+
+
+# -- prompts of real length ----------------------------------------------------
+# Source files and chat histories of hundreds to thousands of tokens, from
+# this repository's own Go and Python sources and docs (the benches' "long"
+# set; the prompts above are the "short" one). Text, for every engine:
+# chat histories in Qwen2.5's template (chat_history_text, the one copy).
+
+
+def chat_history_text(messages: list[dict[str, str]]) -> str:
+    """A conversation (``role``: system, user or assistant; ``content``) in
+    Qwen2.5's chat template, ready for the assistant's next answer, as text
+    (the default system prompt first when the conversation has none, as the
+    template does)."""
+    if not messages or messages[0]["role"] != "system":
+        messages = [{"role": "system", "content": QWEN_SYSTEM}, *messages]
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return turns + "<|im_start|>assistant\n"
+
+
+def _head(rel: str, chars: int, skip: int = 0) -> str:
+    """The lines of the repository's file rel from line ``skip`` on, as many
+    whole lines as fit in ``chars`` characters."""
+    out: list[str] = []
+    used = 0
+    for line in (REPO / rel).read_text().splitlines()[skip:]:
+        if used + len(line) + 1 > chars:
+            break
+        out.append(line)
+        used += len(line) + 1
+    if not out:
+        raise ValueError(f"{rel}: nothing from line {skip} fits in {chars} characters")
+    return "\n".join(out) + "\n"
+
+
+def _section(rel: str, heading: str, chars: int) -> str:
+    """The text under the Markdown heading line ``heading`` of the
+    repository's file rel (up to the next heading of the same or a higher
+    level), cut to whole lines within ``chars`` characters."""
+    lines = (REPO / rel).read_text().splitlines()
+    try:
+        i = lines.index(heading)
+    except ValueError:
+        raise ValueError(f"{rel}: no heading line {heading!r}") from None
+    level = len(heading) - len(heading.lstrip("#"))
+    body: list[str] = []
+    used = 0
+    for line in lines[i + 1:]:
+        if line.startswith("#") and len(line) - len(line.lstrip("#")) <= level:
+            break
+        if used + len(line) + 1 > chars:
+            break
+        body.append(line)
+        used += len(line) + 1
+    return "\n".join(body).strip() + "\n"
+
+
+def long_texts() -> list[tuple[str, str]]:
+    """(id, text) of the real-length prompts, in the order code, chat, code,
+    chat: a Go file of this repository (internal/kvcache/kvcache.go, ~1,500
+    tokens) and a Python one (clients/python/src/draftd/session.py, ~700) to
+    continue, and two chat histories (~900 and ~2,500 tokens) whose user
+    turns paste this repository's code and docs and whose assistant turns are
+    its docs' own explanations, ending in a question."""
+    go = _head("internal/kvcache/kvcache.go", 5200)
+    py = _head("clients/python/src/draftd/session.py", 2600)
+    chat0 = chat_history_text([
+        {"role": "user", "content": "Review this Python module of our draft client:\n```python\n"
+         + _head("clients/python/src/draftd/session.py", 1800, skip=20) + "```"},
+        {"role": "assistant", "content": _section("docs/protocol.md", "### Sessions", 1400)},
+        {"role": "user", "content": "Write a pytest test for the resend after a 409 unknown_session."},
+    ])
+    chat1 = chat_history_text([
+        {"role": "user", "content": "Explain this Go code:\n```go\n" + _head("internal/kvcache/kvcache.go", 3600) + "```"},
+        {"role": "assistant", "content": _section("docs/protocol.md", "### Confidence-bounded drafts", 2000)},
+        {"role": "user", "content": "Here is the documentation of the endpoint:\n\n"
+         + _section("docs/protocol.md", "### `POST /draft`", 3400)
+         + "\nWhat does the server answer when the context is already full, and why not a shorter draft?"},
+    ])
+    return [("long-code-go", go), ("long-chat-0", chat0), ("long-code-py", py), ("long-chat-1", chat1)]
