@@ -15,6 +15,11 @@ docs/performance.md, from what `draftd eval` writes. Standard library only.
   tables.py measured REPORT.json...
       REPORT: `draftd eval --json` reports. Prints n, bound, τ, drafted tokens
       per accepted token, draft ms per accepted token, p50 latency.
+  tables.py variants LABEL=REPORT.json...
+      one row per label × n × bound × concurrency: τ, drafted tokens per
+      accepted token, draft ms per accepted token and p50 latency, each the
+      range over the repeated reports of that row (τ differs between repeats
+      only if a request failed or timed out; the table says so).
 
 Not a measurement itself; not run by the tests.
 """
@@ -121,11 +126,33 @@ def measured(paths: list[str]) -> None:
               f"{r['draft_ms_per_accepted']:.1f} | {r['latency_ms']['p50']:.1f} | {r['requests']} |")
 
 
+def span(xs: list[float], fmt: str) -> str:
+    lo, hi = min(xs), max(xs)
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+
+def variants(args: list[str]) -> None:
+    rows: dict[tuple[str, int, float, int], list[dict]] = defaultdict(list)
+    for a in args:
+        label, _, path = a.partition("=")
+        r = json.load(open(path))
+        rows[(label, r["n"], r.get("min_confidence", 0), r["concurrency"])].append(r)
+    print("| variant | n | bound | concurrency | τ | drafted per accepted | draft ms per accepted | p50 ms | runs |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (label, n, b, c), rs in rows.items():
+        print(f"| {label} | {n} | {b:g} | {c} | {span([r['tau'] for r in rs], '.3f')} | "
+              f"{span([r['drafted_per_accepted'] for r in rs], '.2f')} | "
+              f"{span([r['draft_ms_per_accepted'] for r in rs], '.1f')} | "
+              f"{span([r['latency_ms']['p50'] for r in rs], '.1f')} | {len(rs)} |")
+
+
 def main() -> None:
-    if len(sys.argv) < 3 or sys.argv[1] not in ("calibration", "measured"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("calibration", "measured", "variants"):
         sys.exit(__doc__)
     if sys.argv[1] == "calibration":
         calibration(sys.argv[2])
+    elif sys.argv[1] == "variants":
+        variants(sys.argv[2:])
     else:
         measured(sys.argv[2:])
 
