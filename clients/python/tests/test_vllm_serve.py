@@ -40,7 +40,7 @@ import httpx
 import pytest
 
 from conftest import DRAFTER_FILE, REPO, Server, real_model
-from openai_stream import Stream, complete, metric, metrics, run_all
+from draftd._testing.openai_stream import Stream, complete, metric, metrics, run_all
 from draftd._testing.neartie import gap_for
 from draftd._testing.realtarget import vllm_near_tie
 from test_vllm_e2e import HF_NAME, dtype, hf_dir, vllm_python

@@ -4,7 +4,10 @@ streaming completions of token-id or text prompts, each token with its
 arrival time and, where the server gives them, its top log-probabilities;
 requests run concurrently on threads; a request can be abandoned mid-stream
 (the client closes the connection, which the server takes as an abort).
-Also the server's ``/metrics`` read as {name{labels}: value}."""
+Also the server's ``/metrics`` read as {name{labels}: value}. Shared by
+tests/test_vllm_serve.py, tests/test_llamacpp_server.py and
+bench/llamacpp_serve_load.py; httpx (the client's own dependency) is
+imported where a request is sent."""
 
 from __future__ import annotations
 
@@ -14,8 +17,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from draftd._testing import metrics as _metrics
 
@@ -62,6 +63,8 @@ def complete(url: str, body: dict[str, Any], *, stop_after: int | None = None, p
     ``stop_after`` the connection is closed once that many tokens arrived
     (or chunks, when the server does not name tokens); ``on_chunk(stream)``
     is called after each chunk."""
+    import httpx
+
     out = Stream()
     body = dict(body, stream=True)
     chat = path.endswith("/chat/completions")
