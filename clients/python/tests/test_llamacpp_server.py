@@ -1,40 +1,33 @@
 """``python -m draftd.llamacpp_server`` (llama-cpp-python's OpenAI-compatible
 server with draftd as its draft model), run as docs/serving.md shows it (the
-command read from there), on the real target (Qwen2.5-Coder-1.5B-Instruct
-Q4_K_M) with the real 0.5B in ``draftd serve``:
+command read from there: draftd._testing.llamacpp_serve), on the real target
+(Qwen2.5-Coder-1.5B-Instruct Q4_K_M) with the real 0.5B in ``draftd serve``:
 
+- the reference: each request, one at a time, to the same server without
+  ``--draftd``;
 - completions and chat completions sent at once (the server queues them),
   streamed, greedy, among them a prompt of ~2,000 tokens: every output
-  equals the same request to the same server without ``--draftd``, up to a
-  near-tie (at the first differing token, both runs' top-2 log-probabilities
-  within NEAR_TIE_GAP: batched verification rounds differently from one-token
-  decoding), and draftd drafted (its /metrics);
-- then draftd is stopped and the same requests sent again: each still
-  answers, with the same outputs (a draftd that is down costs drafts, never a
-  request) — and, since every generation evaluates its whole prompt, the
-  same outputs although other requests ran before them.
-
-Also ``draftd.llamacpp.generate``: its first token's logits are the same,
-bit for bit, whatever generation ran before (llama-cpp-python's prompt-prefix
-reuse is off).
+  equals the reference up to a near-tie (at the first differing token, both
+  runs' top-2 log-probabilities within the f32 gap: batched verification
+  rounds differently from one-token decoding), and draftd drafted (its
+  /metrics);
+- then the same requests at once again, and draftd stopped while the first
+  answer streams: each still answers, the same (a draftd that is down costs
+  drafts, never a request), at least one of them started after draftd was
+  down — and, since every generation evaluates its whole prompt, the
+  outputs do not depend on the requests before them.
 
 Needs llama_cpp with its server extra in the venv (scripts/llamacpp-python;
-under CI=true its absence fails) and the real models."""
+under the strictness switch its absence fails) and the real models."""
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
-import socket
-import subprocess
-import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 # Absent, the module skips: a failure under the strictness switch (DRAFTD_STRICT).
@@ -42,85 +35,14 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llama_cpp.server.app")
 
 from conftest import DRAFTER_FILE, REPO, TARGET_FILE, Server, real_model  # noqa: E402
-from openai_stream import Stream, complete, metric, metrics  # noqa: E402
 
-from draftd._testing import neartie  # noqa: E402
-from draftd._testing.neartie import gap_for  # noqa: E402
+from draftd._testing.llamacpp_serve import LlamaServer, Requests, near_tie, send  # noqa: E402
+from draftd._testing.openai_stream import Stream, metric, metrics  # noqa: E402
 
 pytestmark = pytest.mark.realmodel
 
-SERVING_MD = REPO / "docs/serving.md"
-NEAR_TIE_GAP = gap_for("float32")  # llama.cpp's logits are f32; on log-probabilities (their differences are the logits')
-DOC_TARGET = "~/.cache/draftd/real/qwen2.5-coder-1.5b-instruct.gguf"
-DOC_URL = "http://127.0.0.1:8080"
-
-
-def doc_command() -> list[str]:
-    """argv of the ``python -m draftd.llamacpp_server`` command in
-    docs/serving.md."""
-    for block in re.findall(r"```sh\n(.*?)```", SERVING_MD.read_text(), re.S):
-        if "-m draftd.llamacpp_server" in block:
-            words = shlex.split(block.replace("\\\n", " "), comments=True)
-            i = words.index("-m")
-            return words[i - 1:]
-    raise AssertionError(f"{SERVING_MD}: no sh block with `python -m draftd.llamacpp_server`")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class LlamaServer:
-    def __init__(self, draftd_url: str | None, log: Path) -> None:
-        words = doc_command()
-        argv = [sys.executable]
-        it = iter(words[1:])
-        self.port = free_port()
-        for w in it:
-            if w == DOC_TARGET:
-                argv.append(str(real_model(TARGET_FILE)))
-            elif w == "--port":
-                argv += [w, str(self.port)]
-                next(it)
-            elif w == "--draftd":
-                v = next(it)
-                assert v == DOC_URL, words
-                if draftd_url is not None:
-                    argv += [w, draftd_url]
-            else:
-                argv.append(w)
-        assert str(real_model(TARGET_FILE)) in argv, f"the documented command does not serve {DOC_TARGET}: {words}"
-        argv += ["--n_ctx", "4096", "--host", "127.0.0.1"]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self.f = log.open("w")
-        env = dict(os.environ, PYTHONPATH=str(REPO / "clients/python/src"))
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.f, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, limit: float = 600) -> None:
-        end = time.monotonic() + limit
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the server exited {self.proc.returncode}:\n{self.log.read_text()[-6000:]}")
-            try:
-                if httpx.get(self.url + "/v1/models", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)  # polling start-up, not ordering
-        raise AssertionError(f"not ready after {limit} s:\n{self.log.read_text()[-6000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.f.close()
+#: The context the server is started with: the ~2,000-token prompt and its tokens fit.
+N_CTX = ("--n_ctx", "4096")
 
 
 @pytest.fixture
@@ -131,7 +53,7 @@ def servers() -> Iterator[list[LlamaServer]]:
         s.stop()
 
 
-def requests() -> dict[str, tuple[str, dict[str, Any]]]:
+def requests() -> Requests:
     """{id: (path, body)}: completions of text prompts (code, prose, a
     ~2,000-token RAG-style prompt over docs/protocol.md) and chat
     completions; greedy, top-2 log-probabilities, fixed lengths."""
@@ -148,7 +70,7 @@ def requests() -> dict[str, tuple[str, dict[str, Any]]]:
         "chat-fib": "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
         "chat-mutex": "Explain in two sentences what a mutex is and when to use one.",
     }
-    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    out: Requests = {}
     for k, p in comp.items():
         out[k] = ("/v1/completions", {"prompt": p, "max_tokens": 24, "temperature": 0, "logprobs": 2, "seed": 0})
     for k, q in chats.items():
@@ -157,69 +79,63 @@ def requests() -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
-def send_all(url: str, reqs: dict[str, tuple[str, dict[str, Any]]], at_once: bool) -> dict[str, Stream]:
-    if not at_once:
-        return {k: complete(url, b, path=path) for k, (path, b) in reqs.items()}
-    import threading
-
-    got: dict[str, Stream] = {}
-
-    def one(k: str) -> None:
-        path, b = reqs[k]
-        got[k] = complete(url, b, path=path)
-
-    ts = [threading.Thread(target=one, args=(k,)) for k in reqs]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return got
-
-
-def near_tie(a: Stream, b: Stream) -> tuple[bool, str]:
-    """a and b (token strings) equal, or first different at a near-tie;
-    where the server named no tokens, their texts equal."""
-    if not a.tokens or not b.tokens:
-        return a.text == b.text and a.text != "", f"texts {a.text!r} and {b.text!r}"
-
-    def scores(s: Stream) -> neartie.Score:
-        return lambda i, t: dict(s.top[i]).get(t)
-
-    return neartie.near_tie(a.tokens, b.tokens, scores(a), scores(b), NEAR_TIE_GAP)
+def check_same(ref: dict[str, Stream], got: dict[str, Stream], what: str) -> None:
+    for k, s in got.items():
+        assert s.error is None, f"{k} failed {what}: {s.error}"
+        ok, why = near_tie(ref[k], s)
+        assert ok, f"{k}: {what} differs from the server alone: {why}"
 
 
 @pytest.mark.served
 def test_llamacpp_server_with_draftd(serve: Any, servers: list[LlamaServer], tmp_path: Path) -> None:
     import draftd
 
+    target = real_model(TARGET_FILE)
     drafter: Server = serve(real_model(DRAFTER_FILE), "--threads", "1")
     with draftd.Client(drafter.url) as c:
         c.wait_ready(300)
     reqs = requests()
 
-    plain = LlamaServer(None, tmp_path / "plain.log")
+    # The reference: the same server without --draftd, one request at a time.
+    plain = LlamaServer(target, None, tmp_path / "plain.log", N_CTX)
     servers.append(plain)
     plain.wait_ready()
-    ref = send_all(plain.url, reqs, at_once=False)
+    ref = send(plain.url, reqs)
     for k, s in ref.items():
         assert s.error is None and s.text, (k, s.error)
-        assert not s.tokens or len(s.tokens) == reqs[k][1]["max_tokens"], (k, len(s.tokens), s.finish)
-    plain.stop()
+        assert len(s.tokens) == reqs[k][1]["max_tokens"] and all(s.top), \
+            f"{k}: {len(s.tokens)} tokens with log-probabilities, finish {s.finish}"
+    assert plain.stop() == 0
 
-    assisted = LlamaServer(drafter.url, tmp_path / "draftd.log")
+    # With draftd: every request sent at once (the server queues them).
+    assisted = LlamaServer(target, drafter.url, tmp_path / "draftd.log", N_CTX)
     servers.append(assisted)
     assisted.wait_ready()
-    got = send_all(assisted.url, reqs, at_once=True)
-    for k in reqs:
-        assert got[k].error is None, (k, got[k].error)
-        ok, why = near_tie(ref[k], got[k])
-        assert ok, f"{k}: with draftd differs from the server alone: {why}"
+    check_same(ref, send(assisted.url, reqs, concurrency=len(reqs)), "with draftd")
     dm = metrics(drafter.url)
     assert metric(dm, "draftd_session_requests_total", form="accepted") > 0, "draftd drafted nothing"
 
-    assert drafter.stop() == 0
-    again = send_all(assisted.url, reqs, at_once=True)
-    for k in reqs:
-        assert again[k].error is None, f"{k} failed with draftd down: {again[k].error}"
-        ok, why = near_tie(ref[k], again[k])
-        assert ok, f"{k}: with draftd down differs from the server alone: {why}"
+    # Again, and draftd stopped once the first answer to stream has 4
+    # tokens: the request in flight and those queued behind it lose their
+    # drafts, never their answer.
+    started = threading.Event()
+    down: list[tuple[int, float]] = []
+
+    def stop_draftd() -> None:
+        started.wait()
+        rc = drafter.stop()
+        down.append((rc, time.perf_counter()))
+
+    stopper = threading.Thread(target=stop_draftd)
+    stopper.start()
+    try:
+        again = send(assisted.url, reqs, concurrency=len(reqs),
+                     on_chunk=lambda s: len(s.tokens) >= 4 and started.set())
+    finally:
+        started.set()
+        stopper.join()
+    assert down and down[0][0] == 0, f"draftd serve exited {down}:\n{''.join(drafter.log)[-4000:]}"
+    check_same(ref, again, "with draftd stopped mid-run")
+    firsts = sorted(s.times[0] for s in again.values() if s.times)
+    assert firsts and firsts[-1] > down[0][1], "every request had started before draftd was down: none ran without it"
+    assert assisted.stop() == 0

@@ -4,7 +4,9 @@ streaming completions of token-id or text prompts, each token with its
 arrival time and, where the server gives them, its top log-probabilities;
 requests run concurrently on threads; a request can be abandoned mid-stream
 (the client closes the connection, which the server takes as an abort).
-Also the server's ``/metrics`` read as {name{labels}: value}."""
+Also the server's ``/metrics`` read as {name{labels}: value}. Shared by
+tests/test_vllm_serve.py, tests/test_llamacpp_server.py and the served
+load benches (bench/vllm_serve_load.py, bench/llamacpp_serve_load.py)."""
 
 from __future__ import annotations
 
