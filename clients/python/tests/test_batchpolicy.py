@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from test_policy import Fixed
 from draftd.batchpolicy import BatchPolicy
 from draftd.policy import LengthPolicy
 
@@ -87,23 +88,6 @@ def check_by_batch(make: Callable[[], Any], warm: int = 300) -> None:
 
 def test_batch_policy() -> None:
     check_by_batch(lambda: BatchPolicy(N_MAX))
-
-
-class Fixed:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def choose(self) -> int:
-        return self.n
-
-    def observe(self, drafted: int, accepted: int) -> None:
-        pass
-
-    def draft_time(self, seconds: float, tokens: int) -> None:
-        pass
-
-    def verify_time(self, seconds: float, k: int) -> None:
-        pass
 
 
 @pytest.mark.parametrize("make", [lambda: Fixed(N_MAX), lambda: Fixed(3), lambda: Fixed(0),
