@@ -55,15 +55,14 @@ func (b *engineBackend) DraftStrategy(ctx context.Context, tokens []int, n int, 
 func (b *engineBackend) DraftBatch(ctx context.Context, items []server.BatchItem) ([]engine.Result, []error, error) {
 	ei := make([]engine.Item, len(items))
 	for i, it := range items {
-		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N, Alts: it.Alts, Background: it.Background,
-			MinConfidence: it.MinConfidence, Confidences: it.Confidences, Recall: it.Recall}
+		var s draft.Strategy
 		if it.Strategy != "" {
-			s, err := draft.New(it.Strategy, b.lookup)
-			if err != nil {
+			var err error
+			if s, err = draft.New(it.Strategy, b.lookup); err != nil {
 				return nil, nil, err
 			}
-			ei[i].Strategy = s
 		}
+		ei[i] = it.EngineItem(s)
 	}
 	return b.Engine.DraftBatch(ctx, ei)
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/draftd/draftd/internal/draft"
+	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/eval"
 	"github.com/draftd/draftd/internal/tokenizer"
 )
@@ -51,6 +52,7 @@ func runEval(ctx context.Context, args []string) error {
 		clipN       = fs.Bool("clip-n", false, "ask at most the tokens the continuation has left after the step's bonus token (min(n, remaining − 1)), as a target that stops at max_tokens uses no more; a step with one token left sends no request (as vLLM's and llama.cpp's draftd proposers do)")
 		targetLat   = fs.Duration("target-latency", 0, "wait this long after each draft (each round for --protocol batch), as the target's verification would")
 		minConf     = fs.Float64("min-confidence", 0, "confidence bound sent with every request (draftd backend; \"min_confidence\" of docs/protocol.md): each draft stops before its first token whose drafter probability is below it; (0, 1], 0: none sent")
+		confSignal  = fs.String("confidence-signal", "", fmt.Sprintf("confidence signal sent with every request (draftd backend; \"confidence_signal\" of docs/protocol.md): %s or %s; \"\": none sent (the server's --confidence-signal)", engine.SignalTop1, engine.SignalChain))
 		confOut     = fs.String("confidences-out", "", "ask every draft token's confidence and write one JSON line per draft token to this `file`: sample, step, position, confidence, accepted (draftd backend, --protocol full or session; scripts/confidence calibrate prints the calibration table from it)")
 	)
 	fs.Usage = func() {
@@ -94,6 +96,10 @@ func runEval(ctx context.Context, args []string) error {
 		return clientUsageError(fs, fmt.Sprintf("--min-confidence %v outside [0, 1]", *minConf))
 	case *minConf > 0 && *backend != eval.BackendDraftd:
 		return clientUsageError(fs, "--min-confidence is for the draftd backend only")
+	case *confSignal != "" && !slices.Contains(engine.ConfidenceSignals, *confSignal):
+		return clientUsageError(fs, fmt.Sprintf("--confidence-signal %q is none of %q", *confSignal, engine.ConfidenceSignals))
+	case *confSignal != "" && *backend != eval.BackendDraftd:
+		return clientUsageError(fs, "--confidence-signal is for the draftd backend only")
 	case *confOut != "" && (*backend != eval.BackendDraftd || len(rawURLs) > 1 || *protocol == eval.ProtocolBatch):
 		return clientUsageError(fs, "--confidences-out needs --backend draftd, one --url and --protocol full or session")
 	}
@@ -110,7 +116,7 @@ func runEval(ctx context.Context, args []string) error {
 			return err
 		}
 		if dc, ok := d.(*eval.DraftdClient); ok {
-			dc.Strategy, dc.MinConfidence = *strategy, *minConf
+			dc.Strategy, dc.MinConfidence, dc.ConfidenceSignal = *strategy, *minConf, *confSignal
 		}
 		bases, routed = append(bases, base), append(routed, d)
 	}
@@ -177,7 +183,7 @@ func runEval(ctx context.Context, args []string) error {
 	if report == nil {
 		return err
 	}
-	report.MinConfidence = *minConf
+	report.MinConfidence, report.ConfidenceSignal = *minConf, *confSignal
 	report.Backend, report.URL, report.Data, report.ServerInfo = *backend, strings.Join(bases, ","), *dataPath, serverInfo
 	if dc, ok := routed[0].(*eval.DraftdClient); ok && len(routed) == 1 {
 		report.AddWire(dc.Wire)

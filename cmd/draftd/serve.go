@@ -95,7 +95,8 @@ func runServe(ctx context.Context, args []string) error {
 		sessTokens = fs.Int64("max-session-tokens", d.MaxSessionTokens, fmt.Sprintf("context + last-draft tokens held over all sessions (4 bytes each); beyond, the least recently used session is evicted; [max context + --max-draft-len, %d]", int64(server.MaxMaxSessionTokens)))
 		predraft   = fs.Int("predraft-branches", 0, fmt.Sprintf("next requests drafted ahead per session while the engine has free slots (model strategy; below every request in priority); [0, %d], 0: off", server.MaxPredraftBranches))
 		predraftD  = fs.Duration("predraft-delay", 2*time.Millisecond, fmt.Sprintf("pre-draft work starts only this long after the last step that held a request (a client's next request usually comes sooner); [0, %v]", engine.MaxBackgroundDelay))
-		minConf    = fs.Float64("min-confidence", 0, "confidence bound of /v1/drafts items and session requests that give no min_confidence: their chain stops before the first token whose drafter probability is below it; [0, 1], 0: off (a plain /draft without the field always returns n tokens)")
+		minConf    = fs.Float64("min-confidence", 0, "confidence bound of /v1/drafts items and session requests that give no min_confidence: their chain stops before the first token whose confidence (--confidence-signal) is below it; [0, 1], 0: off (a plain /draft without the field always returns n tokens)")
+		confSignal = fs.String("confidence-signal", engine.ConfidenceSignal, fmt.Sprintf("confidence signal of requests that give no confidence_signal: %s (the drafter's probability of each token) or %s (the running product of the chain's: the drafter's estimate that the whole chain so far is right)", engine.SignalTop1, engine.SignalChain))
 		sessTTL    = fs.Duration("session-ttl", d.SessionTTL, fmt.Sprintf("a session unused this long is dropped (409 unknown_session after); (0, %v]", server.MaxSessionTTL))
 	)
 	if stop, err := parseClientFlags(fs, args); stop {
@@ -196,7 +197,7 @@ func runServe(ctx context.Context, args []string) error {
 		DraftLen: *draftLen, MaxBodyBytes: *maxBody, MaxInflightBodyBytes: *maxInfl,
 		BodyTimeout: *bodyTO, ShutdownTimeout: *shutdownTO, Logger: logger,
 		MaxBatchItems: *batchItems, MaxSessions: *maxSess, MaxSessionTokens: *sessTokens, SessionTTL: *sessTTL,
-		PredraftBranches: *predraft, MinConfidence: float32(*minConf),
+		PredraftBranches: *predraft, MinConfidence: float32(*minConf), ConfidenceSignal: *confSignal,
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

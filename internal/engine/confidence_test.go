@@ -248,3 +248,89 @@ func TestConfidenceBoundInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestConfidenceWithProposals: a hybrid step that checks proposals (eager
+// recall, every proposal kept) measures each token's confidence from the
+// row that chose it — equal to the reference, as the model strategy's —
+// and a bound stops the chain before any token of such a step: before each
+// position k in turn, with each signal (chain_prob: the running product of
+// the reference's probabilities), the draft is the chain's first k tokens
+// and its sources count them.
+func TestConfidenceWithProposals(t *testing.T) {
+	m := loadModel(t, tinyModel)
+	e := newEngine(t, m, Options{MaxBatch: 4})
+	hyb := draft.Hybrid{Opt: draft.Options{MinMatch: 4, Eager: true}}
+	const n = 12
+	r := rand.New(rand.NewPCG(41, 2))
+	base := randTokens(r, 20, m.Vocab)
+	prev, err := m.Generate(base, n+4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous draft was prev; the target accepted prev[:3] and its
+	// bonus is prev[3]: the recall is prev[3:], every proposal right.
+	ctx := append(slices.Clone(base), prev[:4]...)
+	chain, ref := refConfidences(t, m, ctx, n)
+	prod := make([]float64, n)
+	p := 1.0
+	for i, c := range ref {
+		p *= c
+		prod[i] = p
+	}
+	draftOne := func(it Item) Result {
+		t.Helper()
+		it.Tokens, it.N, it.Strategy, it.Recall = ctx, n, hyb, prev[3:]
+		res, errs, err := e.DraftBatch(t.Context(), []Item{it})
+		if err == nil {
+			err = errs[0]
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res[0].Sources.FromModel + res[0].Sources.FromLookup; got != len(res[0].Draft) {
+			t.Errorf("sources %+v count %d tokens; the draft has %d", res[0].Sources, got, len(res[0].Draft))
+		}
+		return res[0]
+	}
+	for _, sig := range []struct {
+		name string
+		want []float64
+	}{{SignalTop1, ref}, {SignalChain, prod}} {
+		res := draftOne(Item{Confidences: true, ConfidenceSignal: sig.name})
+		if !slices.Equal(res.Draft, chain) || res.Stopped {
+			t.Fatalf("%s: draft %v stopped %v; want the model's chain %v", sig.name, res.Draft, res.Stopped, chain)
+		}
+		if res.Sources.Recalled == 0 {
+			t.Fatalf("%s: no recalled token kept (sources %+v): the test checks no proposal", sig.name, res.Sources)
+		}
+		for i, c := range res.Confidences {
+			if d := math.Abs(float64(c) - sig.want[i]); d > 1e-4*max(sig.want[i], 1e-2) {
+				t.Errorf("%s: confidence of token %d: have %.6g; reference %.6g", sig.name, i, c, sig.want[i])
+			}
+		}
+		stops := 0
+		for k := 1; k < n; k++ {
+			// A bound between the confidences of tokens k−1 and k, clear
+			// of both, below every earlier one: the chain stops before k.
+			lo, hi := sig.want[k], slices.Min(sig.want[:k])
+			if lo > 0.9*hi {
+				continue
+			}
+			b := float32(math.Sqrt(lo * hi))
+			res := draftOne(Item{MinConfidence: b, ConfidenceSignal: sig.name})
+			if !slices.Equal(res.Draft, chain[:k]) || !res.Stopped {
+				t.Errorf("%s bound %.4g: draft %v stopped %v; want %v (stopped before token %d)", sig.name, b, res.Draft, res.Stopped, chain[:k], k)
+			}
+			stops++
+		}
+		t.Logf("%s: stopped before %d positions", sig.name, stops)
+		if stops == 0 {
+			t.Errorf("%s: only %d positions to stop before (confidences %.3g)", sig.name, stops, sig.want)
+		}
+	}
+	_, errs, err := e.DraftBatch(t.Context(), []Item{{Tokens: ctx, N: 4, ConfidenceSignal: "chain"}})
+	var ie *InputError
+	if err != nil || !errors.As(errs[0], &ie) || ie.Code != CodeInvalidConfidence {
+		t.Errorf(`ConfidenceSignal "chain": err %v, item error %v; want an InputError %q`, err, errs[0], CodeInvalidConfidence)
+	}
+}

@@ -116,16 +116,29 @@ type Result struct {
 }
 
 // ConfidenceSignal names the drafter's confidence in a draft token that
-// Result.Confidences reports and Item.MinConfidence bounds: the softmax
-// probability of the token under the drafter (its top-1 probability, over
-// the LM head's vocabulary), the value the LM-head argmax kernel already
-// compared to choose the token (model.Seq.PNext). A token the model did not
-// choose from its own distribution — a lookup proposal of a model-free
-// strategy, or a token of a hybrid step that checked a lookup proposal
-// (the kept proposal tokens and the model's token after them) — has no
-// such value: its confidence is 1 (unmeasured), and the bound never stops
-// before it.
-const ConfidenceSignal = "top1_prob"
+// Result.Confidences reports and Item.MinConfidence bounds by default: the
+// softmax probability of the token under the drafter (its top-1
+// probability, over the LM head's vocabulary), the value the LM-head argmax
+// kernel already compared to choose the token (model.Seq.PNext; with a
+// strategy's proposals in the step, the row that chose it,
+// model.Seq.RowAlts). A token the model did not choose from its own
+// distribution — a lookup proposal of a model-free strategy — has no such
+// value: its confidence is 1 (unmeasured), and the bound never stops before
+// it.
+const ConfidenceSignal = SignalTop1
+
+// The confidence signals an Item may choose (Item.ConfidenceSignal).
+// SignalChain is the running product of the chain's top-1 probabilities up
+// to and including the token: the drafter's own estimate that every token
+// so far is right, non-increasing along the chain (an unmeasured token
+// multiplies by 1).
+const (
+	SignalTop1  = "top1_prob"
+	SignalChain = "chain_prob"
+)
+
+// ConfidenceSignals lists the signals, the default first.
+var ConfidenceSignals = []string{SignalTop1, SignalChain}
 
 // MaxConfidence bounds Item.MinConfidence: confidences lie in [0, 1].
 const MaxConfidence = 1
@@ -191,7 +204,7 @@ const (
 	CodeInvalidN          = "invalid_n"              // n outside [1, MaxDraftLen]
 	CodeContextTooLong    = "context_too_long"       // the context fills the model's maximum
 	CodeContextOverKV     = "context_over_kv_budget" // context + draft need more KV than the budget
-	CodeInvalidConfidence = "invalid_request"        // MinConfidence outside [0, MaxConfidence]
+	CodeInvalidConfidence = "invalid_request"        // MinConfidence outside [0, MaxConfidence], an unknown ConfidenceSignal
 )
 
 // Rules are the limits a request is checked against.
@@ -273,6 +286,7 @@ type request struct {
 	alts    bool        // record Result.Alts
 	conf    bool        // record Result.Confidences (asked, or minConf > 0)
 	minConf float32     // Item.MinConfidence
+	chain   bool        // Item.ConfidenceSignal is SignalChain
 	recall  []int       // Item.Recall, a private copy
 	bg      *Background // non-nil: background work (lowq)
 	reply   chan reply
@@ -422,6 +436,9 @@ type Item struct {
 	MinConfidence float32
 	// Confidences asks for Result.Confidences (also given with a bound).
 	Confidences bool
+	// ConfidenceSignal chooses what Confidences report and MinConfidence
+	// bounds: one of ConfidenceSignals; "": ConfidenceSignal.
+	ConfidenceSignal string
 	// Recall is a session's previous draft after the tokens its target
 	// accepted (the first one replaced by the bonus, Tokens' last), for a
 	// strategy that is a draft.Recaller; others ignore it. It chooses what
@@ -503,6 +520,10 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 			errs[i] = inputErr(CodeInvalidConfidence, "min_confidence = %v is outside [0, %d]", it.MinConfidence, MaxConfidence)
 			continue
 		}
+		if it.ConfidenceSignal != "" && !slices.Contains(ConfidenceSignals, it.ConfidenceSignal) {
+			errs[i] = inputErr(CodeInvalidConfidence, "confidence_signal %.40q is none of %v", it.ConfidenceSignal, ConfidenceSignals)
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
@@ -531,7 +552,7 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		own := make([]int, len(it.Tokens), len(it.Tokens)+n)
 		copy(own, it.Tokens)
 		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, alts: it.Alts, bg: bg, reply: make(chan reply, 1),
-			conf: it.Confidences || it.MinConfidence > 0, minConf: it.MinConfidence})
+			conf: it.Confidences || it.MinConfidence > 0, minConf: it.MinConfidence, chain: it.ConfidenceSignal == SignalChain})
 		if _, ok := g.(draft.Recaller); ok && len(it.Recall) > 0 {
 			members[len(members)-1].recall = slices.Clone(it.Recall)
 		}

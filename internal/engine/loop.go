@@ -28,8 +28,10 @@ type seq struct {
 	ms     model.Seq
 	alts   []Alt     // (drafted so far) with req.alts
 	conf   []float32 // (drafted so far) with req.conf
-	// stopped: the chain stopped before a token below req.minConf
+	// stopped: the chain stopped before a token below req.minConf; cut:
+	// tokens of its last step the strategy counted and the stop dropped
 	stopped bool
+	cut     int
 	strategyState
 }
 
@@ -463,7 +465,7 @@ func (e *Engine) step(active []*seq) []*seq {
 		if s.pos+k == len(s.all) { // the strategy may add a proposal
 			seqs = s.propose(seqs, len(active))
 			decode += s.nprop
-			s.ms.Alts = (s.req.alts || s.req.conf) && s.nprop == 0
+			s.ms.Alts = s.req.alts || s.req.conf
 		} else {
 			seqs = append(seqs, &s.ms)
 		}

@@ -73,12 +73,6 @@ func (s *seq) propose(seqs []*model.Seq, batch int) []*model.Seq {
 	var p []int
 	if room > 0 {
 		if b, ok := s.drafter.(draft.BatchSizer); ok {
-			if s.req.conf {
-				// Proposal rows have no confidence: a bounded draft
-				// keeps the proposals of a full batch, so that its
-				// model steps still measure one.
-				batch = max(batch, draft.SmallBatch+1)
-			}
 			b.Batch(batch)
 		}
 		p = s.drafter.Propose(room)
@@ -105,16 +99,8 @@ func (s *seq) advance() {
 	if s.nprop == 0 {
 		s.pos += len(s.ms.Tokens)
 		if s.pos == len(s.all) {
-			if s.req.conf {
-				c := float32(1) // unmeasured: cannot happen (s.ms.Alts was asked)
-				if s.ms.Alts {
-					c = s.ms.PNext
-				}
-				if c < s.req.minConf {
-					s.stopped = true // the token is not taken: no KV, not committed
-					return
-				}
-				s.conf = append(s.conf, c)
+			if !s.take(s.ms.Alts, s.ms.PNext) {
+				return // the token is not taken: no KV, not committed
 			}
 			s.all = append(s.all, s.ms.Next)
 			s.greedy[0] = s.ms.Next
@@ -132,26 +118,77 @@ func (s *seq) advance() {
 	g := s.ms.NextAll // (1 + nprop)
 	kept := s.drafter.Accept(g)
 	kept = max(0, min(kept, s.nprop))
-	s.all = append(s.all, s.feed[1:1+kept]...)
-	s.all = append(s.all, g[kept])
-	if s.req.alts { // no distribution with a proposal in the step
-		for range kept + 1 {
-			s.alts = append(s.alts, Alt{ID: -1, P: -1, PAlt: -1})
+	// The step's tokens are the kept proposals and the model's token
+	// g[kept]; row j's distribution chose g[j], so it measured proposal j
+	// when the two agree (a trusted proposal the model disagreed with is
+	// unmeasured). A bound may stop the chain before any of them.
+	take := kept + 1
+	for j := range kept + 1 {
+		var p float32
+		measured := s.ms.Alts && (j == kept || s.feed[1+j] == g[j])
+		if measured {
+			p = s.ms.RowAlts[j].PNext
+		}
+		if !s.take(measured, p) {
+			take, s.cut = j, kept+1-j
+			break
+		}
+		if s.req.alts {
+			a := Alt{ID: -1, P: -1, PAlt: -1}
+			if measured {
+				r := s.ms.RowAlts[j]
+				a = Alt{ID: r.Alt, P: r.PNext, PAlt: r.PAlt}
+			}
+			s.alts = append(s.alts, a)
 		}
 	}
-	if s.req.conf { // nor a confidence: unmeasured, never stopped on
-		for range kept + 1 {
-			s.conf = append(s.conf, 1)
-		}
+	s.all = append(s.all, s.feed[1:1+min(take, kept)]...)
+	if take > kept {
+		s.all = append(s.all, g[kept])
 	}
-	s.pos += s.known + kept
+	// The KV covers the last known token and the kept proposals taken
+	// (a stopped chain: every token of s.all).
+	s.pos += s.known + min(take, kept)
 	s.nprop, s.ms.ArgmaxAll, s.pre.Tokens = 0, false, nil
 }
 
+// take reports whether the next draft token, whose drafter probability is
+// p (measured: false when the step did not ask for it), stays under the
+// request's confidence bound, and records its confidence (the signal the
+// request chose, see ConfidenceSignal); false sets s.stopped. A token
+// without a measured probability has confidence 1 (chain_prob: the
+// product so far) and is always taken.
+func (s *seq) take(measured bool, p float32) bool {
+	if !s.req.conf {
+		return true
+	}
+	c := float32(1)
+	if measured {
+		c = p
+	}
+	if s.req.chain && len(s.conf) > 0 {
+		c *= s.conf[len(s.conf)-1]
+	}
+	if c < s.req.minConf {
+		s.stopped = true
+		return false
+	}
+	s.conf = append(s.conf, c)
+	return true
+}
+
 // sources reports where the draft's tokens came from.
+// A chain stopped inside a step with proposals drops the s.cut tokens
+// the strategy counted last (the model's token, then kept proposals); its
+// counts of checked proposals (Kept, Rejected, Recalled…) stay.
 func (s *seq) sources() draft.Stats {
 	if c, ok := s.drafter.(draft.Counter); ok {
-		return c.Stats()
+		st := c.Stats()
+		if s.cut > 0 {
+			st.FromModel--
+			st.FromLookup -= s.cut - 1
+		}
+		return st
 	}
 	return draft.Stats{FromModel: len(s.all) - s.L}
 }

@@ -98,7 +98,8 @@ func NewDrafter(backend string, hc *http.Client, base string) (Drafter, error) {
 
 // DraftdClient calls draftd's POST /draft: {"tokens":[...],"n":n} →
 // {"draft":[...]}, with "strategy":Strategy in the body when Strategy is set
-// and "min_confidence":MinConfidence when it is > 0.
+// "min_confidence":MinConfidence when it is > 0 and
+// "confidence_signal":ConfidenceSignal when it is set.
 type DraftdClient struct {
 	HTTP     *http.Client
 	URL      string // base URL, no trailing slash
@@ -108,6 +109,9 @@ type DraftdClient struct {
 	// (docs/protocol.md, "min_confidence"); 0: none sent (the server's
 	// --min-confidence then applies to session and batch items).
 	MinConfidence float64
+	// ConfidenceSignal is the confidence signal sent with every request
+	// ("confidence_signal"); "": none sent (the server's default).
+	ConfidenceSignal string
 }
 
 // Draft implements Drafter.
@@ -139,6 +143,10 @@ func (c *DraftdClient) appendBound(body []byte, conf bool) []byte {
 	if c.MinConfidence > 0 {
 		body = append(body, `,"min_confidence":`...)
 		body = strconv.AppendFloat(body, c.MinConfidence, 'g', -1, 64)
+	}
+	if c.ConfidenceSignal != "" {
+		body = append(body, `,"confidence_signal":`...)
+		body = strconv.AppendQuote(body, c.ConfidenceSignal)
 	}
 	if conf {
 		body = append(body, `,"confidences":true`...)

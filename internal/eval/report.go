@@ -76,10 +76,11 @@ type Report struct {
 	// MinConfidence is the confidence bound sent with each request (0:
 	// none sent).
 	MinConfidence    float64   `json:"min_confidence"`
-	AcceptHist       []int64   `json:"accept_hist"`        // (n+1) steps by accepted length 0..n
-	AcceptByPosition []float64 `json:"accept_by_position"` // (n)
-	PositionReached  []int64   `json:"position_reached"`   // (n)
-	PositionAccepted []int64   `json:"position_accepted"`  // (n)
+	ConfidenceSignal string    `json:"confidence_signal,omitempty"` // sent with each request ("": none)
+	AcceptHist       []int64   `json:"accept_hist"`                 // (n+1) steps by accepted length 0..n
+	AcceptByPosition []float64 `json:"accept_by_position"`          // (n)
+	PositionReached  []int64   `json:"position_reached"`            // (n)
+	PositionAccepted []int64   `json:"position_accepted"`           // (n)
 
 	// Batched and incremental drafting (docs/protocol.md): how drafts were asked for, and what it cost on the wire.
 	Protocol        string  `json:"protocol"`          // full, session or batch
@@ -197,6 +198,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Tau, r.Tokens, r.Steps, r.DraftMSPerAccepted, r.DraftedPerAccepted)
 	if r.MinConfidence > 0 {
 		fmt.Fprintf(&b, "  min confidence   %g   (sent with each request)\n", r.MinConfidence)
+	}
+	if r.ConfidenceSignal != "" {
+		fmt.Fprintf(&b, "  confidence signal %s   (sent with each request)\n", r.ConfidenceSignal)
 	}
 	fmt.Fprintf(&b, "  τ (macro)        %.4f   (mean over samples)\n", r.TauMacro)
 	fmt.Fprintf(&b, "  requests         %d   failures %d", r.Requests, r.Failures)

@@ -16,14 +16,14 @@ import (
 
 // altRows returns, for each of the R LM-head rows of seqs (outRows each, in
 // order), nil or the row of sc.altY the argmax kernel stores that row's
-// logits into (V floats): the last row of each sequence that asks for Alts
-// (none with ArgmaxAll). nil if no sequence asks.
+// logits into (V floats): every output row of each sequence that asks for
+// Alts (one, or each new token's with ArgmaxAll). nil if no sequence asks.
 func (m *Model) altRows(seqs []*Seq, R, V int) [][]float32 {
 	sc := &m.sc
 	A := 0
 	for _, s := range seqs {
-		if s.Alts && !s.ArgmaxAll {
-			A++
+		if s.Alts {
+			A += outRows(s)
 		}
 	}
 	if A == 0 {
@@ -37,32 +37,59 @@ func (m *Model) altRows(seqs []*Seq, R, V int) [][]float32 {
 	clear(sc.keep)
 	a, r := 0, 0
 	for _, s := range seqs {
-		r += outRows(s)
-		if s.Alts && !s.ArgmaxAll {
-			sc.keep[r-1] = sc.altY[a*V : (a+1)*V]
-			a++
+		n := outRows(s)
+		if s.Alts {
+			for i := range n {
+				sc.keep[r+i] = sc.altY[(a+i)*V : (a+i+1)*V]
+			}
+			a += n
 		}
+		r += n
 	}
 	return sc.keep
 }
 
-// alts fills Alt, PNext and PAlt of the sequences that ask for them from
-// the logits altRows pointed the kernel at (over ids, nil: the identity),
-// once Next is set; the rows are spread over the pool.
+// altTask is one kept LM-head row: its sequence and the new token it
+// follows (0 without ArgmaxAll).
+type altTask struct {
+	s *Seq
+	i int
+}
+
+// alts fills Alt, PNext and PAlt (and RowAlts with ArgmaxAll) of the
+// sequences that ask for them from the logits altRows pointed the kernel at
+// (over ids, nil: the identity), once Next and NextAll are set; the rows
+// are spread over the pool.
 func (m *Model) alts(seqs []*Seq, ids []int, V int) {
-	var ask []*Seq // (A) in the order of sc.altY's rows
+	rows := m.sc.altTasks[:0] // (A) in the order of sc.altY's rows
 	for _, s := range seqs {
-		if s.Alts && !s.ArgmaxAll {
-			ask = append(ask, s)
+		if !s.Alts {
+			continue
+		}
+		if s.ArgmaxAll {
+			s.RowAlts = slices.Grow(s.RowAlts[:0], len(s.Tokens))[:len(s.Tokens)]
+		}
+		for i := range outRows(s) {
+			rows = append(rows, altTask{s, i})
 		}
 	}
-	if len(ask) == 0 {
+	m.sc.altTasks = rows
+	if len(rows) == 0 {
 		return
 	}
-	m.pool.ForEach(len(ask), 1, func(lo, hi int) {
+	m.pool.ForEach(len(rows), 1, func(lo, hi int) {
 		for a := lo; a < hi; a++ {
-			s := ask[a]
-			s.Alt, s.PNext, s.PAlt = altOf(m.sc.altY[a*V:(a+1)*V], ids, s.Next)
+			t := rows[a]
+			s := t.s
+			if !s.ArgmaxAll {
+				s.Alt, s.PNext, s.PAlt = altOf(m.sc.altY[a*V:(a+1)*V], ids, s.Next)
+				continue
+			}
+			r := &s.RowAlts[t.i]
+			r.Alt, r.PNext, r.PAlt = altOf(m.sc.altY[a*V:(a+1)*V], ids, s.NextAll[t.i])
+			if t.i == len(s.Tokens)-1 {
+				s.Alt, s.PNext, s.PAlt = r.Alt, r.PNext, r.PAlt
+			}
 		}
 	})
 }

@@ -18,7 +18,8 @@ import (
 // PNext and PAlt the probabilities within 1e-5; sequences that ask ride in
 // one batch with sequences that do not, every greedy id stays that of the
 // batch without Alts, and a sequence alone gets the same four results bit
-// for bit as in the batch. Each head type the argmax kernel takes (Q8_0,
+// for bit as in the batch. One of the sequences that ask is an ArgmaxAll
+// sequence: every row of it (RowAlts) is checked the same way. Each head type the argmax kernel takes (Q8_0,
 // Q4_0, BF16, F32, and K-quant and Q4_1 through the K-quant path), with the
 // whole head and with a trimmed draft head (SetDraftVocab).
 func TestAlts(t *testing.T) {
@@ -69,7 +70,7 @@ func testAlts(t *testing.T, path string, trimmed bool) {
 		run := func(alts bool) []*model.Seq {
 			var seqs []*model.Seq
 			for i, c := range ctxs {
-				seqs = append(seqs, &model.Seq{Tokens: c, Blocks: blocks(len(c)), Alts: alts && i%2 == 0})
+				seqs = append(seqs, &model.Seq{Tokens: c, Blocks: blocks(len(c)), Alts: alts && i%2 == 0, ArgmaxAll: i == 2})
 			}
 			if err := m.Forward(seqs); err != nil {
 				t.Fatal(err)
@@ -85,8 +86,8 @@ func testAlts(t *testing.T, path string, trimmed bool) {
 			t.Fatalf("trial %d seq 0: alone %d %d %g %g; in the batch %d %d %g %g", trial, a.Next, a.Alt, a.PNext, a.PAlt, b.Next, b.Alt, b.PNext, b.PAlt)
 		}
 		for i, c := range ctxs {
-			if plain[i].Next != with[i].Next {
-				t.Fatalf("trial %d seq %d: Next %d with Alts in the batch, %d without", trial, i, with[i].Next, plain[i].Next)
+			if plain[i].Next != with[i].Next || fmt.Sprint(plain[i].NextAll) != fmt.Sprint(with[i].NextAll) {
+				t.Fatalf("trial %d seq %d: Next %d %v with Alts in the batch, %d %v without", trial, i, with[i].Next, with[i].NextAll, plain[i].Next, plain[i].NextAll)
 			}
 			if i%2 == 1 {
 				continue
@@ -95,41 +96,60 @@ func testAlts(t *testing.T, path string, trimmed bool) {
 			if err := m.ForwardLogits([]*model.Seq{{Tokens: c, Blocks: blocks(len(c))}}, logits); err != nil {
 				t.Fatal(err)
 			}
-			last := logits[(len(c)-1)*m.Vocab:]
-			next := with[i].Next
-			alt := -1
-			mx := math.Inf(-1)
-			for id, v := range last {
-				if !inHead(id) {
-					continue
-				}
-				mx = max(mx, float64(v))
-				if id != next && (alt < 0 || v > last[alt]) {
-					alt = id
-				}
-			}
-			var sum float64
-			for id, v := range last {
-				if inHead(id) {
-					sum += math.Exp(float64(v) - mx)
-				}
-			}
-			pn, pa := math.Exp(float64(last[next])-mx)/sum, math.Exp(float64(last[alt])-mx)/sum
 			s := with[i]
-			if !inHead(s.Alt) {
-				t.Fatalf("trial %d seq %d: Alt %d is not in the draft head", trial, i, s.Alt)
+			rows := []model.RowAlt{{Alt: s.Alt, PNext: s.PNext, PAlt: s.PAlt}}
+			nexts := []int{s.Next}
+			if s.ArgmaxAll {
+				if len(s.RowAlts) != len(c) {
+					t.Fatalf("trial %d seq %d: %d RowAlts for %d tokens", trial, i, len(s.RowAlts), len(c))
+				}
+				if l := s.RowAlts[len(c)-1]; l != rows[0] {
+					t.Fatalf("trial %d seq %d: the last RowAlt %+v is not Alt, PNext, PAlt %+v", trial, i, l, rows[0])
+				}
+				rows, nexts = s.RowAlts, s.NextAll
 			}
-			// ForwardLogits' product may round a near-tie the other way.
-			if s.Alt != alt && math.Abs(float64(last[s.Alt]-last[alt])) > 1e-3 {
-				t.Fatalf("trial %d seq %d: Alt %d (logit %g); want %d (logit %g)", trial, i, s.Alt, last[s.Alt], alt, last[alt])
-			}
-			if math.Abs(float64(s.PNext)-pn) > 1e-5 || math.Abs(float64(s.PAlt)-pa) > 1e-5 {
-				t.Fatalf("trial %d seq %d: PNext %g PAlt %g; want %g %g", trial, i, s.PNext, s.PAlt, pn, pa)
-			}
-			if s.PNext < s.PAlt {
-				t.Fatalf("trial %d seq %d: the greedy id is less likely (%g) than the runner-up (%g)", trial, i, s.PNext, s.PAlt)
+			for j, got := range rows {
+				checkAlt(t, fmt.Sprintf("trial %d seq %d row %d", trial, i, len(c)-len(rows)+j), logits[(len(c)-len(rows)+j)*m.Vocab:][:m.Vocab], inHead, nexts[j], got)
 			}
 		}
+	}
+}
+
+// checkAlt checks one row's runner-up got (after the greedy id next)
+// against the row's logits: a float64 softmax over the ids inHead keeps.
+func checkAlt(t *testing.T, what string, last []float32, inHead func(int) bool, next int, got model.RowAlt) {
+	t.Helper()
+	alt := -1
+	mx := math.Inf(-1)
+	for id, v := range last {
+		if !inHead(id) {
+			continue
+		}
+		mx = max(mx, float64(v))
+		if id != next && (alt < 0 || v > last[alt]) {
+			alt = id
+		}
+	}
+	var sum float64
+	for id, v := range last {
+		if inHead(id) {
+			sum += math.Exp(float64(v) - mx)
+		}
+	}
+	pn, pa := math.Exp(float64(last[next])-mx)/sum, math.Exp(float64(last[alt])-mx)/sum
+	s := got
+	if !inHead(s.Alt) {
+		t.Fatalf("%s: Alt %d is not in the draft head", what, s.Alt)
+	}
+	// ForwardLogits' product may round a near-tie the other way.
+	if s.Alt != alt && math.Abs(float64(last[s.Alt]-last[alt])) > 1e-3 {
+		t.Fatalf("%s: Alt %d (logit %g); want %d (logit %g)", what, s.Alt, last[s.Alt], alt, last[alt])
+	}
+	if math.Abs(float64(s.PNext)-pn) > 1e-5 || math.Abs(float64(s.PAlt)-pa) > 1e-5 {
+		t.Fatalf("%s: PNext %g PAlt %g; want %g %g", what, s.PNext, s.PAlt, pn, pa)
+	}
+	if s.PNext < s.PAlt {
+		t.Fatalf("%s: the greedy id is less likely (%g) than the runner-up (%g)", what, s.PNext, s.PAlt)
 	}
 }
 

@@ -31,15 +31,24 @@ type Seq struct {
 	ArgmaxAll bool
 	NextAll   []int // (n) with ArgmaxAll: greedy id after each new token
 
-	// Alts asks for the runner-up after the last new token (not with
-	// ArgmaxAll): Alt is the most likely id other than Next, and PNext and
-	// PAlt are the softmax probabilities of Next and Alt. They come from the
-	// logits the LM-head argmax kernel compared to choose Next (alts.go), so
-	// asking for them never changes a draft.
-	Alts  bool
-	Alt   int
-	PNext float32
-	PAlt  float32
+	// Alts asks for the runner-up after the last new token: Alt is the
+	// most likely id other than Next, and PNext and PAlt are the softmax
+	// probabilities of Next and Alt. With ArgmaxAll, RowAlts holds the same
+	// after every new token (n; its last is Alt, PNext, PAlt). They come
+	// from the logits the LM-head argmax kernel compared to choose Next
+	// (alts.go), so asking for them never changes a draft.
+	Alts    bool
+	Alt     int
+	PNext   float32
+	PAlt    float32
+	RowAlts []RowAlt
+}
+
+// RowAlt is the runner-up after one new token of an ArgmaxAll sequence
+// (see Seq.Alts).
+type RowAlt struct {
+	Alt         int
+	PNext, PAlt float32
 }
 
 // ErrInput marks a Forward call with inconsistent sequences (a caller bug or
@@ -56,8 +65,9 @@ type scratch struct {
 	tokSeq   []int       // (T) sequence of each token
 	tokPos   []int       // (T) absolute position of each token
 	ids      []int       // (R) greedy ids
-	altY     []float32   // (A, head rows) logits of the last row of each Alts sequence
+	altY     []float32   // (A, head rows) logits of the output rows of the Alts sequences
 	keep     [][]float32 // (R) nil, or the row of altY an output row's logits go to
+	altTasks []altTask   // (A) the output row of each row of altY
 	row      []float32   // (hidden) embedding row
 	ap       attnPlan    // attention tasks and cache views (prefill.go)
 }

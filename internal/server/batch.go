@@ -208,7 +208,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 			s.log.Error("pre-drafted branch of another length; drafting on demand", "session", q.Session, "branch_fit", br.fit, "fit", q.Fit)
 			br, out = nil, predraftMiss
 		case out == predraftHit:
-			res[i] = truncate(br.res, q.bound(s.cfg.MinConfidence, true))
+			res[i] = truncate(br.res, q.bound(s.cfg.MinConfidence, true), q.signal(s.cfg.ConfidenceSignal))
 			s.pre.since(out, t0)
 		default:
 			if partial == nil {
@@ -231,7 +231,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		}
 		items = append(items, BatchItem{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy,
 			Alts:          s.pre != nil && q.Session != "" && s.predraftable(b, q) && s.pre.wanted(),
-			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences, Recall: q.Recall})
+			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences, ConfidenceSignal: q.signal(s.cfg.ConfidenceSignal), Recall: q.Recall})
 		slot = append(slot, i)
 	}
 	if len(items) > 0 {
@@ -257,7 +257,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 			continue
 		}
 		if br.err == nil && len(br.res.Draft) == reqs[i].Fit {
-			res[i] = truncate(br.res, reqs[i].bound(s.cfg.MinConfidence, true))
+			res[i] = truncate(br.res, reqs[i].bound(s.cfg.MinConfidence, true), reqs[i].signal(s.cfg.ConfidenceSignal))
 			s.pre.since(predraftPartial, t0)
 			continue
 		}
@@ -266,7 +266,7 @@ func (s *Server) draftItems(ctx context.Context, b *backend, reqs []draftRequest
 		outcome[i] = predraftMiss
 		q := &reqs[i]
 		r, e, err := b.d.DraftBatch(ctx, []BatchItem{{Tokens: q.Tokens, N: q.Fit, Strategy: q.Strategy, Alts: true,
-			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences, Recall: q.Recall}})
+			MinConfidence: q.bound(s.cfg.MinConfidence, true), Confidences: q.Confidences, ConfidenceSignal: q.signal(s.cfg.ConfidenceSignal), Recall: q.Recall}})
 		if err == nil {
 			err = e[0]
 		}

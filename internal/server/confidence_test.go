@@ -27,10 +27,12 @@ import (
 )
 
 // refBounded is the reference for a bounded draft of n tokens after ctx:
-// the greedy chain, each token's softmax probability from the full logits
-// (float64), and how many tokens a bound b keeps; clear is false when a
-// confidence up to the stop lies within 1e-3 of b (no expectation then).
-func refBounded(t *testing.T, m *model.Model, ctx []int, n int, b float64) (chain []int, conf []float64, keep int, clear bool) {
+// the greedy chain, each token's confidence — its softmax probability from
+// the full logits (float64), or with chainProb the running product of
+// those (chain_prob) — and how many tokens a bound b keeps; clear is false
+// when a confidence up to the stop lies within 1e-3 of b (no expectation
+// then).
+func refBounded(t *testing.T, m *model.Model, ctx []int, n int, b float64, chainProb bool) (chain []int, conf []float64, keep int, clear bool) {
 	t.Helper()
 	n = min(n, m.MaxContext-len(ctx))
 	chain, err := m.Generate(ctx, n)
@@ -53,7 +55,11 @@ func refBounded(t *testing.T, m *model.Model, ctx []int, n int, b float64) (chai
 		for _, v := range row {
 			sum += math.Exp(float64(v) - mx)
 		}
-		conf = append(conf, math.Exp(float64(row[tok])-mx)/sum)
+		c := math.Exp(float64(row[tok])-mx) / sum
+		if chainProb && i > 0 {
+			c *= conf[i-1]
+		}
+		conf = append(conf, c)
 		if keep == len(chain) {
 			if math.Abs(conf[i]-b) < 1e-3 {
 				clear = false
@@ -98,7 +104,7 @@ func findStop(t *testing.T, m *model.Model, n int, bound float64) (ctx, chain []
 	for start := range tinyVocab {
 		ctx = seq(start, 16)
 		var clear bool
-		chain, conf, k, clear = refBounded(t, m, ctx, n, bound)
+		chain, conf, k, clear = refBounded(t, m, ctx, n, bound, false)
 		if clear && k >= 2 && k <= n-2 {
 			return ctx, chain, conf, k
 		}
@@ -143,7 +149,7 @@ func TestConfidenceBoundedDraft(t *testing.T) {
 
 	// The maximum context first: stop_reason context.
 	long := seq(3, tinyMax-3)
-	lchain, lconf, _, _ := refBounded(t, m, long, n, 0)
+	lchain, lconf, _, _ := refBounded(t, m, long, n, 0, false)
 	a, _ = postBounded(t, ts, fmt.Sprintf(`{"tokens":%s,"n":%d,"min_confidence":%v,"confidences":true}`, idsJSON(long), n, slices.Min(lconf)/2))
 	if !slices.Equal(a.Draft, lchain) || len(lchain) != 3 || a.StopReason == nil || *a.StopReason != "context" {
 		t.Errorf("3 positions left: %+v; want %v, stop_reason context", a, lchain)
@@ -172,6 +178,8 @@ func TestConfidenceValidation(t *testing.T) {
 		{`"min_confidence":1e999`, `"min_confidence"`},
 		{`"confidences":1`, `"confidences" must be true or false, got a number`},
 		{`"confidences":"yes"`, `"confidences" must be true or false`},
+		{`"confidence_signal":"top2_prob"`, `"confidence_signal" must be one of ["top1_prob" "chain_prob"], got "top2_prob"`},
+		{`"confidence_signal":1`, `"confidence_signal" must be one of`},
 	} {
 		st, h, b := ts.do("POST", "/draft", `{"tokens":[1,2,3],`+tc.field+`}`)
 		checkError(t, st, h, b, http.StatusBadRequest, CodeInvalidRequest, tc.msg)
@@ -186,6 +194,9 @@ func TestConfidenceValidation(t *testing.T) {
 		if _, err := New(Config{Open: tinyOpen(engine.Options{}, nil), MinConfidence: v}); err == nil {
 			t.Errorf("Config.MinConfidence %v accepted", v)
 		}
+	}
+	if _, err := New(Config{Open: tinyOpen(engine.Options{}, nil), ConfidenceSignal: "chain"}); err == nil || !strings.Contains(err.Error(), "chain") {
+		t.Errorf(`Config.ConfidenceSignal "chain": %v; want an error naming it`, err)
 	}
 }
 
@@ -223,71 +234,82 @@ func TestConfidenceBatchDefault(t *testing.T) {
 	if err := json.Unmarshal(ib, &info); err != nil {
 		t.Fatal(err)
 	}
-	if info["min_confidence"] != bound || info["confidence_signal"] != engine.ConfidenceSignal {
-		t.Errorf("/v1/info min_confidence %v confidence_signal %v; want %v %q", info["min_confidence"], info["confidence_signal"], bound, engine.ConfidenceSignal)
+	if info["min_confidence"] != bound || info["confidence_signal"] != engine.ConfidenceSignal || fmt.Sprint(info["confidence_signals"]) != "[top1_prob chain_prob]" {
+		t.Errorf("/v1/info min_confidence %v confidence_signal %v confidence_signals %v; want %v %q [top1_prob chain_prob]", info["min_confidence"], info["confidence_signal"], info["confidence_signals"], bound, engine.ConfidenceSignal)
 	}
 }
 
 // TestConfidenceSessions: a session whose drafts stop short (the serve
-// default bound) goes on from them: accepted ≤ the short draft's length,
-// each answer equal to the bounded /draft of the full context (the
-// reference's stop), accepted beyond the short draft refused.
+// default bound and signal) goes on from them: accepted ≤ the short draft's
+// length, each answer equal to the bounded /draft of the full context (the
+// reference's stop), accepted beyond the short draft refused; with each
+// signal, answered on demand and pre-drafted (a branch drafted with top-1
+// confidences, made chain_prob's by the server).
 func TestConfidenceSessions(t *testing.T) {
 	m := loadModel(t)
-	const bound, n = 0.5, 8
+	const n = 8
 	for _, pre := range []int{0, 8} {
-		t.Run(fmt.Sprintf("predraft %d", pre), func(t *testing.T) {
-			ts := startHealthy(t, Config{MinConfidence: bound, PredraftBranches: pre})
-			r := rand.New(rand.NewPCG(39, uint64(pre)))
-			ctx := seq(r.IntN(tinyVocab), 12)
-			have, _ := postBounded(t, ts, fmt.Sprintf(`{"session":"c","tokens":%s,"n":%d}`, idsJSON(ctx), n))
-			short, hits := 0, 0.0
-			for step := range 16 {
-				chain, _, keep, clear := refBounded(t, m, ctx, n, bound)
-				if clear && !slices.Equal(have.Draft, chain[:keep]) {
-					t.Fatalf("step %d: draft %v; reference %v (chain %v)", step, have.Draft, chain[:keep], chain)
-				}
-				want := "n"
-				if len(have.Draft) < n {
-					want, short = "confidence", short+1
-				}
-				if have.StopReason == nil || *have.StopReason != want {
-					t.Fatalf("step %d: stop_reason %v; want %s", step, have.StopReason, want)
-				}
-				if pre > 0 {
-					waitBranches(t, ts, 0)
-				}
-				// All accepted, the bonus the drafter's own next token (the
-				// token the bound stopped before): the all-accepted branch.
-				k := len(have.Draft)
-				if step%3 == 2 && k > 0 {
-					k = r.IntN(k)
-				}
-				bonus := chain[min(k, len(chain)-1)]
-				if k < len(have.Draft) {
-					bonus = (have.Draft[k] + 1) % tinyVocab
-				}
-				if step == 5 {
-					st, h, b := ts.do("POST", "/draft", fmt.Sprintf(`{"session":"c","accepted":%d,"bonus":1}`, len(have.Draft)+1))
-					checkError(t, st, h, b, http.StatusBadRequest, CodeInvalidAccepted, "")
-				}
-				ctx = append(append(slices.Clip(ctx), have.Draft[:k]...), bonus)
-				if len(ctx) > tinyMax-2*n {
-					break
-				}
-				have, _ = postBounded(t, ts, fmt.Sprintf(`{"session":"c","accepted":%d,"bonus":%d,"n":%d}`, k, bonus, n))
-			}
-			if short == 0 {
-				t.Errorf("no draft stopped short: the bound was never tested")
-			}
-			if pre > 0 {
-				hits = metricOf(t, ts, "draftd_predraft_requests_total", "outcome", predraftHit)
-				if hits == 0 {
-					t.Errorf("no pre-drafted answer: identity with a bound untested")
-				}
-				t.Logf("%d short drafts, %g pre-drafted answers", short, hits)
-			}
-		})
+		for _, sig := range []struct {
+			name  string
+			bound float64
+		}{{engine.SignalTop1, 0.5}, {engine.SignalChain, 0.15}} {
+			t.Run(fmt.Sprintf("predraft %d/%s", pre, sig.name), func(t *testing.T) {
+				testConfidenceSession(t, m, pre, sig.name, sig.bound, n)
+			})
+		}
+	}
+}
+
+func testConfidenceSession(t *testing.T, m *model.Model, pre int, signal string, bound float64, n int) {
+	ts := startHealthy(t, Config{MinConfidence: float32(bound), ConfidenceSignal: signal, PredraftBranches: pre})
+	r := rand.New(rand.NewPCG(39, uint64(pre)))
+	ctx := seq(r.IntN(tinyVocab), 12)
+	have, _ := postBounded(t, ts, fmt.Sprintf(`{"session":"c","tokens":%s,"n":%d}`, idsJSON(ctx), n))
+	short, hits := 0, 0.0
+	for step := range 16 {
+		chain, _, keep, clear := refBounded(t, m, ctx, n, bound, signal == engine.SignalChain)
+		if clear && !slices.Equal(have.Draft, chain[:keep]) {
+			t.Fatalf("step %d: draft %v; reference %v (chain %v)", step, have.Draft, chain[:keep], chain)
+		}
+		want := "n"
+		if len(have.Draft) < n {
+			want, short = "confidence", short+1
+		}
+		if have.StopReason == nil || *have.StopReason != want {
+			t.Fatalf("step %d: stop_reason %v; want %s", step, have.StopReason, want)
+		}
+		if pre > 0 {
+			waitBranches(t, ts, 0)
+		}
+		// All accepted, the bonus the drafter's own next token (the
+		// token the bound stopped before): the all-accepted branch.
+		k := len(have.Draft)
+		if step%3 == 2 && k > 0 {
+			k = r.IntN(k)
+		}
+		bonus := chain[min(k, len(chain)-1)]
+		if k < len(have.Draft) {
+			bonus = (have.Draft[k] + 1) % tinyVocab
+		}
+		if step == 5 {
+			st, h, b := ts.do("POST", "/draft", fmt.Sprintf(`{"session":"c","accepted":%d,"bonus":1}`, len(have.Draft)+1))
+			checkError(t, st, h, b, http.StatusBadRequest, CodeInvalidAccepted, "")
+		}
+		ctx = append(append(slices.Clip(ctx), have.Draft[:k]...), bonus)
+		if len(ctx) > tinyMax-2*n {
+			break
+		}
+		have, _ = postBounded(t, ts, fmt.Sprintf(`{"session":"c","accepted":%d,"bonus":%d,"n":%d}`, k, bonus, n))
+	}
+	if short == 0 {
+		t.Errorf("no draft stopped short: the bound was never tested")
+	}
+	if pre > 0 {
+		hits = metricOf(t, ts, "draftd_predraft_requests_total", "outcome", predraftHit)
+		if hits == 0 {
+			t.Errorf("no pre-drafted answer: identity with a bound untested")
+		}
+		t.Logf("%d short drafts, %g pre-drafted answers", short, hits)
 	}
 }
 

@@ -94,7 +94,7 @@ func (s *Server) handleDraft(w http.ResponseWriter, r *http.Request, x *exchange
 		var all []engine.Result
 		var errs []error
 		all, errs, err = b.d.DraftBatch(ctx, []BatchItem{{Tokens: req.Tokens, N: req.Fit, Strategy: req.Strategy,
-			MinConfidence: bound, Confidences: req.Confidences}})
+			MinConfidence: bound, Confidences: req.Confidences, ConfidenceSignal: req.signal(s.cfg.ConfidenceSignal)}})
 		if err == nil {
 			res, err = all[0], errs[0]
 		}

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -71,6 +72,18 @@ type draftRequest struct {
 	MinConfidence    float32
 	HasMinConfidence bool
 	Confidences      bool
+	// Signal is "confidence_signal" (one of engine.ConfidenceSignals; "":
+	// not given, the serve default).
+	Signal string
+}
+
+// signal is the confidence signal of req: its own, else def (the serve
+// default).
+func (req *draftRequest) signal(def string) string {
+	if req.Signal != "" {
+		return req.Signal
+	}
+	return def
 }
 
 // bound is the confidence bound in force for req: its own
@@ -117,7 +130,7 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 	var toks [len(tokenFields)]span
 	var ns [len(nFields)]span
 	var strat, id, sess, acc, bonus span // "strategy", "id", "session", "accepted", "bonus"
-	var minConf, confs span              // "min_confidence", "confidences"
+	var minConf, confs, signal span      // "min_confidence", "confidences", "confidence_signal"
 	i = skipSpace(body, i+1)
 	for body[i] != '}' {
 		kEnd := skipString(body, i)
@@ -154,6 +167,8 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 			minConf = span{i, vEnd}
 		case "confidences":
 			confs = span{i, vEnd}
+		case "confidence_signal":
+			signal = span{i, vEnd}
 		}
 		i = skipSpace(body, vEnd)
 		if body[i] == ',' {
@@ -174,7 +189,7 @@ func parseDraftRequest(body []byte, lim limits) (draftRequest, error) {
 			req.ID = jsonString(v)
 		}
 	}
-	if err := parseConfidence(&req, body, minConf, confs); err != nil {
+	if err := parseConfidence(&req, body, minConf, confs, signal); err != nil {
 		return req, err
 	}
 	if sess.present(body) || acc.present(body) || bonus.present(body) {
@@ -257,9 +272,10 @@ func parseRest(req *draftRequest, body []byte, ns []span, strat span, lim limits
 	return nil
 }
 
-// parseConfidence reads "min_confidence" (a number in [0, 1]) and
-// "confidences" (a boolean).
-func parseConfidence(req *draftRequest, body []byte, minConf, confs span) error {
+// parseConfidence reads "min_confidence" (a number in [0, 1]),
+// "confidences" (a boolean) and "confidence_signal" (one of
+// engine.ConfidenceSignals).
+func parseConfidence(req *draftRequest, body []byte, minConf, confs, signal span) error {
 	if minConf.present(body) {
 		b := body[minConf.start:minConf.end]
 		v, err := strconv.ParseFloat(string(b), 32)
@@ -280,6 +296,14 @@ func parseConfidence(req *draftRequest, body []byte, minConf, confs span) error 
 		default:
 			return reqErr(CodeInvalidRequest, `"confidences" must be true or false, got `+kindOf(body[confs.start:confs.end]))
 		}
+	}
+	if signal.present(body) {
+		raw := body[signal.start:signal.end]
+		var v string
+		if raw[0] != '"' || json.Unmarshal(raw, &v) != nil || !slices.Contains(engine.ConfidenceSignals, v) {
+			return reqErr(CodeInvalidRequest, fmt.Sprintf(`"confidence_signal" must be one of %q, got %s`, engine.ConfidenceSignals, kindOfID(raw)))
+		}
+		req.Signal = v
 	}
 	return nil
 }
@@ -646,11 +670,25 @@ func appendBound(dst []byte, b *boundAnswer) []byte {
 	return dst
 }
 
-// truncate is res as drafted with the bound: cut before the first token
-// whose confidence is below bound (a pre-drafted answer, drafted without
-// the bound and with every confidence, made equal to the on-demand one).
-func truncate(res engine.Result, bound float32) engine.Result {
-	if bound <= 0 || len(res.Confidences) != len(res.Draft) {
+// truncate is res as drafted with the bound and the signal: a pre-drafted
+// answer, drafted without the bound and with every top-1 confidence, made
+// equal to the on-demand one — the confidences the signal's (chain_prob:
+// their running products), cut before the first token whose confidence is
+// below bound.
+func truncate(res engine.Result, bound float32, signal string) engine.Result {
+	if len(res.Confidences) != len(res.Draft) {
+		return res
+	}
+	if signal == engine.SignalChain && len(res.Confidences) > 0 {
+		c := make([]float32, len(res.Confidences))
+		p := float32(1)
+		for j, v := range res.Confidences {
+			p *= v
+			c[j] = p
+		}
+		res.Confidences = c
+	}
+	if bound <= 0 {
 		return res
 	}
 	for j, c := range res.Confidences {

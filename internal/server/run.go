@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -244,12 +245,14 @@ type info struct {
 	BackendInfo
 	DraftLen      int `json:"draft_len"`
 	MaxBatchItems int `json:"max_batch_items"` // items of one POST /v1/drafts call
-	// The confidence bound of requests that give none (Config.MinConfidence)
-	// and the signal it bounds (engine.ConfidenceSignal).
-	MinConfidence    float32   `json:"min_confidence"`
-	ConfidenceSignal string    `json:"confidence_signal"`
-	Version          string    `json:"version"`
-	Build            buildInfo `json:"build"`
+	// The confidence bound and signal of requests that give none
+	// (Config.MinConfidence, Config.ConfidenceSignal) and the signals a
+	// request may choose (engine.ConfidenceSignals).
+	MinConfidence     float32   `json:"min_confidence"`
+	ConfidenceSignal  string    `json:"confidence_signal"`
+	ConfidenceSignals []string  `json:"confidence_signals"`
+	Version           string    `json:"version"`
+	Build             buildInfo `json:"build"`
 }
 
 type buildInfo struct {
@@ -264,7 +267,7 @@ type buildInfo struct {
 func (s *Server) info(bi BackendInfo, maxItems int) info {
 	b := readBuildInfo()
 	return info{BackendInfo: bi, DraftLen: s.cfg.DraftLen, MaxBatchItems: maxItems, MinConfidence: s.cfg.MinConfidence,
-		ConfidenceSignal: engine.ConfidenceSignal, Version: b.version(), Build: b}
+		ConfidenceSignal: cmp.Or(s.cfg.ConfidenceSignal, engine.ConfidenceSignal), ConfidenceSignals: engine.ConfidenceSignals, Version: b.version(), Build: b}
 }
 
 func readBuildInfo() buildInfo {

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/draftd/draftd/internal/draft"
 	"github.com/draftd/draftd/internal/engine"
 	"github.com/draftd/draftd/internal/session"
 	"github.com/draftd/draftd/internal/vocabrank"
@@ -101,11 +103,19 @@ type BatchItem struct {
 	Background *engine.Background
 	// MinConfidence and Confidences are engine.Item's (confidence-bounded
 	// drafts).
-	MinConfidence float32
-	Confidences   bool
+	MinConfidence    float32
+	Confidences      bool
+	ConfidenceSignal string
 	// Recall is engine.Item's: a session's previous draft after its
 	// accepted tokens (hybrid proposes it; the draft does not change).
 	Recall []int
+}
+
+// EngineItem is it as an engine.Item, with the strategy s (nil: the
+// engine's default) — the one mapping every Backend over an engine uses.
+func (it *BatchItem) EngineItem(s draft.Strategy) engine.Item {
+	return engine.Item{Tokens: it.Tokens, N: it.N, Strategy: s, Alts: it.Alts, Background: it.Background,
+		MinConfidence: it.MinConfidence, Confidences: it.Confidences, ConfidenceSignal: it.ConfidenceSignal, Recall: it.Recall}
 }
 
 // WeightShare is one storage type's part of the weights (a K-quant mix such
@@ -144,7 +154,10 @@ type Config struct {
 	// requests that give no "min_confidence" (0: none); a plain POST /draft
 	// without the field is never bounded.
 	MinConfidence float32
-	Now           func() time.Time // the sessions' clock (nil: time.Now); tests inject one
+	// ConfidenceSignal is the confidence signal (engine.ConfidenceSignals)
+	// of requests that give no "confidence_signal"; "": engine.ConfidenceSignal.
+	ConfidenceSignal string
+	Now              func() time.Time // the sessions' clock (nil: time.Now); tests inject one
 }
 
 // Defaults are the values zero Config fields take (and the defaults of the
@@ -232,6 +245,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: session TTL %v outside (0, %v]", ErrConfig, c.SessionTTL, MaxSessionTTL)
 	case !(c.MinConfidence >= 0 && c.MinConfidence <= engine.MaxConfidence):
 		return fmt.Errorf("%w: min confidence %v outside [0, %d]", ErrConfig, c.MinConfidence, engine.MaxConfidence)
+	case c.ConfidenceSignal != "" && !slices.Contains(engine.ConfidenceSignals, c.ConfidenceSignal):
+		return fmt.Errorf("%w: confidence signal %q is none of %q", ErrConfig, c.ConfidenceSignal, engine.ConfidenceSignals)
 	case c.PredraftBranches < 0 || c.PredraftBranches > MaxPredraftBranches:
 		return fmt.Errorf("%w: pre-draft branches %d outside [0, %d]", ErrConfig, c.PredraftBranches, MaxPredraftBranches)
 	}

@@ -69,15 +69,14 @@ func (b *engineBackend) DraftStrategy(ctx context.Context, tokens []int, n int, 
 func (b *engineBackend) DraftBatch(ctx context.Context, items []BatchItem) ([]engine.Result, []error, error) {
 	ei := make([]engine.Item, len(items))
 	for i, it := range items {
-		ei[i] = engine.Item{Tokens: it.Tokens, N: it.N, Alts: it.Alts, Background: it.Background,
-			MinConfidence: it.MinConfidence, Confidences: it.Confidences, Recall: it.Recall}
+		var st draft.Strategy
 		if it.Strategy != "" {
-			st, err := draft.New(it.Strategy, draft.DefaultOptions())
-			if err != nil {
+			var err error
+			if st, err = draft.New(it.Strategy, draft.DefaultOptions()); err != nil {
 				return nil, nil, err
 			}
-			ei[i].Strategy = st
 		}
+		ei[i] = it.EngineItem(st)
 	}
 	return b.Engine.DraftBatch(ctx, ei)
 }
