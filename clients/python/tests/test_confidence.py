@@ -7,8 +7,8 @@ protocol says (the drafting server gains the fields on its own branch; the
 end-to-end checks against ``draftd serve`` are its tests).
 
 The server's drafter here: the chain after any context is tokens 100, 101,
-… with confidences CHAIN_CONF; a bound x stops it before the first token
-whose confidence is below x."""
+… with confidences CHAIN_CONF (``chain_prob``: their running products); a
+bound x stops it before the first token whose confidence is below x."""
 
 from __future__ import annotations
 
@@ -33,17 +33,21 @@ def answer(item: dict[str, Any]) -> dict[str, Any]:
     an incremental request drafts as a full one)."""
     n = item.get("n", 4)
     bound = item.get("min_confidence", 0)
+    conf = list(CHAIN_CONF)
+    if item.get("confidence_signal") == "chain_prob":  # the running product
+        for i in range(1, len(conf)):
+            conf[i] *= conf[i - 1]
     k = n
     stop = "n"
     for i in range(n):
-        if bound > 0 and CHAIN_CONF[i] < bound:
+        if bound > 0 and conf[i] < bound:
             k, stop = i, "confidence"
             break
     out: dict[str, Any] = {"draft": list(range(100, 100 + k))}
     if bound > 0 or item.get("confidences"):
         out["stop_reason"] = stop
     if item.get("confidences"):
-        out["confidences"] = CHAIN_CONF[:k]
+        out["confidences"] = conf[:k]
     return out
 
 
@@ -110,12 +114,17 @@ def test_draft_bound_and_confidences(fake: Fake) -> None:
         plain = c.draft([1, 2, 3], 8)
         off = c.draft([1, 2, 3], 8, min_confidence=0)
         asked = c.draft([1, 2, 3], 2, confidences=True)
+        chain = c.draft([1, 2, 3], 8, min_confidence=0.1, confidence_signal="chain_prob")
+        with pytest.raises(TypeError, match="confidence_signal"):
+            c.draft([1, 2, 3], 8, confidence_signal="")
     assert fake.bodies == [
         ("/draft", {"tokens": [1, 2, 3], "n": 8, "min_confidence": 0.5, "confidences": True}),
         ("/draft", {"tokens": [1, 2, 3], "n": 8}),
         ("/draft", {"tokens": [1, 2, 3], "n": 8, "min_confidence": 0.0}),  # 0: the bound off, said explicitly
         ("/draft", {"tokens": [1, 2, 3], "n": 2, "confidences": True}),
+        ("/draft", {"tokens": [1, 2, 3], "n": 8, "min_confidence": 0.1, "confidence_signal": "chain_prob"}),
     ]
+    assert (chain.tokens, chain.stop_reason) == ([100, 101, 102, 103], "confidence")  # 0.9·0.8·0.6·0.3 ≥ 0.1 > ·0.2
     assert (d.tokens, d.stop_reason, d.confidences) == ([100, 101, 102], "confidence", [0.9, 0.8, 0.6])
     assert (plain.tokens, plain.stop_reason, plain.confidences) == (list(range(100, 108)), None, None)
     assert (off.stop_reason, off.confidences) == (None, None)
@@ -143,14 +152,15 @@ def test_session_carries_the_bound(fake: Fake) -> None:
         d2 = s.draft([1, 2, 3, *d1.tokens[:1], 9], min_confidence=0.7)  # this draft's bound only
         s.min_confidence = None  # from now on not sent: the server's default
         s.draft([1, 2, 3, *d1.tokens[:1], 9, *d2.tokens[:1], 5])
-        s2 = c.session("conv-2", n=2)
+        s2 = c.session("conv-2", n=2, confidence_signal="chain_prob")
         c.session_drafts([(s, [1, 2, 3, 100, 9, 100, 5, 100, 4]), (s2, [8])])
     assert [b for _, b in fake.bodies] == [
         {"session": "conv-1", "tokens": [1, 2, 3], "n": 4, "min_confidence": 0.5, "confidences": True},
         {"session": "conv-1", "accepted": 1, "bonus": 9, "n": 4, "min_confidence": 0.7, "confidences": True},
         {"session": "conv-1", "accepted": 1, "bonus": 5, "n": 4, "confidences": True},
         {"requests": [{"id": "conv-1", "session": "conv-1", "accepted": 1, "bonus": 4, "n": 4, "confidences": True},
-                      {"id": "conv-2", "session": "conv-2", "tokens": [8], "n": 2}]},
+                      {"id": "conv-2", "session": "conv-2", "tokens": [8], "n": 2,
+                       "confidence_signal": "chain_prob"}]},
     ]
     assert d1.tokens == [100, 101, 102] and d1.stop_reason == "confidence"
     assert d2.tokens == [100, 101] and d2.confidences == [0.9, 0.8]

@@ -480,20 +480,24 @@ class BaseClient(_Deadlines):
         return self._info
 
     def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
-              session: str | None = None, min_confidence: float | None = None, confidences: bool = False) -> Draft:
+              session: str | None = None, min_confidence: float | None = None, confidences: bool = False,
+              confidence_signal: str | None = None) -> Draft:
         """``POST /draft``: the draft after context ``tokens``; ``n`` draft
         tokens (None: the server's --draft-len); ``strategy`` one of
         ``info().strategies`` (None: the server's --strategy). With
         ``session``, the request also establishes (or replaces) that
         session's context (see :meth:`extend`, and :meth:`draftd.Client.session`
         for the helper that chooses the form and recovers from 409).
-        ``min_confidence``, ``confidences``: a confidence-bounded draft, and
-        each token's confidence (:class:`draftd.DraftRequest`)."""
+        ``min_confidence``, ``confidences``, ``confidence_signal``: a
+        confidence-bounded draft, each token's confidence, and which signal
+        (:class:`draftd.DraftRequest`)."""
         return self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session,
-                                      min_confidence=min_confidence, confidences=confidences))
+                                      min_confidence=min_confidence, confidences=confidences,
+                                      confidence_signal=confidence_signal))
 
     def extend(self, session: str, accepted: int, bonus: int, n: int | None = None, *,
-               strategy: str | None = None, min_confidence: float | None = None, confidences: bool = False) -> Draft:
+               strategy: str | None = None, min_confidence: float | None = None, confidences: bool = False,
+               confidence_signal: str | None = None) -> Draft:
         """``POST /draft {"session","accepted","bonus"}``: the first
         ``accepted`` tokens of the session's last draft were accepted and the
         target produced ``bonus``; the draft after that context. Raises
@@ -501,9 +505,10 @@ class BaseClient(_Deadlines):
         hold the session and :class:`draftd.InvalidAcceptedError` (400) when
         ``accepted`` is more than the last draft: resend the whole context
         with :meth:`draft` (``session=``). ``min_confidence``,
-        ``confidences``: as in :meth:`draft`."""
+        ``confidences``, ``confidence_signal``: as in :meth:`draft`."""
         return self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy,
-                                      min_confidence=min_confidence, confidences=confidences))
+                                      min_confidence=min_confidence, confidences=confidences,
+                                      confidence_signal=confidence_signal))
 
     def send(self, request: DraftRequest) -> Draft:
         """``POST /draft`` with one :class:`draftd.DraftRequest` (its ``id``
@@ -639,17 +644,19 @@ class AsyncBaseClient(_Deadlines):
 
     async def draft(self, tokens: Sequence[int], n: int | None = None, *, strategy: str | None = None,
                     session: str | None = None, min_confidence: float | None = None,
-                    confidences: bool = False) -> Draft:
+                    confidences: bool = False, confidence_signal: str | None = None) -> Draft:
         """See :meth:`Client.draft`."""
         return await self.send(DraftRequest(tokens=tokens, n=n, strategy=strategy, session=session,
-                                            min_confidence=min_confidence, confidences=confidences))
+                                            min_confidence=min_confidence, confidences=confidences,
+                                            confidence_signal=confidence_signal))
 
     async def extend(self, session: str, accepted: int, bonus: int, n: int | None = None, *,
                      strategy: str | None = None, min_confidence: float | None = None,
-                     confidences: bool = False) -> Draft:
+                     confidences: bool = False, confidence_signal: str | None = None) -> Draft:
         """See :meth:`Client.extend`."""
         return await self.send(DraftRequest(session=session, accepted=accepted, bonus=bonus, n=n, strategy=strategy,
-                                            min_confidence=min_confidence, confidences=confidences))
+                                            min_confidence=min_confidence, confidences=confidences,
+                                            confidence_signal=confidence_signal))
 
     async def send(self, request: DraftRequest) -> Draft:
         """See :meth:`Client.send`."""

@@ -43,11 +43,13 @@ class Client(BaseClient):
     """
 
     def session(self, session: str | None = None, *, n: int | None = None, strategy: str | None = None,
-                min_confidence: float | None = None, confidences: bool = False) -> Session:
+                min_confidence: float | None = None, confidences: bool = False,
+                confidence_signal: str | None = None) -> Session:
         """A :class:`draftd.Session` on this client: ``session`` is its id
         (None: a random one), ``n``, ``strategy``, ``min_confidence`` and
-        ``confidences`` those of its drafts."""
-        return Session(self, session, n=n, strategy=strategy, min_confidence=min_confidence, confidences=confidences)
+        ``confidences``, ``confidence_signal`` those of its drafts."""
+        return Session(self, session, n=n, strategy=strategy, min_confidence=min_confidence, confidences=confidences,
+                       confidence_signal=confidence_signal)
 
     def session_drafts(self, steps: Sequence[tuple[Session, Sequence[int]]]) -> list[DraftResult]:
         """One ``POST /v1/drafts`` for several sessions' next drafts: each
@@ -64,10 +66,10 @@ class AsyncClient(AsyncBaseClient):
 
     def session(self, session: str | None = None, *, n: int | None = None,
                 strategy: str | None = None, min_confidence: float | None = None,
-                confidences: bool = False) -> AsyncSession:
+                confidences: bool = False, confidence_signal: str | None = None) -> AsyncSession:
         """See :meth:`Client.session`: an :class:`draftd.AsyncSession`."""
         return AsyncSession(self, session, n=n, strategy=strategy, min_confidence=min_confidence,
-                            confidences=confidences)
+                            confidences=confidences, confidence_signal=confidence_signal)
 
     async def session_drafts(self, steps: Sequence[tuple[AsyncSession, Sequence[int]]]) -> list[DraftResult]:
         """See :meth:`Client.session_drafts`."""

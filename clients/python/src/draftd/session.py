@@ -51,15 +51,17 @@ class _State:
     it."""
 
     def __init__(self, session: str | None, n: int | None, strategy: str | None,
-                 min_confidence: float | None = None, confidences: bool = False) -> None:
+                 min_confidence: float | None = None, confidences: bool = False,
+                 confidence_signal: str | None = None) -> None:
         self.id = check_session_id(session) if session is not None else f"py-{uuid.uuid4().hex}"
         # Checked once here, by building a request with them.
         DraftRequest(tokens=[0], n=n, strategy=strategy, session=self.id, min_confidence=min_confidence,
-                     confidences=confidences)
+                     confidences=confidences, confidence_signal=confidence_signal)
         self.n = n
         self.strategy = strategy
         self.min_confidence = min_confidence
         self.confidences = confidences
+        self.confidence_signal = confidence_signal
         self.context: list[int] | None = None
         self.last: list[int] = []
         self.stats = SessionStats()
@@ -80,13 +82,14 @@ class _State:
             while k < most and extra[k] == self.last[k]:
                 k += 1
             return DraftRequest(session=self.id, accepted=k, bonus=extra[k:], n=n, strategy=self.strategy,
-                                id=self.id, min_confidence=mc, confidences=self.confidences)
+                                id=self.id, min_confidence=mc, confidences=self.confidences,
+                                confidence_signal=self.confidence_signal)
         return self.full(tokens, n, mc)
 
     def full(self, tokens: list[int], n: int | None = None, min_confidence: float | None = None) -> DraftRequest:
         return DraftRequest(tokens=tokens, session=self.id, n=self.n if n is None else n, strategy=self.strategy,
                             id=self.id, min_confidence=self.min_confidence if min_confidence is None else min_confidence,
-                            confidences=self.confidences)
+                            confidences=self.confidences, confidence_signal=self.confidence_signal)
 
     def sent(self, req: DraftRequest, resend: bool = False) -> None:
         if req.incremental:
@@ -115,8 +118,9 @@ class _Base:
     client: object
 
     def __init__(self, session: str | None, n: int | None, strategy: str | None,
-                 min_confidence: float | None = None, confidences: bool = False) -> None:
-        self._st = _State(session, n, strategy, min_confidence, confidences)
+                 min_confidence: float | None = None, confidences: bool = False,
+                 confidence_signal: str | None = None) -> None:
+        self._st = _State(session, n, strategy, min_confidence, confidences, confidence_signal)
 
     @property
     def id(self) -> str:
@@ -175,15 +179,16 @@ class Session(_Base):
     """A session on a :class:`draftd.Client` (``client.session(...)``).
     ``session``: its id (None: a random ``py-…`` one); ``n``, ``strategy``:
     those of every draft (None: the server's); ``min_confidence``,
-    ``confidences``: a confidence bound sent with every draft, and whether
-    to ask for each token's confidence (:class:`draftd.DraftRequest`). Not
+    ``confidences``, ``confidence_signal``: a confidence bound sent with
+    every draft, whether to ask for each token's confidence, and which
+    signal (:class:`draftd.DraftRequest`). Not
     thread-safe: one step at a time per session (the server applies a
     session's requests in order anyway)."""
 
     def __init__(self, client: BaseClient, session: str | None = None, *, n: int | None = None,
                  strategy: str | None = None, min_confidence: float | None = None,
-                 confidences: bool = False) -> None:
-        super().__init__(session, n, strategy, min_confidence, confidences)
+                 confidences: bool = False, confidence_signal: str | None = None) -> None:
+        super().__init__(session, n, strategy, min_confidence, confidences, confidence_signal)
         self.client: BaseClient = client
 
     def draft(self, tokens: Sequence[int], *, n: int | None = None, min_confidence: float | None = None) -> Draft:
@@ -241,8 +246,8 @@ class AsyncSession(_Base):
 
     def __init__(self, client: AsyncBaseClient, session: str | None = None, *, n: int | None = None,
                  strategy: str | None = None, min_confidence: float | None = None,
-                 confidences: bool = False) -> None:
-        super().__init__(session, n, strategy, min_confidence, confidences)
+                 confidences: bool = False, confidence_signal: str | None = None) -> None:
+        super().__init__(session, n, strategy, min_confidence, confidences, confidence_signal)
         self.client: AsyncBaseClient = client
 
     async def draft(self, tokens: Sequence[int], *, n: int | None = None,

@@ -77,8 +77,11 @@ class DraftRequest:
     has 0 to n tokens (0 ≤ x ≤ 1; 0: off; None: not sent, the server's
     ``--min-confidence`` for ``/v1/drafts`` and sessions, exactly n tokens
     for a plain ``/draft``). ``confidences``: ask for each draft token's
-    confidence (:attr:`Draft.confidences`). Checked when built: TypeError /
-    ValueError name what is wrong, before anything is sent."""
+    confidence (:attr:`Draft.confidences`). ``confidence_signal``: what a
+    confidence is, ``"top1_prob"`` or ``"chain_prob"`` (``confidence_signals``
+    in /v1/info; None: not sent, the server's ``--confidence-signal``).
+    Checked when built: TypeError / ValueError name what is wrong, before
+    anything is sent."""
 
     tokens: Sequence[int] | None = None
     n: int | None = None
@@ -89,12 +92,17 @@ class DraftRequest:
     id: str | None = None
     min_confidence: float | None = None
     confidences: bool = False
+    confidence_signal: str | None = None
 
     def __post_init__(self) -> None:
         if self.min_confidence is not None:
             object.__setattr__(self, "min_confidence", check_min_confidence(self.min_confidence))
         if not isinstance(self.confidences, bool):
             raise TypeError(f"confidences is {type(self.confidences).__name__}; want a bool")
+        if self.confidence_signal is not None and (not isinstance(self.confidence_signal, str)
+                                                   or not self.confidence_signal):
+            raise TypeError(f"confidence_signal is {self.confidence_signal!r}; want a signal name such as "
+                            "'chain_prob'")
         if self.tokens is not None:
             object.__setattr__(self, "tokens", check_tokens(self.tokens))
         if self.n is not None:
@@ -152,6 +160,8 @@ class DraftRequest:
             body["min_confidence"] = self.min_confidence
         if self.confidences:
             body["confidences"] = True
+        if self.confidence_signal is not None:
+            body["confidence_signal"] = self.confidence_signal
         return body
 
 
