@@ -128,7 +128,7 @@ func openBackend(opt backendOptions) func(context.Context, engine.Observer) (ser
 			VocabSize: m.Vocab, MaxContext: m.MaxContext, Hidden: m.Hidden, Layers: m.Layers,
 			Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Model: filepath.Base(m.Path()),
 			MaxDraftLen: o.MaxDraftLen, Strategy: o.Strategy.Name(), Strategies: draft.Names,
-			TrustMatch: lookup.Trust, MinMatch: lookup.MinMatch, LookupChoice: lookup.Choice.String(), Kernels: kernels.Impl(), Threads: m.Threads(),
+			TrustMatch: lookup.Trust, Eager: lookup.Eager, MinMatch: lookup.MinMatch, LookupChoice: lookup.Choice.String(), Kernels: kernels.Impl(), Threads: m.Threads(),
 			KVCacheType: kv, MaxBatch: o.MaxBatch, MaxQueue: o.MaxQueue,
 			TokenClasses: func() ([]vocabrank.Class, error) {
 				tok, err := tokenizer.Load(path) // the GGUF's own, or the HF directory's tokenizer.json

@@ -79,6 +79,7 @@ type BackendInfo struct {
 	Strategy      string                 `json:"strategy"`
 	Strategies    []string               `json:"strategies"`  // names a request may give; must include "model"
 	TrustMatch    int                    `json:"trust_match"` // hybrid's options (internal/draft)
+	Eager         bool                   `json:"eager"`
 	MinMatch      int                    `json:"min_match"`
 	LookupChoice  string                 `json:"lookup_choice"`
 	Kernels       string                 `json:"kernels"`

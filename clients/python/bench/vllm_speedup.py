@@ -19,6 +19,12 @@ the vLLM venv). Rows:
   …-predraft        draftd serve --predraft-branches 2: the next draft is
                     computed while the target verifies
   …-adaptive        the proposer's adaptive draft length (≤ K)
+  draftd-chain-K-2+2  the configuration docs/serving.md recommends: strategy
+                    hybrid (eager proposals), K = --chain-k, draftd serve
+                    --confidence-signal chain_prob --min-confidence
+                    --chain-bound on --chain-drafter (the chain stops where
+                    the drafter's probability of the whole chain falls
+                    below the bound)
 
 and the components of the predicted speed-up (docs/serving.md#the-predicted-speed-up):
 the target's prefill (max_tokens 1), its single step T_step (alone), its
@@ -36,8 +42,8 @@ and chat histories of this repository's own Go and Python sources and docs,
 ~600–2,400 tokens (realtarget.long_texts, chat histories in Qwen2.5's
 template) — or both, each set its own rows, components and table (T_step and
 T_verify grow with the context). --quick: one prompt per set, 32 tokens, the
-rows prefill, alone-2, oracle-K, ngram, draft_model-K and draftd-model-K-2+2
-(sequential and adaptive).
+rows prefill, alone-2, oracle-K, ngram, draft_model-K, draftd-model-K-2+2
+(sequential and adaptive) and draftd-chain-K-2+2.
 
   ~/.cache/draftd/venv/bin/python clients/python/bench/vllm_speedup.py --prompts both --out /tmp/vllm-bench
 
@@ -121,6 +127,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--k", type=int, default=8, help="draft length of the draftd and draft_model rows")
     ap.add_argument("--rows", default="all", help="comma-separated row names (default all)")
+    ap.add_argument("--chain-k", type=int, default=16, help="K of the draftd-chain row")
+    ap.add_argument("--chain-bound", type=float, default=0.1, help="serve --min-confidence of the draftd-chain row")
+    ap.add_argument("--chain-drafter", type=Path, help="the draftd-chain row's drafter GGUF (default: --drafter)")
     a = ap.parse_args()
     if a.prompts.isdigit():
         a.prompts, a.count = "short", int(a.prompts)
@@ -162,7 +171,7 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
     prompts = out_dir / "prompts.json"
     k = a.k
     # the context vLLM must hold: the longest prompt and its output, a draft past it
-    max_len = max(2048, 1 << (longest + a.tokens + 2 * k).bit_length())
+    max_len = max(2048, 1 << (longest + a.tokens + 2 * max(k, a.chain_k)).bit_length())
     # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores) or None, concurrency)
     rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None] | None, int]] = {
         "prefill": (["--max-tokens", "1"], 2, None, None, 1),
@@ -184,11 +193,14 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
                                                (1, ["--predraft-branches", "2"], "1"), 1),
         f"draftd-model-{k}-2+2-predraft": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None,
                                             (2, ["--predraft-branches", "2"], None), 1),
+        f"draftd-chain-{a.chain_k}-2+2": (["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid"], 2, None,
+                                         (2, ["--confidence-signal", "chain_prob", "--min-confidence",
+                                              str(a.chain_bound)], None), 1),
         "alone-2-c4": ([], 2, None, None, 4),
         f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 4),
     }
     quick = ["prefill", "alone-2", f"oracle-{k}", "ngram", f"draft_model-{k}", f"draftd-model-{k}-2+2",
-             f"draftd-model-{k}-2+2-adaptive"]
+             f"draftd-model-{k}-2+2-adaptive", f"draftd-chain-{a.chain_k}-2+2"]
     want = (quick if a.quick else list(rows)) if a.rows == "all" else a.rows.split(",")
     results: dict[str, dict[str, Any]] = {}
     for name in want:
@@ -205,7 +217,8 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
             vargs = [*vargs, "--oracle", str(out_dir / "alone-2.json")]
         server = None
         if dd is not None:
-            server = Draftd(binary, a.drafter, dd[0], dd[1], dd[2])
+            drafter = (a.chain_drafter or a.drafter) if name.startswith("draftd-chain-") else a.drafter
+            server = Draftd(binary, drafter, dd[0], dd[1], dd[2])
             vargs = [*vargs, "--draftd-url", server.url]
             before = metrics(server.url)
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind",

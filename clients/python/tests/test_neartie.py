@@ -11,6 +11,7 @@ def test_gap_by_dtype() -> None:
     assert gap_for("bfloat16") == gap_for("bf16") == 0.25
     assert gap_for("float32") == gap_for("f32") == 1e-2
     assert 1e-2 < gap_for("float16") < 0.25
+    assert gap_for("llama.cpp") == 0.5
     with pytest.raises(ValueError, match="int8"):
         gap_for("int8")
 
