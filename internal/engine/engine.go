@@ -140,6 +140,18 @@ const (
 // ConfidenceSignals lists the signals, the default first.
 var ConfidenceSignals = []string{SignalTop1, SignalChain}
 
+// NextConfidence is the confidence under signal of a draft token whose
+// drafter probability is p (1: unmeasured) and whose predecessor's
+// confidence is prev (1 for the chain's first token): p itself, or for
+// SignalChain the running product prev·p. The engine's bounded chains and
+// the server's conversion of pre-drafted answers both use it.
+func NextConfidence(signal string, prev, p float32) float32 {
+	if signal == SignalChain {
+		return prev * p
+	}
+	return p
+}
+
 // MaxConfidence bounds Item.MinConfidence: confidences lie in [0, 1].
 const MaxConfidence = 1
 
@@ -286,7 +298,7 @@ type request struct {
 	alts    bool        // record Result.Alts
 	conf    bool        // record Result.Confidences (asked, or minConf > 0)
 	minConf float32     // Item.MinConfidence
-	chain   bool        // Item.ConfidenceSignal is SignalChain
+	signal  string      // Item.ConfidenceSignal (NextConfidence)
 	recall  []int       // Item.Recall, a private copy
 	bg      *Background // non-nil: background work (lowq)
 	reply   chan reply
@@ -552,7 +564,7 @@ func (e *Engine) DraftBatch(ctx context.Context, items []Item) (res []Result, er
 		own := make([]int, len(it.Tokens), len(it.Tokens)+n)
 		copy(own, it.Tokens)
 		members = append(members, &request{ctx: ctx, tokens: own, n: n, strat: g, alts: it.Alts, bg: bg, reply: make(chan reply, 1),
-			conf: it.Confidences || it.MinConfidence > 0, minConf: it.MinConfidence, chain: it.ConfidenceSignal == SignalChain})
+			conf: it.Confidences || it.MinConfidence > 0, minConf: it.MinConfidence, signal: it.ConfidenceSignal})
 		if _, ok := g.(draft.Recaller); ok && len(it.Recall) > 0 {
 			members[len(members)-1].recall = slices.Clone(it.Recall)
 		}

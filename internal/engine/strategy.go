@@ -162,13 +162,14 @@ func (s *seq) take(measured bool, p float32) bool {
 	if !s.req.conf {
 		return true
 	}
-	c := float32(1)
-	if measured {
-		c = p
+	if !measured {
+		p = 1
 	}
-	if s.req.chain && len(s.conf) > 0 {
-		c *= s.conf[len(s.conf)-1]
+	prev := float32(1)
+	if len(s.conf) > 0 {
+		prev = s.conf[len(s.conf)-1]
 	}
+	c := NextConfidence(s.req.signal, prev, p)
 	if c < s.req.minConf {
 		s.stopped = true
 		return false

@@ -679,12 +679,12 @@ func truncate(res engine.Result, bound float32, signal string) engine.Result {
 	if len(res.Confidences) != len(res.Draft) {
 		return res
 	}
-	if signal == engine.SignalChain && len(res.Confidences) > 0 {
+	if signal != engine.SignalTop1 && len(res.Confidences) > 0 {
 		c := make([]float32, len(res.Confidences))
-		p := float32(1)
-		for j, v := range res.Confidences {
-			p *= v
-			c[j] = p
+		prev := float32(1)
+		for j, p := range res.Confidences {
+			prev = engine.NextConfidence(signal, prev, p)
+			c[j] = prev
 		}
 		res.Confidences = c
 	}
