@@ -55,10 +55,11 @@ def servers() -> Iterator[list[LlamaServer]]:
 
 def requests() -> Requests:
     """{id: (path, body)}: completions of text prompts (code, prose, a
-    ~2,000-token RAG-style prompt over docs/protocol.md) and chat
+    ~2,000-token RAG-style prompt over
+    testdata/prompts/served-rag-document.txt, a fixed excerpt of docs/protocol.md) and chat
     completions; greedy, top-2 log-probabilities, fixed lengths."""
     code = (REPO / "testdata/reference/quantize_ref.py").read_text().splitlines()
-    doc = (REPO / "docs/protocol.md").read_text()[:7600]
+    doc = (REPO / "testdata/prompts/served-rag-document.txt").read_text()
     comp = {
         "code": "\n".join(code[27:41]) + "\n",
         "prose": "The printing press, invented by Johannes Gutenberg around 1440, changed Europe because",

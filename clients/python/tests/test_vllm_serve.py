@@ -5,7 +5,7 @@ server, as the CPU build's ``vllm`` command does not start), on the real 0.5B as
 checked is the path) and the real 0.5B GGUF in ``draftd serve``:
 
 - six streaming completions of prompts from ~20 to ~2,050 tokens (a
-  RAG-style chat prompt over docs/protocol.md) and of different lengths:
+  RAG-style chat prompt over a fixed excerpt of docs/protocol.md) and of different lengths:
   the two long ones at once, the four short ones once both stream, one of
   them abandoned by its client mid-stream (vLLM aborts it);
 - a KV cache of exactly the two long prompts' blocks and two more
@@ -82,12 +82,12 @@ def requests(tok: Any, model: Path) -> tuple[dict[str, dict[str, Any]], dict[str
     """The six requests (token-id prompts, greedy, top-2 log-probabilities,
     a fixed length) and which is abandoned after how many tokens: two long
     ones (LONG: a RAG-style chat prompt of ~2,050 tokens over
-    docs/protocol.md and ~830 tokens of code) that grow by GROW tokens each,
+    testdata/prompts/served-rag-document.txt — a fixed excerpt of docs/protocol.md — and ~830 tokens of code) that grow by GROW tokens each,
     and four short ones of different lengths."""
     from draftd._testing.realtarget import prompts
 
     ps = dict(prompts(tok, 5))  # code-0 (~520 tokens), chat-0, prose-0, code-1 (~830), chat-1
-    doc = tok((REPO / "docs/protocol.md").read_text(), add_special_tokens=False)["input_ids"][:2000]
+    doc = tok((REPO / "testdata/prompts/served-rag-document.txt").read_text(), add_special_tokens=False)["input_ids"][:2000]
     rag = tok.apply_chat_template(
         [{"role": "system", "content": "Answer from this document:\n" + tok.decode(doc)},
          {"role": "user", "content": "What does a 409 unknown_session answer mean, and what should a client do?"}],
