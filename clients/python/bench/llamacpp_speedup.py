@@ -13,7 +13,11 @@ Rows (each on the same prompts, --tokens tokens each):
   budgeted drafts): sequential, and with pre-drafted branches (draftd serve
   --predraft-branches B: the next draft made while the target verifies), at
   each thread split: 1+1 (the target pinned to CPU 0, draftd to CPU 1) and
-  2+2 (both on both CPUs, time-shared).
+  2+2 (both on both CPUs, time-shared);
+- the recommended configuration (docs/serving.md): hybrid, draftd serve
+  --confidence-signal chain_prob --min-confidence --chain-bound on
+  --chain-drafter, n ≤ --chain-n, 2+2 (with --adaptive also with the policy's
+  own length and bound); --chain-n 0 leaves these rows out.
 Columns: output tokens/s (decode: from the first generated token to the last,
 the prompt's pass left out alike for every row), speed-up over llama.cpp alone
 at 2 threads, τ (tokens per target verification step), outputs equal to plain
@@ -372,6 +376,10 @@ def main() -> int:
     ap.add_argument("--predraft", type=int, default=4, help="branches of the overlapped rows (0: no overlapped rows)")
     ap.add_argument("--ngram", default="ngram-simple,ngram-map-k,ngram-mod", help="llama-server --spec-type rows ('' none)")
     ap.add_argument("--adaptive", action="store_true", help="also draftd rows with adaptive draft lengths (at most --n)")
+    ap.add_argument("--chain-n", type=int, default=16, help="draft length of the recommended rows (docs/serving.md: "
+                    "hybrid, --confidence-signal chain_prob, --min-confidence --chain-bound; 0: no such rows)")
+    ap.add_argument("--chain-bound", type=float, default=0.05, help="serve --min-confidence of the recommended row")
+    ap.add_argument("--chain-drafter", type=Path, help="the recommended rows' drafter GGUF (default: the real 0.5B file)")
     ap.add_argument("--omp-wait", default="", help="OMP_WAIT_POLICY of the draftd rows ('' leaves it unset: PASSIVE "
                     "made the target's batched eval ~40 %% slower, its threads sleeping at every barrier)")
     ap.add_argument("--quick", action="store_true", help="one prompt of each kind, only alone (2), llama.cpp's draft "
@@ -388,8 +396,8 @@ def main() -> int:
         ap.error("--tools DIR (or $DRAFTD_LLAMACPP_TOOLS): run scripts/llamacpp-python")
     if a.per_kind is None:
         a.per_kind = 1 if a.quick else 2
-    if a.n < 1 or a.tokens < 2 or a.per_kind < 1:
-        ap.error("--n ≥ 1, --tokens ≥ 2, --per-kind ≥ 1")
+    if a.n < 1 or a.tokens < 2 or a.per_kind < 1 or a.chain_n < 0 or not 0 <= a.chain_bound <= 1:
+        ap.error("--n ≥ 1, --tokens ≥ 2, --per-kind ≥ 1, --chain-n ≥ 0, 0 ≤ --chain-bound ≤ 1")
     a.out.mkdir(parents=True, exist_ok=True)
     target, drafter = a.models / TARGET_FILE, a.models / DRAFTER_FILE
     draftd_bin = a.draftd or build_draftd(a.out / "draftd")
@@ -428,7 +436,8 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
     prompts = [(sid, tok.tokenize(t.encode(), add_bos=False, special=True)) for sid, t in texts]
     del tok
     # the context llama.cpp must hold: the longest prompt, its output and a draft past it
-    n_ctx = max(2048, 1 << (max(len(ids) for _, ids in prompts) + a.tokens + 2 * a.n).bit_length())
+    n_max = max(a.n, a.chain_n)
+    n_ctx = max(2048, 1 << (max(len(ids) for _, ids in prompts) + a.tokens + 2 * n_max).bit_length())
     log(f"{pset} prompts: {', '.join(f'{sid} {len(ids)}' for sid, ids in prompts)} tokens; n_ctx {n_ctx}")
     base = {"target": str(target), "prompts": prompts, "tokens": a.tokens, "n_ctx": n_ctx}
 
@@ -451,7 +460,7 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
     comps = {}
     for t in ((2,) if a.quick else (2, 1)):
         log(f"load {loadavg()}: components, {t} thread(s)")
-        comps[t] = run_worker({**base, "kind": "components", "threads": t, "kmax": a.n + 1, "reps": 3,
+        comps[t] = run_worker({**base, "kind": "components", "threads": t, "kmax": n_max + 1, "reps": 3,
                                "continuations": conts}, None, {})
 
     # llama.cpp's own draft model (llama-speculative-simple), same n, 2+2 threads (in one process: sequential).
@@ -502,74 +511,86 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
     splits = ["2+2"] if a.quick else a.splits.split(",")
     strategies = ["model"] if a.quick else a.strategies.split(",")
     predraft = [0] if a.quick or a.predraft == 0 else [0, a.predraft]
+    # (split, strategy, pre-draft branches, adaptive, n, drafter file, extra serve flags, row name)
+    specs: list[tuple[str, str, int, bool, int, Path, list[str], str]] = []
     for split in splits:
+        pinned = split == "1+1"
+        for strategy in strategies:
+            for b, adaptive in [(b, False) for b in predraft] + ([(0, True)] if a.adaptive else []):
+                specs.append((split, strategy, b, adaptive, a.n, drafter, [],
+                              f"draftd {strategy}{', adaptive n' if adaptive else ''}, "
+                              f"{'pre-drafted (B = ' + str(b) + ')' if b else 'sequential'}, "
+                              f"{split}{' pinned' if pinned else ' time-shared'}"))
+    if a.chain_n:
+        chain = ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound)]
+        for adaptive in (False, True) if a.adaptive else (False,):
+            specs.append(("2+2", "hybrid", 0, adaptive, a.chain_n, a.chain_drafter or drafter, chain,
+                          f"draftd recommended (hybrid, {(a.chain_drafter or drafter).name}, chain_prob "
+                          + (f"bound the policy's, n ≤ {a.chain_n}, adaptive" if adaptive
+                             else f"≥ {a.chain_bound}, n ≤ {a.chain_n}") + "), 2+2 time-shared"))
+    for split, strategy, b, adaptive, n, row_drafter, extra, name in specs:
         tt, dt = (int(x) for x in split.split("+"))
         pinned = split == "1+1"
         comp = comps.get(tt) or comps[2]
         verify = {int(k): v for k, v in comp["verify_s"].items()}
-        for strategy in strategies:
-            for b, adaptive in [(b, False) for b in predraft] + ([(0, True)] if a.adaptive else []):
-                flags = ["--threads", str(dt), "--kv-cache-bytes", str(1 << 30), "--strategy", strategy]
-                if b:
-                    flags += ["--predraft-branches", str(b)]
-                srv = _start_draftd(draftd_bin, drafter, flags, "1" if pinned else None)
-                try:
-                    iso = {k: _draft_rtt(srv.url, prompts[0][1], k) for k in (1, a.n)}
-                    log(f"load {loadavg()}: draftd {strategy} {split} B={b}")
-                    env = {"OMP_WAIT_POLICY": a.omp_wait} if a.omp_wait else {}
-                    r = run_worker({**base, "kind": "draftd", "threads": tt, "url": srv.url, "n": a.n,
-                                    "strategy": strategy, "adaptive": adaptive}, "0" if pinned else None, env)
-                finally:
-                    srv.stop()
-                ss = r["samples"]
-                ties = [near_tie(plain[smp["id"]], plain_top[smp["id"]], smp["tokens"], smp["top2"]) for smp in ss]
-                for smp, (ok, why) in zip(ss, ties):
-                    if why != "equal":
-                        log(f"  {smp['id']}: {why}{'' if ok else ' — NOT a near-tie'}")
-                name = (f"draftd {strategy}{', adaptive n' if adaptive else ''}, "
-                        f"{'pre-drafted (B = ' + str(b) + ')' if b else 'sequential'}, "
-                        f"{tt}+{dt}{' pinned' if pinned else ' time-shared'}")
-                # Isolated components: a draft of d tokens costs R(d) = R(1) + (d-1)·per-token
-                # round trip (server part S(d) likewise), verification V(d+1), the engine's
-                # sampling sample_s per position it samples.
-                per_tok = (iso[a.n]["rtt"] - iso[1]["rtt"]) / max(1, a.n - 1)
-                per_tok_srv = (iso[a.n]["server"] - iso[1]["server"]) / max(1, a.n - 1)
-                http = statistics.mean(iso[k]["rtt"] - iso[k]["server"] for k in iso)
-                R = lambda d: 0.0 if d == 0 else iso[1]["rtt"] + (d - 1) * per_tok  # noqa: E731
-                S = lambda d: 0.0 if d == 0 else iso[1]["server"] + (d - 1) * per_tok_srv  # noqa: E731
-                toks = cycles = 0
-                dec = first = pred_s = ver_s = cli_s = srv_s = 0.0
-                for smp in ss:
-                    toks += len(smp["tokens"]) - 1
-                    dec += smp["decode_s"]
-                    first += smp["first_draft_s"]
-                    cycles += len(smp["evals"])
-                    ver_s += sum(t for _, t in smp["evals"])
-                    cli_s += sum(t for _, t in smp["drafts"])
-                    srv_s += smp["server_s"]
-                    # cycles: the steps after the prompt's pass (drafted[1:], accepted[1:])
-                    for d, acc in zip(smp["drafted"][1:], smp["accepted"][1:]):
-                        e = comp["sample_s"] * (acc + 1)
-                        if b and pinned:
-                            pred_s += max(S(d), verify[d + 1]) + (R(d) - S(d)) + e
-                        else:
-                            pred_s += R(d) + verify[d + 1] + e
-                    pred_s += smp["first_draft_s"]
-                # the first request's server part ≈ its round trip minus the HTTP part
-                srv_cycles = srv_s - (first - http * len(ss))
-                tau = toks / max(1, cycles)
-                rows.append({"config": name, "tok_s": toks / dec, "tau": tau,
-                             "equal": sum(ok for ok, _ in ties), "ties": sum(ok and why != "equal" for ok, why in ties),
-                             "n_samples": len(ss),
-                             "pred": toks / pred_s / ref_tok_s, "note": f"misses {r['misses']}; load {loadavg()}"})
-                breakdown.append({
-                    "config": name, "cycles": cycles, "cycle_ms": 1000 * (dec - first) / max(1, cycles),
-                    "first_ms": 1000 * first / len(ss),
-                    "draft_ms": 1000 * srv_cycles / max(1, cycles), "http_ms": 1000 * (cli_s - srv_cycles) / max(1, cycles),
-                    "verify_ms": 1000 * ver_s / max(1, cycles), "engine_ms": 1000 * (dec - first - cli_s - ver_s) / max(1, cycles),
-                    "predraft": {k: sum(smp["predraft"][k] for smp in ss) for k in ("hit", "partial_hit", "miss", "none")},
-                    "iso": {"R1_ms": 1000 * iso[1]["rtt"], f"R{a.n}_ms": 1000 * iso[a.n]["rtt"], "http_ms": 1000 * http,
-                            "server_per_token_ms": 1000 * per_tok_srv}})
+        flags = ["--threads", str(dt), "--kv-cache-bytes", str(1 << 30), "--strategy", strategy, *extra]
+        if b:
+            flags += ["--predraft-branches", str(b)]
+        srv = _start_draftd(draftd_bin, row_drafter, flags, "1" if pinned else None)
+        try:
+            iso = {k: _draft_rtt(srv.url, prompts[0][1], k) for k in (1, n)}
+            log(f"load {loadavg()}: {name}")
+            env = {"OMP_WAIT_POLICY": a.omp_wait} if a.omp_wait else {}
+            r = run_worker({**base, "kind": "draftd", "threads": tt, "url": srv.url, "n": n,
+                            "strategy": strategy, "adaptive": adaptive}, "0" if pinned else None, env)
+        finally:
+            srv.stop()
+        ss = r["samples"]
+        ties = [near_tie(plain[smp["id"]], plain_top[smp["id"]], smp["tokens"], smp["top2"]) for smp in ss]
+        for smp, (ok, why) in zip(ss, ties):
+            if why != "equal":
+                log(f"  {smp['id']}: {why}{'' if ok else ' — NOT a near-tie'}")
+        # Isolated components: a draft of d tokens costs R(d) = R(1) + (d-1)·per-token
+        # round trip (server part S(d) likewise), verification V(d+1), the engine's
+        # sampling sample_s per position it samples.
+        per_tok = (iso[n]["rtt"] - iso[1]["rtt"]) / max(1, n - 1)
+        per_tok_srv = (iso[n]["server"] - iso[1]["server"]) / max(1, n - 1)
+        http = statistics.mean(iso[k]["rtt"] - iso[k]["server"] for k in iso)
+        R = lambda d: 0.0 if d == 0 else iso[1]["rtt"] + (d - 1) * per_tok  # noqa: E731
+        S = lambda d: 0.0 if d == 0 else iso[1]["server"] + (d - 1) * per_tok_srv  # noqa: E731
+        toks = cycles = 0
+        dec = first = pred_s = ver_s = cli_s = srv_s = 0.0
+        for smp in ss:
+            toks += len(smp["tokens"]) - 1
+            dec += smp["decode_s"]
+            first += smp["first_draft_s"]
+            cycles += len(smp["evals"])
+            ver_s += sum(t for _, t in smp["evals"])
+            cli_s += sum(t for _, t in smp["drafts"])
+            srv_s += smp["server_s"]
+            # cycles: the steps after the prompt's pass (drafted[1:], accepted[1:])
+            for d, acc in zip(smp["drafted"][1:], smp["accepted"][1:]):
+                e = comp["sample_s"] * (acc + 1)
+                if b and pinned:
+                    pred_s += max(S(d), verify[d + 1]) + (R(d) - S(d)) + e
+                else:
+                    pred_s += R(d) + verify[d + 1] + e
+            pred_s += smp["first_draft_s"]
+        # the first request's server part ≈ its round trip minus the HTTP part
+        srv_cycles = srv_s - (first - http * len(ss))
+        tau = toks / max(1, cycles)
+        rows.append({"config": name, "tok_s": toks / dec, "tau": tau,
+                     "equal": sum(ok for ok, _ in ties), "ties": sum(ok and why != "equal" for ok, why in ties),
+                     "n_samples": len(ss),
+                     "pred": toks / pred_s / ref_tok_s, "note": f"misses {r['misses']}; load {loadavg()}"})
+        breakdown.append({
+            "config": name, "cycles": cycles, "cycle_ms": 1000 * (dec - first) / max(1, cycles),
+            "first_ms": 1000 * first / len(ss),
+            "draft_ms": 1000 * srv_cycles / max(1, cycles), "http_ms": 1000 * (cli_s - srv_cycles) / max(1, cycles),
+            "verify_ms": 1000 * ver_s / max(1, cycles), "engine_ms": 1000 * (dec - first - cli_s - ver_s) / max(1, cycles),
+            "predraft": {k: sum(smp["predraft"][k] for smp in ss) for k in ("hit", "partial_hit", "miss", "none")},
+            "iso": {"R1_ms": 1000 * iso[1]["rtt"], f"R{n}_ms": 1000 * iso[n]["rtt"], "http_ms": 1000 * http,
+                    "server_per_token_ms": 1000 * per_tok_srv}})
     loads.append(loadavg())
     md = f"### {pset} prompts ({', '.join(str(len(ids)) for _, ids in prompts)} tokens)\n\n" + render(
         rows, breakdown, ref_tok_s, a, n_out, loads, comps, t_step, len(prompts))
@@ -586,7 +607,7 @@ def _start_draftd(bin_: Path, model: Path, flags: list[str], cpus: str | None) -
 
 
 def _draft_rtt(url: str, ids: list[int], n: int, reps: int = 12) -> dict[str, float]:
-    """draftd alone: the round trip of a session step drafting n tokens
+    """draftd alone: the round trip of a session step drafting n tokens (no bound)
     (accepted 0 + a bonus: one new context token), its server-side part
     (/metrics), and the HTTP part of a 1-token draft."""
     import httpx
@@ -594,7 +615,7 @@ def _draft_rtt(url: str, ids: list[int], n: int, reps: int = 12) -> dict[str, fl
     import draftd
 
     with draftd.Client(url) as c:
-        s = c.session(n=n, strategy=None)
+        s = c.session(n=n, strategy=None, min_confidence=0.0)  # n tokens, whatever the server's bound
         ctx = list(ids)
         s.draft(ctx)
         rt: list[float] = []

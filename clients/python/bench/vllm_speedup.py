@@ -24,12 +24,15 @@ the vLLM venv). Rows:
                     --confidence-signal chain_prob --min-confidence
                     --chain-bound on --chain-drafter (the chain stops where
                     the drafter's probability of the whole chain falls
-                    below the bound)
+                    below the bound); …-adaptive: the proposer's policy
+                    chooses each step's length ≤ K and bound
 
 and the components of the predicted speed-up (docs/serving.md#the-predicted-speed-up):
 the target's prefill (max_tokens 1), its single step T_step (alone), its
 (K+1)-position verification T_verify(K+1) (an oracle proposer that drafts
-the known continuation, all accepted: bench/vllm_oracle.py), the drafter's
+the known continuation, all accepted: bench/vllm_oracle.py; the rows
+oracle-1, -4, -K and -(chain K) measure 2, 5, K + 1 and chain K + 1
+positions, interpolated between for a row's mean draft length), the drafter's
 time per call and its HTTP share (draftd's /metrics against the proposer's
 own clock). Predicted (sequential) S = τ·T_step / (T_call + T_verify(n̄+1)),
 with n̄ the mean draft length the row sent and T_call its measured draft
@@ -179,7 +182,9 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
         "alone-1": ([], 1, None, None, 1),
         "alone-2": ([], 2, None, None, 1),
         f"oracle-{k}": (["--method", "oracle", "--k", str(k)], 2, None, None, 1),
+        "oracle-1": (["--method", "oracle", "--k", "1"], 2, None, None, 1),
         "oracle-4": (["--method", "oracle", "--k", "4"], 2, None, None, 1),
+        f"oracle-{a.chain_k}": (["--method", "oracle", "--k", str(a.chain_k)], 2, None, None, 1),
         f"oracle-{k}-t1": (["--method", "oracle", "--k", str(k)], 1, None, None, 1),
         "ngram": (["--method", "ngram", "--k", "4"], 2, None, None, 1),
         "draft_model-4": (["--method", "draft_model", "--k", "4", "--draft-model", str(a.draft_hf)], 2, None, None, 1),
@@ -196,6 +201,10 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
         f"draftd-chain-{a.chain_k}-2+2": (["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid"], 2, None,
                                          (2, ["--confidence-signal", "chain_prob", "--min-confidence",
                                               str(a.chain_bound)], None), 1),
+        f"draftd-chain-{a.chain_k}-2+2-adaptive": (["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid",
+                                                   "--adaptive"], 2, None,
+                                                  (2, ["--confidence-signal", "chain_prob", "--min-confidence",
+                                                       str(a.chain_bound)], None), 1),
         "alone-2-c4": ([], 2, None, None, 4),
         f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 4),
     }
