@@ -228,8 +228,9 @@ def test_adaptive_no_draft_steps(tiny) -> None:  # type: ignore[no-untyped-def]
     sends no request and returns an empty array; the policy hears each
     step's acceptance and the target's time keyed by the draft's length + 1
     (1 after a step without a draft); drafts equal /draft of the whole
-    context, also after steps without one (the session's context is sent
-    again whole)."""
+    context, also after steps without one (the session's request carries
+    the tokens since as its bonus list: a catch-up, whose time is not given
+    to the policy as a draft call's)."""
     from test_vllm_proposer import Scripted
 
     from draftd.policy import LengthPolicy
@@ -253,7 +254,10 @@ def test_adaptive_no_draft_steps(tiny) -> None:  # type: ignore[no-untyped-def]
             want_obs.append((len(want), k))
     assert pol.verified == [4, 1, 1, 3], pol.verified
     assert pol.observed == want_obs[:4], pol.observed
-    assert pol.timed == [2, 4], pol.timed  # not the first: its time is the prompt's prefill
+    # not the first (its time is the prompt's prefill), nor the n = 2 step's:
+    # it carried the tokens of the two steps without a draft (a catch-up)
+    assert pol.timed == [4], pol.timed
+    assert dm.session_stats is not None and dm.session_stats.catchup == 1, dm.session_stats
     assert dm.misses == 0
 
 

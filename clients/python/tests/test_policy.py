@@ -118,6 +118,14 @@ Q4_XEON = Stack(verify=lambda k: _Q4.get(k, 0.144 + 0.010 * (k - 5)), draft=lamb
 # step), a draft token 15 ms: drafting does not pay at any length.
 SLOW_DRAFTER = Stack(verify=lambda k: 0.036 + 0.0217 * (k - 1), draft=lambda n: 0.001 + 0.015 * n, q=lambda j: 0.8)
 
+# The Q4_K_M llama.cpp target on the Ice Lake Xeon (bench/llamacpp_speedup.py,
+# 2026-12-06): T_step 83 ms, 4 positions 153 ms — cheaper than 3 (173 ms) —,
+# a draft token 22.5 ms, 80 % of each position accepted: n = 3 beats plain
+# decoding by only 10 %, so an acceptance estimated from a few dozen drafts
+# dips below what pays now and then.
+_IL = {1: 0.083, 2: 0.127, 3: 0.173, 4: 0.153, 5: 0.189, 6: 0.252, 7: 0.298, 8: 0.314, 9: 0.350}
+ICELAKE_Q4 = Stack(verify=lambda k: _IL[k], draft=lambda n: 0.0025 + 0.0225 * n, q=lambda j: 0.8)
+
 # Acceptance that collapses after position 2, with the cheap costs of FAST_FLAT.
 COLLAPSE = Stack(verify=FAST_FLAT.verify, draft=FAST_FLAT.draft, q=lambda j: 0.0 if j == 3 else 0.95)
 
@@ -129,6 +137,7 @@ def test_worked_cases_are_what_they_say() -> None:
     assert Q4_XEON.best_fixed() == 3 and Q4_XEON.rate(3) > Q4_XEON.rate(2) > Q4_XEON.rate(0)
     assert SLOW_DRAFTER.best_fixed() == 0
     assert COLLAPSE.best_fixed() == 2
+    assert ICELAKE_Q4.best_fixed() == 3 and 1.05 < ICELAKE_Q4.rate(3) / ICELAKE_Q4.rate(0) < 1.15
 
 
 def check_follows(make: Callable[[], Policy], stack: Stack, steps: int = 1500, warm: int = 60) -> Run:
@@ -160,6 +169,14 @@ def check_q4_nonlinear(make: Callable[[], Policy]) -> None:
     assert twos <= 0.03 * (len(run.choices) - 60), f"n = 2 chosen {twos} times after warm-up; 3 is better"
 
 
+def check_marginal(make: Callable[[], Policy]) -> None:
+    """Drafting pays 10 %: the policy keeps drafting 3 tokens, and a dip
+    of its acceptance estimate does not freeze it at no drafts (the policy
+    before 2026-12-06 stopped on such a dip and, hearing no drafts, kept
+    the low estimate: 12.7 tokens/s where 13.2 is possible)."""
+    check_follows(make, ICELAKE_Q4)
+
+
 def check_slow_drafter(make: Callable[[], Policy]) -> None:
     """A drafter slower than the target's step: no drafts after warm-up,
     except bounded probes (there are some), never slower than plain."""
@@ -184,7 +201,7 @@ def check_recovers(make: Callable[[], Policy]) -> None:
     assert late.most_common(1)[0][0] == 8, f"fast again, steps 300–600 after: {dict(late)}"
 
 
-CHECKS = [check_fast_flat, check_q4_nonlinear, check_slow_drafter, check_collapse, check_recovers]
+CHECKS = [check_fast_flat, check_q4_nonlinear, check_marginal, check_slow_drafter, check_collapse, check_recovers]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
@@ -376,7 +393,7 @@ BOUND_SLOW = ConfStack(verify=SLOW_DRAFTER.verify, draft=SLOW_DRAFTER.draft, lev
 
 
 def test_bound_cases_are_what_they_say() -> None:
-    for stack, want, gain in ((BOUND_Q4, (3, 0.2), 1.10), (BOUND_BF16, (7, 0.2), 1.10)):
+    for stack, want, gain in ((BOUND_Q4, (3, 0.15), 1.10), (BOUND_BF16, (7, 0.15), 1.10)):
         r = stack.pairs()
         assert stack.best() == want, f"best pair {stack.best()}; want {want}"
         assert r[want] >= gain * stack.best_unbounded(), f"{want}: {r[want]:.2f}; unbounded {stack.best_unbounded():.2f}"

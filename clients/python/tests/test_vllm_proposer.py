@@ -254,9 +254,10 @@ def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: igno
     # After steps without a draft a session's context has grown by more than
     # accepted + bonus: the next request still goes as accepted + bonus,
     # the bonus a list of every token since (no whole context sent again).
-    # Whole-context calls' times (prefill) are not the policy's draft times.
-    assert (p.stats.full, p.stats.incremental, p.stats.resends) == (2, 4, 0), p.stats
-    assert pol.timed == [2, K], pol.timed
+    # Whole-context calls' times (prefill) are not the policy's draft times,
+    # nor are the catch-ups' (their bonus lists' prefill): the n = 2 step.
+    assert (p.stats.full, p.stats.incremental, p.stats.resends, p.stats.catchup) == (2, 4, 0, 2), p.stats
+    assert pol.timed == [K], pol.timed
     assert pol.observed == accepted[:4], (pol.observed, accepted)
     assert p.stats.undrafted == 2 and p.stats.misses == 0, p.stats
     assert pol.batches == [2] * len(script), pol.batches  # each step's batch size, before its choice

@@ -436,6 +436,7 @@ class DraftdDraftModel(LlamaDraftModel):
                 elif self.info is not None:
                     self._check_vocab(self.info, vocab)  # a target found since the handshake
                 resent = s.stats.resent if s is not None else 0
+                catchup = s.stats.catchup if s is not None else 0
                 bound = self._bound()
                 if s is not None:
                     d = s.draft(ctx, n=n, min_confidence=bound)
@@ -453,7 +454,9 @@ class DraftdDraftModel(LlamaDraftModel):
             return none
         finally:
             self.draft_seconds += time.monotonic() - now
-        if self._adaptive is not None and not first:  # a first request's time is the prompt's prefill
+        # a first request's time is the prompt's prefill; a catch-up's (steps without
+        # a draft before it) includes those steps' tokens: neither is a draft call's time
+        if self._adaptive is not None and not first and (s is None or s.stats.catchup == catchup):
             # a bounded chain stops after the pass that found a token below the bound
             passes = min(n, len(d.tokens) + 1) if d.stop_reason == "confidence" else n
             self._adaptive.draft_time(time.monotonic() - now, passes)

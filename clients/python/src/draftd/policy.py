@@ -87,8 +87,11 @@ from typing import Any
 
 __all__ = ["BOUNDS", "LengthPolicy", "confidence_info"]
 
-#: The confidence bounds the policy chooses among (0: no bound).
-BOUNDS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+#: The confidence bounds the policy chooses among (0: no bound). Finer at the
+#: low end: a ``chain_prob`` bound (the product of the chain's probabilities)
+#: pays at 0.05–0.1 on the real pair (docs/performance.md, the variant table),
+#: where a step of 0.1 cannot tell them apart.
+BOUNDS: tuple[float, ...] = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def confidence_info(raw: dict[str, Any]) -> tuple[str | None, float]:
@@ -227,6 +230,7 @@ class LengthPolicy:
         self.margin = margin
         self.min_drafts = min_drafts
         self.explore = explore
+        self.optimism = 1.0
         self._rng = random.Random(seed)
         self.tried = [0.0] * n_max  # (n_max) decayed drafts that reached position j with every earlier one accepted
         self.hit = [0.0] * n_max  # (n_max) decayed drafts whose position j was accepted
@@ -284,16 +288,22 @@ class LengthPolicy:
 
     # -- the model -----------------------------------------------------------
 
-    def acceptance(self, sample: bool = False) -> list[float]:
+    def acceptance(self, sample: bool = False, optimism: float = 0.0) -> list[float]:
         """q_j, j = 1..n_max: the probability that draft position j is
         accepted given that the positions before it were (the posterior
-        mean; ``sample``: a draw from the posterior instead)."""
+        mean; ``sample``: a draw from the posterior instead; ``optimism``:
+        the mean plus that many posterior standard deviations)."""
         out: list[float] = []
         prev = 0.5
         for j in range(self.n_max):
             a = self.hit[j] + 2.0 * prev
             b = self.tried[j] - self.hit[j] + 2.0 * (1.0 - prev)
-            q = self._rng.betavariate(a + 1e-3, b + 1e-3) if sample else a / (a + b)
+            if sample:
+                q = self._rng.betavariate(a + 1e-3, b + 1e-3)
+            else:
+                q = a / (a + b)
+                if optimism:
+                    q = min(1.0, q + optimism * (a * b / ((a + b) ** 2 * (a + b + 1))) ** 0.5)
             out.append(q)
             prev = q
         return out
@@ -383,7 +393,14 @@ class LengthPolicy:
         if self.drafts < self.min_drafts:
             perfect = self._best_drafting([1.0] * self.n_max)[1]
             return 0 if perfect < r0 * (1 + self.margin) else n
-        return 0 if rn < r0 * (1 + self.margin) else n
+        if rn >= r0 * (1 + self.margin):
+            return n
+        # While drafting, stop only when an optimistic estimate of the
+        # acceptance loses too: the estimate is of a few dozen drafts, and
+        # stopping on its dips would freeze a low one (no drafts, no news).
+        if self.last > 0 and self._best_drafting(self.acceptance(optimism=self.optimism))[1] >= r0:
+            return n
+        return 0
 
     def _best_drafting(self, q: list[float] | None = None) -> tuple[int, float]:
         """The n ≥ 1 with the most expected tokens per second, and that rate

@@ -38,11 +38,15 @@ class SessionStats:
     """Requests a session sent, by form: ``tokens`` (the whole context:
     the first, or after a lost session), ``incremental`` (accepted+bonus),
     and ``resent`` (incremental requests answered 409 / invalid_accepted
-    and sent again as tokens; counted in ``tokens`` too)."""
+    and sent again as tokens; counted in ``tokens`` too); ``catchup``:
+    incremental requests whose bonus was more than one token (steps that
+    asked no draft came before: the server prefills those tokens too, so
+    such a request's time is no draft call's alone)."""
 
     tokens: int = 0
     incremental: int = 0
     resent: int = 0
+    catchup: int = 0
 
 
 class _State:
@@ -94,6 +98,8 @@ class _State:
     def sent(self, req: DraftRequest, resend: bool = False) -> None:
         if req.incremental:
             self.stats.incremental += 1
+            if isinstance(req.bonus, list) and len(req.bonus) > 1:
+                self.stats.catchup += 1
         else:
             self.stats.tokens += 1
             self.stats.resent += int(resend)

@@ -158,7 +158,9 @@ class ProposerStats:
     error (counted in ``misses`` too, no back-off); ``invalid``: drafts
     dropped because they held an id outside the target's vocabulary;
     ``handshakes``: reads of ``/v1/info``; ``undrafted``: steps the
-    ``adaptive`` policy gave no draft (n = 0)."""
+    ``adaptive`` policy gave no draft (n = 0); ``catchup``: incremental
+    requests that carried the tokens of steps without a draft too (their
+    calls' time is not given to the policy as a draft's)."""
 
     steps: int = 0
     calls: int = 0
@@ -178,6 +180,7 @@ class ProposerStats:
     rejected: int = 0
     invalid: int = 0
     handshakes: int = 0
+    catchup: int = 0
     undrafted: int = 0
     last_error: str = field(default="", repr=False)
 
@@ -370,7 +373,7 @@ class DraftdProposer:
             self.stats.backoff_steps += 1
             return self._done(out, req_ids)
         t0 = time.perf_counter()
-        full = self.stats.full
+        full, catchup = self.stats.full, self.stats.catchup
         try:
             # One deadline for the whole step: the handshake, every call of
             # the split batch and the resends of lost sessions.
@@ -418,7 +421,8 @@ class DraftdProposer:
             self.stats.draft_tokens += len(out[i])
             if self.tuner is not None and req_ids is not None and d is not None:
                 self._pending[req_ids[i]] = self._given(d, out[i], plans[0][1] is not None)
-        if self.tuner is not None and self.stats.full == full and passes:  # a whole context's time is its prefill
+        # a whole context's time is its prefill, a catch-up's includes the skipped steps' tokens
+        if self.tuner is not None and self.stats.full == full and self.stats.catchup == catchup and passes:
             # a bounded chain stops after the pass that found a token below the bound
             self.tuner.draft_time(call, passes)
         return self._done(out, req_ids)
@@ -482,13 +486,14 @@ class DraftdProposer:
                 sess.n = n
                 sess.min_confidence = self._bound
                 steps.append((sess, tokens[i, : int(lengths[i])].tolist()))
-            before = [(s.stats.tokens, s.stats.incremental, s.stats.resent) for s, _ in steps]
+            before = [(s.stats.tokens, s.stats.incremental, s.stats.resent, s.stats.catchup) for s, _ in steps]
             results = self.client.session_drafts(steps)
-            for (s, _), (t, inc, res) in zip(steps, before):
+            for (s, _), (t, inc, res, cu) in zip(steps, before):
                 whole = s.stats.tokens - t
                 self.stats.full += whole
                 self.stats.resends += whole - (1 if t == 0 and whole > 0 else 0)
                 self.stats.incremental += s.stats.incremental - inc
+                self.stats.catchup += s.stats.catchup - cu
                 if s.stats.resent != res:
                     self._stale = True  # the server lost a session: perhaps a restarted one, read /v1/info again
         return [(r.draft, r.error) for r in results]
