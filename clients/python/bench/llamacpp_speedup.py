@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +252,14 @@ def worker_draftd(spec: dict[str, Any]) -> dict[str, Any]:
             "predraft": {k: m1.get(k, 0) - m0.get(k, 0) for k in ("hit", "partial_hit", "miss", "none")},
         })
     dm.close()
-    return {"samples": res, "misses": dm.misses, "session": vars(dm.session_stats) if dm.session_stats else None}
+    pol = dm._adaptive
+    policy = None if pol is None else {  # what the adaptive policy believed at the end
+        "acceptance": pol.acceptance(), "bound": pol.bound,
+        "t_draft": [pol.t_draft(k) for k in range(spec["n"] + 1)],
+        "t_verify": [pol.t_verify(k) for k in range(1, spec["n"] + 2)],
+        "rate": [pol.rate(k) for k in range(spec["n"] + 1)]}
+    return {"samples": res, "misses": dm.misses, "session": vars(dm.session_stats) if dm.session_stats else None,
+            "policy": policy}
 
 
 def _metrics(httpx: Any, url: str) -> dict[str, float]:
@@ -546,6 +554,11 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
         finally:
             srv.stop()
         ss = r["samples"]
+        lengths = Counter(d for smp in ss for d in smp["drafted"][1:])
+        log(f"  draft lengths {dict(sorted(lengths.items()))}; session {r['session']}")
+        if r.get("policy"):
+            log("  policy: " + ", ".join(f"{k} {[round(x, 3) if x is not None else None for x in v]}"
+                                       if isinstance(v, list) else f"{k} {v}" for k, v in r["policy"].items()))
         ties = [near_tie(plain[smp["id"]], plain_top[smp["id"]], smp["tokens"], smp["top2"]) for smp in ss]
         for smp, (ok, why) in zip(ss, ties):
             if why != "equal":

@@ -172,27 +172,32 @@ class _Bounds:
             hit[j] = g * hit[j] + (1.0 if j < hits else 0.0)
 
     @staticmethod
-    def _rates(tried: list[float], hit: list[float], first: float) -> list[float]:
+    def _rates(tried: list[float], hit: list[float], first: float, optimism: float = 0.0) -> list[float]:
         """Posterior means of hit / tried by position, each position's prior
-        (weight 2) the estimate of the one before (``first`` for the first)."""
+        (weight 2) the estimate of the one before (``first`` for the first);
+        ``optimism``: plus that many posterior standard deviations."""
         out: list[float] = []
         prev = first
         for t, h in zip(tried, hit):
             a = h + 2.0 * prev
             q = a / (t + 2.0)
-            out.append(q)
             prev = q
+            if optimism:
+                q = min(1.0, q + optimism * (q * (1.0 - q) / (t + 3.0)) ** 0.5)
+            out.append(q)
         return out
 
-    def model(self, bi: int) -> tuple[list[float], list[float]]:
+    def model(self, bi: int, optimism: float = 0.0) -> tuple[list[float], list[float]]:
         """(s, r) of bound index bi: s_j the chance the chain under the
         bound keeps position j given it kept the earlier ones, r_j the
-        chance position j is kept and accepted given the earlier ones were."""
+        chance position j is kept and accepted given the earlier ones were
+        (``optimism``: r_j that many posterior standard deviations above
+        its mean)."""
         if self.bounds[bi] <= 0:
             s = [1.0] * self.n_max  # no bound: every token is kept
         else:
             s = self._rates(self.seen[bi], self.kept[bi], 1.0)
-        return s, self._rates(self.path[bi], self.good[bi], 0.5)
+        return s, self._rates(self.path[bi], self.good[bi], 0.5, optimism)
 
 
 class LengthPolicy:
@@ -381,9 +386,12 @@ class LengthPolicy:
             n, bound, rn = self.best_pair()
             self._pair = (n, bound)
             r0 = self.rate(0)
-            if r0 is None or rn < 0:
+            if r0 is None or rn < 0 or rn >= r0 * (1 + self.margin):
                 return n
-            return 0 if rn < r0 * (1 + self.margin) else n
+            # as below: while drafting, stop only when optimism loses too
+            if self.last > 0 and self.best_pair(optimism=self.optimism)[2] >= r0:
+                return n
+            return 0
         q = self.acceptance(sample=self.drafts < self.explore)
         n, rn = self._best_drafting(q)
         self._pair = (n, self._bounds.bounds[0])
@@ -468,13 +476,15 @@ class LengthPolicy:
         """t_verify(k) for k = 0..n_max + 1 (index 0 unused)."""
         return [None] + [self.t_verify(k) for k in range(1, self.n_max + 2)]
 
-    def best_pair(self) -> tuple[int, float, float]:
+    def best_pair(self, optimism: float = 0.0) -> tuple[int, float, float]:
         """The drafting pair (n ≥ 1, bound) with the most expected tokens
-        per second, and that rate (−1: not known)."""
+        per second, and that rate (−1: not known; ``optimism``: of the
+        acceptances that many posterior standard deviations above their
+        means)."""
         d, vs = self._t_drafts(), self._t_verifies()
         best = (self.n_max, self._bounds.bounds[0], -1.0)
         for bi, bound in enumerate(self._bounds.bounds):
-            for n, r in enumerate(self._rates_bounded(self._bounds.model(bi), d, vs)):
+            for n, r in enumerate(self._rates_bounded(self._bounds.model(bi, optimism), d, vs)):
                 if n >= 1 and r is not None and r > best[2] + 1e-12:
                     best = (n, bound, r)
         return best
