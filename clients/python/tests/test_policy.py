@@ -177,6 +177,29 @@ def check_marginal(make: Callable[[], Policy]) -> None:
     check_follows(make, ICELAKE_Q4)
 
 
+# ICELAKE_Q4 at a short context (an 18-token prompt: T_step 63 ms), code-like
+# acceptance (0.85): 3 tokens pay 10 %, but from 1 and 2 positions alone the
+# curve extrapolates 4 positions to 174 ms (109 ms measured), where not even
+# drafts always accepted would pay.
+_IL_SHORT = {1: 0.063, 2: 0.100, 3: 0.117, 4: 0.109, 5: 0.137, 6: 0.164, 7: 0.191, 8: 0.205, 9: 0.227}
+ICELAKE_Q4_SHORT = Stack(verify=lambda k: _IL_SHORT[k], draft=lambda n: 0.0005 + 0.0245 * n, q=lambda j: 0.85)
+
+
+def test_tries_unmeasured_lengths() -> None:
+    """A policy of at most 3 tokens that has measured verification at 1 and
+    2 positions only must still try 3 tokens (4 positions) once, as if they
+    cost no more than 2: on ICELAKE_Q4_SHORT it then drafts 3 (≥ 97 % of the
+    best fixed length's tokens/s in each of three runs). Before 2026-12-06 two
+    of three runs never tried 3 and decoded plainly (15.8 tokens/s where
+    17.4 is possible) — what the llama.cpp bench showed on the Ice Lake."""
+    assert ICELAKE_Q4_SHORT.best_fixed() == 3
+    want = ICELAKE_Q4_SHORT.rate(3)
+    for seed in (1, 2, 3):
+        run = drive(LengthPolicy(3), ICELAKE_Q4_SHORT, 600, seed=seed)
+        have = run.tokens / run.seconds
+        assert have >= 0.97 * want, f"seed {seed}: {have:.2f} tokens/s; n = 3: {want:.2f} ({dict(run.after(60))})"
+
+
 def check_slow_drafter(make: Callable[[], Policy]) -> None:
     """A drafter slower than the target's step: no drafts after warm-up,
     except bounded probes (there are some), never slower than plain."""

@@ -508,6 +508,12 @@ class LengthPolicy:
             return self.last
         b = self.best()
         self.bound = self._pair[1]
+        if not self.bounded():
+            u = self._unmeasured()
+            if u is not None:  # tried once: its verification is measured from then on
+                self.probing = True
+                self.last = u
+                return u
         self._since_probe += 1
         if b == 0:
             if self._since_probe >= self._interval:
@@ -530,6 +536,32 @@ class LengthPolicy:
                     b = self._neighbour(b)
         self.last = b
         return b
+
+    def _unmeasured(self) -> int | None:
+        """A length whose verification was never measured and that would be
+        the best choice if verifying it cost no more than the longest
+        measured length below it (T_verify is not a line: a Q4_K_M target
+        verifies 4 positions faster than 3, which the extrapolation of
+        :meth:`t_verify` cannot know, so a policy that measured 1 and 2
+        positions alone would never try 3 tokens); None when there is none
+        (or the draft's time is not known yet)."""
+        pts = [(k, statistics.median(v)) for k, v in enumerate(self._verify) if v]
+        r0 = self.rate(0)
+        if not pts or r0 is None or not self._calls:
+            return None
+        q = self.acceptance(optimism=self.optimism)
+        best_n, best_rate = None, r0 * (1 + self.margin)
+        for n in range(1, self.n_max + 1):
+            if self._verify[n + 1]:
+                continue
+            below = [v for k, v in pts if k < n + 1]
+            d = self.t_draft(n)
+            if not below or d is None:
+                continue
+            r = self.expected(n, q) / (d + below[-1])
+            if r > best_rate:
+                best_n, best_rate = n, r
+        return best_n
 
     def _neighbour(self, b: int) -> int:
         """The length a probe tries while drafting at b: an unmeasured
