@@ -27,7 +27,10 @@ from what the adapter measured on its own steps:
   the last samples of each k). It is not assumed linear: a Q4_K_M llama.cpp
   target verifies 4 positions faster than 3 on the Xeon. Lengths not measured
   yet are interpolated between the measured ones, and extrapolated past the
-  longest along the line from the shortest measured to the longest.
+  longest along the line from the shortest measured to the longest; a length
+  never verified is tried once when it would pay at the cost of the longest
+  measured length below it (a line through 1 and 2 positions can hide a
+  cheap 4).
 
 It drafts only while rate(n) beats plain decoding by ``margin``, so a stack
 whose drafter cannot pay (a drafter slower than the target's step, text the
