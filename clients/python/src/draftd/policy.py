@@ -32,8 +32,11 @@ from what the adapter measured on its own steps:
   measured length below it (a line through 1 and 2 positions can hide a
   cheap 4).
 
-It drafts only while rate(n) beats plain decoding by ``margin``, so a stack
-whose drafter cannot pay (a drafter slower than the target's step, text the
+It starts drafting when rate(n) beats plain decoding by ``margin``, and
+stops only when the rate with each position's acceptance ``optimism``
+posterior standard deviations above its mean loses too (an estimate of a few
+dozen drafts dips, and a policy that stopped on a dip would hear no more
+drafts and keep it), so a stack whose drafter cannot pay (a drafter slower than the target's step, text the
 drafter does not predict) decodes plainly; then one step in ``probe_every``
 drafts the best n ≥ 1 (a probe; while ``explore`` drafts have not been
 seen, the best for acceptances drawn as below), the interval doubling while probes keep
