@@ -248,6 +248,7 @@ class LengthPolicy:
         self.drafts = 0  # drafts observed
         self._calls: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens drafted, seconds) of recent draft calls
         self._verify: list[deque[float]] = [deque(maxlen=samples) for _ in range(n_max + 2)]  # (n_max + 2) by k
+        self._verify_pts: list[tuple[int, float]] | None = None  # (k, median) of measured k; None: stale
         self._warmup = [max(1, n_max // 2), 0]
         self.steps = 0
         self._since_probe = 0
@@ -296,6 +297,15 @@ class LengthPolicy:
         k − 1 tokens (k = 1: no draft) to its next request."""
         if 1 <= k <= self.n_max + 1 and seconds >= 0:
             self._verify[k].append(float(seconds))
+            self._verify_pts = None
+
+    def _verify_medians(self) -> list[tuple[int, float]]:
+        """(k, the median of its samples) of every measured k, ascending:
+        computed once per new sample (t_verify and _unmeasured read it at
+        every choice)."""
+        if self._verify_pts is None:
+            self._verify_pts = [(j, statistics.median(s)) for j, s in enumerate(self._verify) if s]
+        return self._verify_pts
 
     # -- the model -----------------------------------------------------------
 
@@ -358,7 +368,7 @@ class LengthPolicy:
         measured lengths; past the longest measured, extrapolated along the
         line from the shortest to the longest measured (not falling), before
         the shortest, the shortest's (None: none measured)."""
-        pts = [(j, statistics.median(s)) for j, s in enumerate(self._verify) if s]
+        pts = self._verify_medians()
         if not pts:
             return None
         below = [p for p in pts if p[0] <= k]
@@ -551,7 +561,7 @@ class LengthPolicy:
         :meth:`t_verify` cannot know, so a policy that measured 1 and 2
         positions alone would never try 3 tokens); None when there is none
         (or the draft's time is not known yet)."""
-        pts = [(k, statistics.median(v)) for k, v in enumerate(self._verify) if v]
+        pts = self._verify_medians()
         r0 = self.rate(0)
         if not pts or r0 is None or not self._calls:
             return None
