@@ -98,7 +98,7 @@ def llama() -> Llama:
     # draft_model is set per run (a public attribute of Llama); a Llama made
     # with one keeps every position's logits, which the near-tie rule reads.
     m = Llama(model_path=str(real_model(TARGET_FILE)), n_ctx=1024, n_threads=2, n_threads_batch=2, seed=0,
-              verbose=False, draft_model=DraftdDraftModel("http://127.0.0.1:9", session=False))
+              verbose=False, logits_all=True, draft_model=DraftdDraftModel("http://127.0.0.1:9", session=False))
     m.draft_model = None
     return m
 
@@ -220,6 +220,24 @@ def test_llamacpp_adaptive_n_is_plain_greedy(llama: Llama, greedy: dict[str, Any
             lengths.update(g.acceptance.drafted[1:])
         assert dm.misses == 0 and dm.unresolved == 0
         print(f"adaptive draft lengths used: {sorted(lengths)}")
+
+
+def test_llamacpp_prompt_pass_computes_the_last_row_alone(llama: Llama, greedy: dict[str, Any], drafter: Server) -> None:
+    """generate() (verify_logits_only) has the target compute every
+    position's logits only where it verifies a draft: the prompt's other
+    rows are never written (llama-cpp-python's own path with a draft model
+    computes and keeps all of them), and the row that chose each output token
+    is kept (the near-tie rule reads it)."""
+    sid, (ids, plain, plain_rows) = next(iter(greedy.items()))
+    llama.scores[: len(ids) + NEW_TOKENS + DRAFT_LEN + 1] = np.nan
+    with DraftdDraftModel(drafter.url, n=DRAFT_LEN, strategy="model", timeout=60) as dm:
+        g, rows = _run(llama, dm, ids)
+    assert max(g.acceptance.drafted) > 0 and sum(g.acceptance.accepted) > 0, "no draft verified: nothing shown"
+    assert np.isnan(llama.scores[: len(ids) - 1]).all(), "the prompt's pass computed rows no token was chosen from"
+    assert np.isfinite(rows).all(), "a row that chose an output token was not kept"
+    assert rows.argmax(axis=1).tolist() == g.tokens
+    ok, why = near_tie(plain, plain_rows, g.tokens, rows)
+    assert ok, f"{sid}: not plain greedy: {why}"
 
 
 def test_adaptive_no_draft_steps(tiny) -> None:  # type: ignore[no-untyped-def]

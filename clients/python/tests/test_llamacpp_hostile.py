@@ -221,6 +221,20 @@ def test_vocabulary_the_target_cannot_take_is_an_error(serve, test_model: Path) 
     dm.close()
 
 
+def test_scores_shorter_than_the_context_is_an_error(tiny_target: Path) -> None:
+    """llama-cpp-python sizes Llama.scores by the logits_all it is given (n_batch
+    rows without), not the one a draft model forces: verifying a draft past
+    row n_batch then fails inside llama.cpp's step (numpy's ValueError, "could
+    not broadcast"). generate() says so before it starts, naming the fix."""
+    m = Llama(model_path=str(tiny_target), n_ctx=256, n_batch=64, n_threads=1, n_threads_batch=1, seed=0,
+              verbose=False, draft_model=DraftdDraftModel("http://127.0.0.1:9", session=False))
+    with pytest.raises(ValueError, match=r"logits of 64 positions .* context holds 256.*logits_all=True"):
+        generate(m, PROMPT_IDS, 8)
+    ok = Llama(model_path=str(tiny_target), n_ctx=256, n_batch=64, n_threads=1, n_threads_batch=1, seed=0,
+               verbose=False, logits_all=True, draft_model=DraftdDraftModel("http://127.0.0.1:9", session=False))
+    assert len(generate(ok, PROMPT_IDS, 8).tokens) == 8
+
+
 def test_permanent_4xx_is_logged_once_without_cooldown(serve, test_model: Path,  # type: ignore[no-untyped-def]
                                                         caplog: pytest.LogCaptureFixture) -> None:
     s = serve(test_model, *KV, "--max-body-bytes", "256")

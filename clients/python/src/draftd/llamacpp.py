@@ -85,7 +85,7 @@ from .types import Info, check_min_confidence
 if TYPE_CHECKING:
     from llama_cpp import Llama
 
-__all__ = ["Acceptance", "DraftdDraftModel", "Generation", "generate", "TESTED_LLAMA_CPP_PYTHON"]
+__all__ = ["Acceptance", "DraftdDraftModel", "Generation", "generate", "verify_logits_only", "TESTED_LLAMA_CPP_PYTHON"]
 
 #: The llama-cpp-python versions this draft model was tested with (the
 #: ``llamacpp`` extra of pyproject.toml).
@@ -597,6 +597,56 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+@contextlib.contextmanager
+def verify_logits_only(llama: Llama) -> Iterator[None]:
+    """Within the block, ``llama`` computes every position's logits only in
+    the batches that verify a draft (the token and its draft, after the
+    prompt's pass); the prompt's pass and the steps without a draft compute
+    their last position's alone, as llama.cpp without a draft model does.
+
+    llama-cpp-python turns ``logits_all`` on for the whole life of a
+    ``Llama`` made with a draft model, so its prompt's pass computes the LM
+    head over every prompt position: on a 1,317-token prompt of the Q4_K_M
+    1.5B target (2 cores, Ice Lake Xeon) 21–22 s against 17–19 s without —
+    a cost drafting has to win back before it saves anything. The logits
+    row of each position that chose a token is still kept in
+    ``llama.scores`` (the near-tie rule reads them); the other prompt rows
+    are not, so ``logprobs`` of the prompt need a ``Llama`` outside this
+    block. Does nothing for a ``Llama`` made without a draft model or
+    ``logits_all`` (a draft needs every position's logits: that ``Llama``
+    cannot verify one either way) or without the private ``_logits_all`` of
+    the tested versions (:data:`TESTED_LLAMA_CPP_PYTHON`)."""
+    scores = getattr(llama, "scores", None)
+    if getattr(llama, "_logits_all", None) is not True or scores is None:
+        yield
+        return
+    own = vars(llama).get("eval")  # an eval the caller set on the instance (a timer): wrapped, then restored
+    orig = llama.eval
+    n_vocab = llama.n_vocab()
+
+    def eval(tokens: Sequence[int]) -> None:  # noqa: A001 - it is Llama.eval
+        drafted = llama.n_tokens > 0 and len(tokens) > 1  # the token and a draft after it
+        llama._logits_all = drafted
+        try:
+            orig(tokens)
+        finally:
+            llama._logits_all = True
+        if not drafted and 0 < llama.n_tokens <= llama.scores.shape[0]:
+            # the last position's row, as eval keeps every row with logits_all
+            row = np.ctypeslib.as_array(llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
+            llama.scores[llama.n_tokens - 1, :] = row
+
+    llama.eval = eval  # type: ignore[method-assign]  # generate() calls self.eval: the instance's
+    try:
+        yield
+    finally:
+        if own is None:
+            del llama.eval
+        else:
+            llama.eval = own  # type: ignore[method-assign]
+        llama._logits_all = True
+
+
 def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequence[int] | None = None,
              budget: bool = True) -> Generation:
     """Greedy ``llama.generate`` (``temp=0``, no penalties) of at most
@@ -621,6 +671,13 @@ def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequ
     ends = {llama.token_eos()} if stop is None else {int(t) for t in stop}
     if dm is not None:
         dm.check(llama.n_vocab())  # draftd's vocabulary must fit the target's
+        rows, n_ctx = llama.scores.shape[0], llama.n_ctx()
+        if rows < n_ctx:
+            # llama-cpp-python sizes scores by the logits_all it was given, not the one
+            # a draft model forces: verifying a draft past row `rows` fails (ValueError)
+            raise ValueError(f"this Llama keeps the logits of {rows} positions (n_batch) but its context holds "
+                             f"{n_ctx}: llama-cpp-python fails verifying a draft past position {rows}; "
+                             "make it with logits_all=True (or n_ctx ≤ n_batch)")
     out: list[int] = []
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -633,6 +690,7 @@ def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequ
         # the same — logits that differ from a batched pass in their last
         # bits, which can flip a near-tie (docs/serving.md, llama.cpp).
         llama.reset()
+        stack.enter_context(verify_logits_only(llama))
         gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
         stack.callback(gen.close)
         for tok in gen:
