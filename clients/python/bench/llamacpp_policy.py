@@ -51,7 +51,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     llama = sbs._llama(spec["target"], spec["threads"], True, draft_model=dm)
     res = []
     for sid, ids in spec["prompts"]:
-        out, t0, t1, acc = sbs._timed_generate(llama, ids, spec["tokens"])
+        out, _, t0, t1, acc = sbs._timed_generate(llama, ids, spec["tokens"])
         res.append({"id": sid, "tokens": out, "decode_s": t1 - t0, "drafted": acc.drafted, "accepted": acc.accepted,
                     "top2": sbs._top2(llama, ids, out)})
     pol = dm._adaptive

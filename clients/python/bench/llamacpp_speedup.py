@@ -119,20 +119,26 @@ def _llama(path: str, threads: int, logits_all: bool, draft_model: Any = None, n
                  logits_all=logits_all, draft_model=draft_model)
 
 
-def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int], float, float, Any]:
-    """Greedy generation as draftd.llamacpp.generate runs it, with the time
-    of the first token and of the last (and the Acceptance)."""
+def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int], float, float, float, Any]:
+    """Greedy generation as draftd.llamacpp.generate runs it (every
+    position's logits only where a draft is verified: llama.cpp alone's
+    prompt pass), with the time it started, of the first token and of the
+    last (and the Acceptance)."""
     out: list[int] = []
     t_first = t_last = 0.0
     dm = llama.draft_model
     acc = None
     import contextlib
 
+    from draftd.llamacpp import verify_logits_only
+
+    t_start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if dm is not None:
             acc = stack.enter_context(dm.budget(len(ids), tokens))
             dm.prime(ids)  # as draftd.llamacpp.generate does: draftd prefills while the target does
         llama.reset()  # no prompt prefix kept from the previous generation: each computes its prompt alike
+        stack.enter_context(verify_logits_only(llama))
         gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
         stack.callback(gen.close)
         for tok in gen:
@@ -145,7 +151,7 @@ def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int],
                 break
         if dm is not None:
             dm.finish(ids + out)
-    return out, t_first, t_last, acc
+    return out, t_start, t_first, t_last, acc
 
 
 def _top2(llama: Any, ids: list[int], out: list[int]) -> list[list[float]]:
@@ -175,8 +181,8 @@ def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
     llama = _llama(spec["target"], spec["threads"], True, n_ctx=spec.get("n_ctx", 2048))  # every position's logits: the near-tie rule
     res = []
     for sid, ids in spec["prompts"]:
-        out, t0, t1, _ = _timed_generate(llama, ids, spec["tokens"])
-        res.append({"id": sid, "tokens": out, "decode_s": t1 - t0, "top2": _top2(llama, ids, out)})
+        out, ts, t0, t1, _ = _timed_generate(llama, ids, spec["tokens"])
+        res.append({"id": sid, "tokens": out, "decode_s": t1 - t0, "request_s": t1 - ts, "top2": _top2(llama, ids, out)})
     return {"samples": res}
 
 
@@ -216,7 +222,7 @@ def worker_draftd(spec: dict[str, Any]) -> dict[str, Any]:
     from draftd.llamacpp import DraftdDraftModel
 
     dm = DraftdDraftModel(spec["url"], n=spec["n"], strategy=spec["strategy"], timeout=30.0,
-                          adaptive=spec.get("adaptive", False))
+                          adaptive=spec.get("adaptive", False), context=spec.get("context"))
     llama = _llama(spec["target"], spec["threads"], True, draft_model=dm, n_ctx=spec.get("n_ctx", 2048))
     evals: list[tuple[int, float]] = []  # (positions, seconds) of each Llama.eval
     drafts: list[tuple[int, float]] = []  # (n asked, seconds) of each draft request
@@ -240,10 +246,11 @@ def worker_draftd(spec: dict[str, Any]) -> dict[str, Any]:
         evals.clear()
         drafts.clear()
         m0 = _metrics(httpx, spec["url"])
-        out, t0, t1, acc = _timed_generate(llama, ids, spec["tokens"])
+        out, ts, t0, t1, acc = _timed_generate(llama, ids, spec["tokens"])
         m1 = _metrics(httpx, spec["url"])
         res.append({
-            "id": sid, "tokens": out, "decode_s": t1 - t0, "drafted": acc.drafted, "accepted": acc.accepted,
+            "id": sid, "tokens": out, "decode_s": t1 - t0, "request_s": t1 - ts,
+            "drafted": acc.drafted, "accepted": acc.accepted,
             "top2": _top2(llama, ids, out),
             # the first eval is the prompt's pass, the first draft request establishes the session (prefill)
             "evals": evals[1:], "drafts": drafts[1:], "first_draft_s": drafts[0][1] if drafts else 0.0,
@@ -260,6 +267,12 @@ def worker_draftd(spec: dict[str, Any]) -> dict[str, Any]:
         "rate": [pol.rate(k) for k in range(spec["n"] + 1)]}
     return {"samples": res, "misses": dm.misses, "session": vars(dm.session_stats) if dm.session_stats else None,
             "policy": policy}
+
+
+def _req_tok_s(samples: list[dict[str, Any]]) -> float:
+    """Generated tokens per second of whole requests: the prompt's pass (and
+    draftd's prefill beside it) included."""
+    return sum(len(s["tokens"]) for s in samples) / sum(s["request_s"] for s in samples)
 
 
 def _metrics(httpx: Any, url: str) -> dict[str, float]:
@@ -384,6 +397,9 @@ def main() -> int:
     ap.add_argument("--predraft", type=int, default=4, help="branches of the overlapped rows (0: no overlapped rows)")
     ap.add_argument("--ngram", default="ngram-simple,ngram-map-k,ngram-mod", help="llama-server --spec-type rows ('' none)")
     ap.add_argument("--adaptive", action="store_true", help="also draftd rows with adaptive draft lengths (at most --n)")
+    ap.add_argument("--context", default="", type=lambda v: [int(x) for x in v.split(",") if x],
+                    help="also each draftd row (not the recommended ones) with DraftdDraftModel(context=W) for each W "
+                         "of this comma-separated list: draftd sees the last W prompt tokens")
     ap.add_argument("--chain-n", type=int, default=16, help="draft length of the recommended rows (docs/serving.md: "
                     "hybrid, --confidence-signal chain_prob, --min-confidence --chain-bound; 0: no such rows)")
     ap.add_argument("--chain-bound", type=float, default=0.05, help="serve --min-confidence of the recommended row")
@@ -460,9 +476,11 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
     for t, r in alone.items():
         ties = [near_tie(plain[x["id"]], plain_top[x["id"]], x["tokens"], x["top2"]) for x in r["samples"]]
         rows.append({"config": f"llama.cpp alone ({t} thread{'s' if t > 1 else ''})", "tok_s": 1 / t_step[t],
+                     "req_tok_s": _req_tok_s(r["samples"]),
                      "tau": None, "equal": sum(ok for ok, _ in ties), "ties": sum(ok and w != "equal" for ok, w in ties),
                      "n_samples": len(r["samples"]), "pred": None})
     ref_tok_s = 1 / t_step[2]
+    ref_req = _req_tok_s(alone[2]["samples"])
 
     conts = {sid: toks for sid, toks in plain.items()}
     comps = {}
@@ -519,24 +537,26 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
     splits = ["2+2"] if a.quick else a.splits.split(",")
     strategies = ["model"] if a.quick else a.strategies.split(",")
     predraft = [0] if a.quick or a.predraft == 0 else [0, a.predraft]
-    # (split, strategy, pre-draft branches, adaptive, n, drafter file, extra serve flags, row name)
-    specs: list[tuple[str, str, int, bool, int, Path, list[str], str]] = []
+    # (split, strategy, pre-draft branches, adaptive, n, drafter file, extra serve flags, row name, context)
+    specs: list[tuple[str, str, int, bool, int, Path, list[str], str, int | None]] = []
     for split in splits:
         pinned = split == "1+1"
         for strategy in strategies:
             for b, adaptive in [(b, False) for b in predraft] + ([(0, True)] if a.adaptive else []):
-                specs.append((split, strategy, b, adaptive, a.n, drafter, [],
-                              f"draftd {strategy}{', adaptive n' if adaptive else ''}, "
-                              f"{'pre-drafted (B = ' + str(b) + ')' if b else 'sequential'}, "
-                              f"{split}{' pinned' if pinned else ' time-shared'}"))
+                for w in [None, *a.context]:
+                    specs.append((split, strategy, b, adaptive, a.n, drafter, [],
+                                  f"draftd {strategy}{', adaptive n' if adaptive else ''}, "
+                                  f"{'pre-drafted (B = ' + str(b) + ')' if b else 'sequential'}, "
+                                  f"{split}{' pinned' if pinned else ' time-shared'}"
+                                  + (f", context {w}" if w else ""), w))
     if a.chain_n:
         chain = ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound)]
         for adaptive in (False, True) if a.adaptive else (False,):
             specs.append(("2+2", "hybrid", 0, adaptive, a.chain_n, a.chain_drafter or drafter, chain,
                           f"draftd recommended (hybrid, {(a.chain_drafter or drafter).name}, chain_prob "
                           + (f"bound the policy's, n ≤ {a.chain_n}, adaptive" if adaptive
-                             else f"≥ {a.chain_bound}, n ≤ {a.chain_n}") + "), 2+2 time-shared"))
-    for split, strategy, b, adaptive, n, row_drafter, extra, name in specs:
+                             else f"≥ {a.chain_bound}, n ≤ {a.chain_n}") + "), 2+2 time-shared", None))
+    for split, strategy, b, adaptive, n, row_drafter, extra, name, window in specs:
         tt, dt = (int(x) for x in split.split("+"))
         pinned = split == "1+1"
         comp = comps.get(tt) or comps[2]
@@ -550,7 +570,7 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
             log(f"load {loadavg()}: {name}")
             env = {"OMP_WAIT_POLICY": a.omp_wait} if a.omp_wait else {}
             r = run_worker({**base, "kind": "draftd", "threads": tt, "url": srv.url, "n": n,
-                            "strategy": strategy, "adaptive": adaptive}, "0" if pinned else None, env)
+                            "strategy": strategy, "adaptive": adaptive, "context": window}, "0" if pinned else None, env)
         finally:
             srv.stop()
         ss = r["samples"]
@@ -592,7 +612,7 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
         # the first request's server part ≈ its round trip minus the HTTP part
         srv_cycles = srv_s - (first - http * len(ss))
         tau = toks / max(1, cycles)
-        rows.append({"config": name, "tok_s": toks / dec, "tau": tau,
+        rows.append({"config": name, "tok_s": toks / dec, "tau": tau, "req_tok_s": _req_tok_s(ss),
                      "equal": sum(ok for ok, _ in ties), "ties": sum(ok and why != "equal" for ok, why in ties),
                      "n_samples": len(ss),
                      "pred": toks / pred_s / ref_tok_s, "note": f"misses {r['misses']}; load {loadavg()}"})
@@ -606,7 +626,7 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
                     "server_per_token_ms": 1000 * per_tok_srv}})
     loads.append(loadavg())
     md = f"### {pset} prompts ({', '.join(str(len(ids)) for _, ids in prompts)} tokens)\n\n" + render(
-        rows, breakdown, ref_tok_s, a, n_out, loads, comps, t_step, len(prompts))
+        rows, breakdown, ref_tok_s, a, n_out, loads, comps, t_step, len(prompts), ref_req)
     (out / "table.md").write_text(md)
     (out / "results.json").write_text(json.dumps({"rows": rows, "breakdown": breakdown, "components": comps,
                                                    "t_step": t_step, "loads": loads, "prompts": pset}, indent=1))
@@ -646,16 +666,22 @@ def _draft_rtt(url: str, ids: list[int], n: int, reps: int = 12) -> dict[str, fl
 
 
 def render(rows: list[dict[str, Any]], breakdown: list[dict[str, Any]], ref: float, a: Any, n_out: int,
-           loads: list[str], comps: dict[int, Any], t_step: dict[int, float], n_prompts: int) -> str:
+           loads: list[str], comps: dict[int, Any], t_step: dict[int, float], n_prompts: int, ref_req: float) -> str:
     L = [f"Greedy, {n_prompts} prompts × {a.tokens} tokens, draft length {a.n}; "
-         f"load average before / after: {loads[0]} / {loads[-1]}.", "",
-         "| configuration | tokens/s | vs llama.cpp alone (2 threads) | τ | outputs = plain greedy | predicted speed-up | |",
-         "|---|---:|---:|---:|---:|---:|---|"]
+         f"load average before / after: {loads[0]} / {loads[-1]}. Decode: tokens/s from the first generated "
+         "token to the last; request: generated tokens / the whole request (the prompt's pass, draftd's "
+         "prefill beside it, the decode).", "",
+         "| configuration | decode tokens/s | vs llama.cpp alone (2 threads) | τ | outputs = plain greedy | predicted speed-up "
+         "| request tokens/s | vs alone | |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         tau = f"{r['tau']:.2f}" if r["tau"] else "–"
         pred = f"{r['pred']:.2f}×" if r.get("pred") else "–"
         eq = f"{r['equal']}/{r['n_samples']}" + (f" ({r['ties']} near-tie)" if r.get("ties") else "")
-        L.append(f"| {r['config']} | {r['tok_s']:.2f} | {r['tok_s'] / ref:.2f}× | {tau} | {eq} | {pred} | {r.get('note', '')} |")
+        req = r.get("req_tok_s")
+        reqs = f"{req:.2f} | {req / ref_req:.2f}×" if req else "– | –"
+        L.append(f"| {r['config']} | {r['tok_s']:.2f} | {r['tok_s'] / ref:.2f}× | {tau} | {eq} | {pred} | {reqs} | "
+                 f"{r.get('note', '')} |")
     L += ["", "Components (isolated): " + "; ".join(
         f"{t} thread(s): T_step {1000 * t_step[t]:.1f} ms, T_verify(k) " +
         ", ".join(f"{k}: {1000 * v:.0f}" for k, v in comps[t]["verify_s"].items()) + " ms, sampling "

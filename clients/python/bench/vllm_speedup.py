@@ -175,8 +175,8 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
     k = a.k
     # the context vLLM must hold: the longest prompt and its output, a draft past it
     max_len = max(2048, 1 << (longest + a.tokens + 2 * max(k, a.chain_k)).bit_length())
-    # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores) or None, concurrency)
-    rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None] | None, int]] = {
+    # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores, drafter file) or None, concurrency)
+    rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None, Path] | None, int]] = {
         "prefill": (["--max-tokens", "1"], 2, None, None, 1),
         "prefill-1": (["--max-tokens", "1"], 1, None, None, 1),
         "alone-1": ([], 1, None, None, 1),
@@ -189,24 +189,24 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
         "ngram": (["--method", "ngram", "--k", "4"], 2, None, None, 1),
         "draft_model-4": (["--method", "draft_model", "--k", "4", "--draft-model", str(a.draft_hf)], 2, None, None, 1),
         f"draft_model-{k}": (["--method", "draft_model", "--k", str(k), "--draft-model", str(a.draft_hf)], 2, None, None, 1),
-        f"draftd-model-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 1),
-        f"draftd-hybrid-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "hybrid"], 2, None, (2, [], None), 1),
+        f"draftd-model-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None, a.drafter), 1),
+        f"draftd-hybrid-{k}-2+2": (["--method", "draftd", "--k", str(k), "--strategy", "hybrid"], 2, None, (2, [], None, a.drafter), 1),
         f"draftd-model-{k}-2+2-adaptive": (["--method", "draftd", "--k", str(k), "--strategy", "model", "--adaptive"], 2,
-                                            None, (2, [], None), 1),
-        f"draftd-model-{k}-1+1pin": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 1, "0", (1, [], "1"), 1),
+                                            None, (2, [], None, a.drafter), 1),
+        f"draftd-model-{k}-1+1pin": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 1, "0", (1, [], "1", a.drafter), 1),
         f"draftd-model-{k}-1+1pin-predraft": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 1, "0",
-                                               (1, ["--predraft-branches", "2"], "1"), 1),
+                                               (1, ["--predraft-branches", "2"], "1", a.drafter), 1),
         f"draftd-model-{k}-2+2-predraft": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None,
-                                            (2, ["--predraft-branches", "2"], None), 1),
+                                            (2, ["--predraft-branches", "2"], None, a.drafter), 1),
         f"draftd-chain-{a.chain_k}-2+2": (["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid"], 2, None,
                                          (2, ["--confidence-signal", "chain_prob", "--min-confidence",
-                                              str(a.chain_bound)], None), 1),
+                                              str(a.chain_bound)], None, a.chain_drafter or a.drafter), 1),
         f"draftd-chain-{a.chain_k}-2+2-adaptive": (["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid",
                                                    "--adaptive"], 2, None,
                                                   (2, ["--confidence-signal", "chain_prob", "--min-confidence",
-                                                       str(a.chain_bound)], None), 1),
+                                                       str(a.chain_bound)], None, a.chain_drafter or a.drafter), 1),
         "alone-2-c4": ([], 2, None, None, 4),
-        f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None), 4),
+        f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None, a.drafter), 4),
     }
     quick = ["prefill", "alone-2", f"oracle-{k}", "ngram", f"draft_model-{k}", f"draftd-model-{k}-2+2",
              f"draftd-model-{k}-2+2-adaptive", f"draftd-chain-{a.chain_k}-2+2"]
@@ -226,8 +226,7 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
             vargs = [*vargs, "--oracle", str(out_dir / "alone-2.json")]
         server = None
         if dd is not None:
-            drafter = (a.chain_drafter or a.drafter) if name.startswith("draftd-chain-") else a.drafter
-            server = Draftd(binary, drafter, dd[0], dd[1], dd[2])
+            server = Draftd(binary, dd[3], dd[0], dd[1], dd[2])
             vargs = [*vargs, "--draftd-url", server.url]
             before = metrics(server.url)
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind",

@@ -296,6 +296,74 @@ def test_min_confidence_goes_with_every_request(fake) -> None:  # type: ignore[n
             DraftdDraftModel(url(fake), min_confidence=bad)  # type: ignore[arg-type]
 
 
+def test_context_window_sends_the_prompt_tail(fake) -> None:  # type: ignore[no-untyped-def]
+    """``context=W``: a generation's first request (the prime, or the first
+    draft without one) carries the last W tokens of its prompt, every later
+    one extends that window; a new generation starts its own."""
+    for session in (True, False):
+        fake.bodies.clear()
+        prompt = list(range(1000, 1040))
+        with DraftdDraftModel(url(fake), n=2, session=session, context=8) as dm:
+            dm.prime(prompt)
+            d = dm(np.asarray(prompt + [7], dtype=np.intc)).tolist()
+            dm(np.asarray(prompt + [7] + d[:1] + [9], dtype=np.intc))
+            dm(np.asarray([5, 6, 7], dtype=np.intc))  # a new generation shorter than the window: all of it
+        sent = [b for path, b in fake.bodies if path == "/draft"]
+        tail = prompt[-8:]
+        if session:
+            assert sent[0]["tokens"] == tail, sent[0]
+            assert [b.get("accepted") for b in sent[1:3]] == [0, 1] and "tokens" not in sent[1], sent  # incremental
+            assert sent[-1]["tokens"] == [5, 6, 7], sent[-1]
+        else:
+            assert [b["tokens"] for b in sent] == [tail, tail + [7], tail + [7] + d[:1] + [9], [5, 6, 7]], sent
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="context"):
+            DraftdDraftModel(url(fake), context=bad)  # type: ignore[arg-type]
+
+
+def test_context_window_drafts_are_the_windows(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Through a real draftd: each draft of a windowed generation equals
+    /draft of the same window (the prompt's last W tokens and what followed)."""
+    prompt = [(i * 37) % 500 + 3 for i in range(48)]
+    with DraftdDraftModel(tiny.url, n=3, strategy="model", context=10) as dm, draftd.Client(tiny.url) as c:
+        with dm.budget(len(prompt), 20):
+            dm.prime(prompt)
+            ctx = prompt + [400]
+            for i in range(4):
+                d = dm(np.asarray(ctx, dtype=np.intc)).tolist()
+                want = list(c.draft(ctx[len(prompt) - 10:], 3, strategy="model").tokens)
+                assert d == want, f"step {i}: {d}; /draft of the window {want}"
+                ctx = ctx + d[:1] + [401 + i]
+        assert dm.misses == 0
+
+
+def test_adaptive_skips_a_generation_whose_prefill_would_not_pay(fake) -> None:  # type: ignore[no-untyped-def]
+    """With ``adaptive`` and ``shared_cores`` (the default), budget() asks the
+    policy whether drafting would win back draftd's prefill of the prompt
+    (as draftd takes it in: ``context`` tokens at most); a generation that
+    would not sends nothing — no prime, no draft — and counts in
+    ``skipped_generations``. ``shared_cores=False`` drafts it."""
+    from test_policy import _paying_policy
+
+    long_prompt = list(range(1000, 2317))  # 1,317 tokens: a prefill of ~2.9 s for 64 tokens that save ≤ 2.2 s
+    for shared, context, drafts in ((True, None, False), (False, None, True), (True, 256, True)):
+        fake.bodies.clear()
+        with DraftdDraftModel(url(fake), n=3, adaptive=True, shared_cores=shared, context=context) as dm:
+            pol = _paying_policy()
+            pol.prefill_time(0.66, 300)  # 2.2 ms per token
+            dm._adaptive = pol
+            with dm.budget(len(long_prompt), 64) as acc:
+                dm.prime(long_prompt)
+                d = dm(np.asarray(long_prompt + [7], dtype=np.intc)).tolist()
+            sent = [b for path, b in fake.bodies if path == "/draft"]
+            case = f"shared_cores={shared}, context={context}"
+            assert (len(sent) == 2 and d != []) == drafts, f"{case}: sent {len(sent)}, draft {d}"
+            assert dm.skipped_generations == (0 if drafts else 1), case
+            assert acc.drafted == [0, len(d)]
+            if drafts:  # the prime's time is a prefill of what draftd took in
+                assert pol._prefills[-1][0] == min(len(long_prompt), context or len(long_prompt)), pol._prefills
+
+
 def _closed_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

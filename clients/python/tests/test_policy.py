@@ -577,3 +577,46 @@ def test_bound_model_estimates() -> None:
     assert q.rate_bounded(2, 0.5) == pytest.approx((1 + 0.5 + 0.25) / t)
     with pytest.raises(ValueError, match="bounds"):
         LengthPolicy(4, bounds=(0.5, 1.5))
+
+
+def _paying_policy() -> LengthPolicy:
+    """A policy that measured: plain steps of 75 ms, 4 positions verified in
+    100 ms, draft calls of 20 ms per token, drafts of 3 accepted whole 9
+    times in 10 (the rest not at all)."""
+    p = LengthPolicy(3, decay=1.0)
+    for i in range(60):
+        p.observe(3, 0 if i % 10 == 0 else 3)
+        p.draft_time(0.060, 3)
+        p.draft_time(0.020, 1)
+        p.verify_time(0.100, 4)
+        p.verify_time(0.075, 1)
+    return p
+
+
+def test_drafting_pays_against_the_prefill() -> None:
+    """A generation drafts at all only when what drafting saves over its
+    tokens beats draftd's prefill of its prompt (2.2 ms per token measured).
+    A step of 3 draft tokens takes T(3) = 60 + 100 ms and yields
+    E[accepted + 1 | 3] tokens: 3.7 at the measured acceptance, 4 at most, so
+    the saving per generated token, T_verify(1) − T(3)/E, lies between
+    `low` (E = 3.5, below the mean) and `high` (E = 4)."""
+    p = _paying_policy()
+    low = 0.075 - 0.160 / 3.5
+    high = 0.075 - 0.160 / 4
+    assert p.drafting_pays(1317, 64), "no prefill measured yet: draft"
+    p.prefill_time(0.22, 100)
+    p.prefill_time(0.66, 300)
+    assert p.t_prefill(1317) == pytest.approx(1317 * 0.0022)
+    assert 63 * high < 1317 * 0.0022 and not p.drafting_pays(1317, 64), "a 1,317-token prefill for 64 tokens"
+    assert 63 * low > 200 * 0.0022 and p.drafting_pays(200, 64)
+    assert 511 * low > 1317 * 0.0022 and p.drafting_pays(1317, 512)
+    assert not p.drafting_pays(10, 1), "one token: nothing to save"
+    # a drafter that cannot pay: no prompt is short enough
+    slow = LengthPolicy(3, decay=1.0)
+    for _ in range(60):
+        slow.observe(3, 0)
+        slow.draft_time(0.300, 3)
+        slow.verify_time(0.100, 4)
+        slow.verify_time(0.075, 1)
+    slow.prefill_time(0.0022, 1)
+    assert not slow.drafting_pays(5, 512)

@@ -17,6 +17,15 @@ yields every accepted draft token plus the target's own next token (greedy:
 before any draft. Drafts carry no probabilities: with sampling
 (``temp > 0``) verification is not the lossless speculative sampling rule.
 
+Every position's logits: llama-cpp-python computes them in every batch of a
+``Llama`` made with a draft model, its prompt's pass included (the output
+layer at every prompt position: a fifth of a long prompt's pass on the
+Q4_K_M 1.5B target); :func:`generate` computes them only where a draft is
+verified (:func:`verify_logits_only`). A ``Llama`` whose ``n_ctx`` exceeds
+its ``n_batch`` needs ``logits_all=True`` to verify drafts past position
+``n_batch`` (llama-cpp-python sizes ``scores`` by the flag it was given):
+:func:`generate` says so before it starts.
+
 What it sends. Through a :class:`draftd.Session` (``session=True``, the
 default): the whole context once, then each step only how many of the last
 draft's tokens the target accepted and its bonus token; the whole context
@@ -186,6 +195,23 @@ class DraftdDraftModel(LlamaDraftModel):
     confidence bound sent with every draft request (0 ≤ x ≤ 1: the draft
     stops before the first token below it; None: not sent, the server's
     ``--min-confidence`` for sessions, exactly n tokens without a session).
+    ``context``: the most prompt tokens draftd sees (None: all): a
+    generation's drafts are made from the last ``context`` tokens of its
+    prompt and every token after them, so draftd prefills at most
+    ``context`` tokens per prompt — on cores the target shares, draftd's
+    prefill of a prompt delays the target's own prompt pass by about its
+    time (the 0.5B drafter on the 2-core Ice Lake Xeon: 2.2 ms per token, a
+    sixth of the Q4_K_M 1.5B target's own pass); a
+    draft from a shorter window is the same proposal a document starting
+    there would get, and the target verifies it as any other.
+    ``shared_cores``: draftd runs on the target's cores (the default), so
+    with ``adaptive`` a budgeted generation (:meth:`budget`) drafts at all
+    only when the time the policy expects drafting to save over its
+    ``max_tokens`` exceeds draftd's measured prefill of its prompt
+    (:meth:`draftd.policy.LengthPolicy.drafting_pays`); a generation that
+    would not win it back sends nothing and counts in
+    ``skipped_generations``. False: draftd's prefill costs the target
+    nothing (cores of its own), every generation drafts.
 
     Counters: ``calls`` (steps that asked for a draft), ``requests`` (sent,
     primes included), ``primes`` (prompts sent ahead, :meth:`prime`; their
@@ -194,6 +220,8 @@ class DraftdDraftModel(LlamaDraftModel):
     request: cooldown), ``miss_kinds`` (misses by exception class name),
     ``draft_seconds`` (time spent waiting for draftd, misses included),
     ``invalid`` (drafts dropped: an id the target cannot take),
+    ``skipped_generations`` (budgeted generations that drafted nothing:
+    their prefill would not pay, ``shared_cores``),
     ``handshakes`` (reads of /v1/info), :attr:`session_stats`. Not
     thread-safe: one generation at a time.
     """
@@ -212,9 +240,13 @@ class DraftdDraftModel(LlamaDraftModel):
         client: Client | None = None,
         n_vocab: int | None = None,
         min_confidence: float | None = None,
+        context: int | None = None,
+        shared_cores: bool = True,
     ) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n {n!r} must be an int ≥ 1")
+        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
+            raise ValueError(f"context {context!r} must be an int ≥ 1 or None")
         for name, v in (("timeout", timeout), ("first_timeout", first_timeout)):
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError(f"{name} {v!r} must be a number of seconds > 0")
@@ -245,7 +277,12 @@ class DraftdDraftModel(LlamaDraftModel):
         self.miss_kinds: collections.Counter[str] = collections.Counter()
         self.draft_seconds = 0.0
         self._quiet_until = 0.0
-        self._last_sent: list[int] | None = None
+        self._last_sent: list[int] | None = None  # the whole context of the last request that succeeded
+        self.context = context
+        self.shared_cores = bool(shared_cores)
+        self.skipped_generations = 0
+        self._skip = False  # this budgeted generation drafts nothing: its prefill would not pay
+        self._offset = 0  # where this generation's window starts in its context (context: the first token sent)
         self._primer: threading.Thread | None = None
         self.primes = 0
         self.prime_seconds = 0.0
@@ -295,10 +332,15 @@ class DraftdDraftModel(LlamaDraftModel):
         acc = Acceptance(drafted=[0], accepted=[0])  # step 0: the prompt's pass
         self._prompt_len, self._acc, self._pending = prompt_len, acc, None
         self._end = None if max_tokens is None else prompt_len + max_tokens
+        pol = self._adaptive
+        sent = prompt_len if self.context is None else min(prompt_len, self.context)
+        self._skip = (pol is not None and self.shared_cores and max_tokens is not None
+                      and not pol.drafting_pays(sent, max_tokens))
+        self.skipped_generations += self._skip
         try:
             yield acc
         finally:
-            self._end, self._acc, self._pending = None, None, None
+            self._end, self._acc, self._pending, self._skip = None, None, None, False
 
     def finish(self, output: Sequence[int]) -> None:
         """Ends the budgeted generation whose whole output (prompt +
@@ -330,8 +372,10 @@ class DraftdDraftModel(LlamaDraftModel):
         if not ctx:
             raise ValueError("prompt is empty")
 
-        if time.monotonic() < self._quiet_until:
+        if time.monotonic() < self._quiet_until or self._skip:
             return
+        self._offset = self._window(ctx)
+        view = ctx[self._offset:]
 
         def send() -> None:
             t0 = time.monotonic()
@@ -339,11 +383,14 @@ class DraftdDraftModel(LlamaDraftModel):
                 with self._timeout(httpx.Timeout(self.first_timeout)), self.client.deadline(self.first_timeout):
                     if self._stale:
                         self._handshake()
+                    whole = self._session.stats.tokens if self._session is not None else 0
                     if self._session is not None:
-                        self._session.draft(ctx, n=1)
+                        self._session.draft(view, n=1)
                     else:
-                        self.client.draft(ctx, 1, strategy=self.strategy)
+                        self.client.draft(view, 1, strategy=self.strategy)
                 self._last_sent = ctx
+                if self._adaptive is not None and (self._session is None or self._session.stats.tokens > whole):
+                    self._adaptive.prefill_time(time.monotonic() - t0, len(view))  # sent whole: a prefill
             except (DraftdError, ValueError) as e:
                 self._missed(e)
             except Exception as e:  # noqa: BLE001 - a bug here must not fail the generation
@@ -368,7 +415,7 @@ class DraftdDraftModel(LlamaDraftModel):
         self._join()
         now = time.perf_counter()
         self._resolve(ctx, now)
-        room = self.n if self._adaptive is None else self._adaptive.choose()
+        room = 0 if self._skip else self.n if self._adaptive is None else self._adaptive.choose()
         room = min(room, self._nmax)
         if self._end is not None:
             room = min(room, self._end - len(ctx) - 1)  # the target's bonus token must still fit
@@ -423,6 +470,9 @@ class DraftdDraftModel(LlamaDraftModel):
         # extend the last one sent (a new generation) may take first_timeout.
         last = self._last_sent
         first = last is None or len(ctx) <= len(last) or ctx[: len(last)] != last
+        if first:
+            self._offset = self._window(ctx)
+        view = ctx[self._offset:]
         seconds = self.first_timeout if first else self.timeout
         vocab = self.n_vocab if self.n_vocab is not None else self._caller_vocab()
         s = self._session
@@ -439,9 +489,9 @@ class DraftdDraftModel(LlamaDraftModel):
                 catchup = s.stats.catchup if s is not None else 0
                 bound = self._bound()
                 if s is not None:
-                    d = s.draft(ctx, n=n, min_confidence=bound)
+                    d = s.draft(view, n=n, min_confidence=bound)
                 else:
-                    d = self.client.draft(ctx, n, strategy=self.strategy, min_confidence=bound,
+                    d = self.client.draft(view, n, strategy=self.strategy, min_confidence=bound,
                                           confidences=self._adaptive is not None)
                 if s is not None and s.stats.resent != resent:
                     self._stale = True  # the server lost the session: perhaps a restarted one
@@ -476,6 +526,11 @@ class DraftdDraftModel(LlamaDraftModel):
         conf = d.confidences[: len(draft)] if d.confidences is not None else None
         return _Pending(ctx, draft, bound=asked if known else None, confidences=conf,
                         stopped=d.stop_reason == "confidence")
+
+    def _window(self, ctx: list[int]) -> int:
+        """Where a generation whose first context sent is ctx starts its
+        window (``context``)."""
+        return 0 if self.context is None else max(0, len(ctx) - self.context)
 
     def _caller_vocab(self) -> int | None:
         """The vocabulary size of the Llama whose generate() called this

@@ -46,6 +46,20 @@ after it pays again. While drafting, one step in ``probe_every`` tries a
 neighbouring length (n ± 1; an unmeasured length first; plain decoding every
 fourth probe, so T_verify(1) stays current).
 
+**Whether a generation drafts at all** (:meth:`~LengthPolicy.drafting_pays`):
+draftd takes in a new generation's prompt (its prefill) while the target
+runs its own prompt pass, and on cores they share that delays the target by
+about the prefill's time — on a long prompt more than a short generation's
+drafting can save (draftd's prefill of the 0.5B drafter runs ~2.2 ms per
+token on the 2-core Ice Lake Xeon: 2.9 s for a 1,317-token prompt, where 64
+tokens decoded 1.25× faster than the target's 75 ms steps save ~1 s). An adapter
+that knows a generation's prompt and ``max_tokens`` asks before it sends
+anything: drafting pays when (max_tokens − 1)·(1/rate(0) − 1/rate(best)),
+with optimistic acceptances as for stopping, exceeds the prefill's time
+expected from the measured ones (seconds per token of the prompts sent
+whole, :meth:`~LengthPolicy.prefill_time`; their wall time beside the
+target's pass, so an over- rather than an under-estimate of the delay).
+
 The first step drafts n_max // 2, the second none (to measure T_verify(1)).
 While fewer than ``explore`` drafts were seen the acceptances the choice uses
 are drawn from their posterior (Thompson sampling), so that lengths whose
@@ -247,6 +261,7 @@ class LengthPolicy:
         self.hit = [0.0] * n_max  # (n_max) decayed drafts whose position j was accepted
         self.drafts = 0  # drafts observed
         self._calls: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens drafted, seconds) of recent draft calls
+        self._prefills: deque[tuple[int, float]] = deque(maxlen=16)  # (tokens, seconds) of recent prompts sent whole
         self._verify: list[deque[float]] = [deque(maxlen=samples) for _ in range(n_max + 2)]  # (n_max + 2) by k
         self._verify_pts: list[tuple[int, float]] | None = None  # (k, median) of measured k; None: stale
         self._warmup = [max(1, n_max // 2), 0]
@@ -291,6 +306,42 @@ class LengthPolicy:
         """A draft call of ``tokens`` drafted tokens took ``seconds``."""
         if tokens >= 1 and seconds >= 0:
             self._calls.append((tokens, float(seconds)))
+
+    def prefill_time(self, seconds: float, tokens: int) -> None:
+        """draftd took ``seconds`` to take in a generation's prompt of
+        ``tokens`` tokens (sent whole, beside the target's own prompt pass)."""
+        if tokens >= 1 and seconds >= 0:
+            self._prefills.append((tokens, float(seconds)))
+
+    def t_prefill(self, tokens: int) -> float | None:
+        """The expected seconds of draftd's prefill of a prompt of ``tokens``
+        tokens: the median of the measured seconds per token, times tokens
+        (None: none measured)."""
+        if not self._prefills:
+            return None
+        return tokens * statistics.median(s / t for t, s in self._prefills)
+
+    def drafting_pays(self, prompt_tokens: int, new_tokens: int) -> bool:
+        """Whether a generation of at most ``new_tokens`` tokens whose prompt
+        draftd would take in as ``prompt_tokens`` tokens should draft at all,
+        when draftd shares the target's cores: its prefill of the prompt
+        then delays the target's own prompt pass by about its time, which
+        the generation's drafted steps must win back. False when the time
+        drafting saves over the generation's steps (its first token comes
+        from the prompt's pass) at the best drafting rate, with optimistic
+        acceptances (as :meth:`best` stops), against plain decoding, is less
+        than the prefill's expected time; True while either is not known."""
+        tp = self.t_prefill(prompt_tokens)
+        r0 = self.rate(0)
+        if tp is None or r0 is None:
+            return True
+        if self.bounded():
+            rb = self.best_pair(optimism=self.optimism)[2]
+        else:
+            rb = self._best_drafting(self.acceptance(optimism=self.optimism))[1]
+        if rb <= 0:
+            return True
+        return max(0, new_tokens - 1) * max(0.0, 1 / r0 - 1 / rb) > tp
 
     def verify_time(self, seconds: float, k: int) -> None:
         """The target took ``seconds`` from the adapter's answer of a draft of
