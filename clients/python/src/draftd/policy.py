@@ -335,10 +335,7 @@ class LengthPolicy:
         r0 = self.rate(0)
         if tp is None or r0 is None:
             return True
-        if self.bounded():
-            rb = self.best_pair(optimism=self.optimism)[2]
-        else:
-            rb = self._best_drafting(self.acceptance(optimism=self.optimism))[1]
+        rb = self._optimistic_best_rate()
         if rb <= 0:
             return True
         return max(0, new_tokens - 1) * max(0.0, 1 / r0 - 1 / rb) > tp
@@ -456,7 +453,7 @@ class LengthPolicy:
             if r0 is None or rn < 0 or rn >= r0 * (1 + self.margin):
                 return n
             # as below: while drafting, stop only when optimism loses too
-            if self.last > 0 and self.best_pair(optimism=self.optimism)[2] >= r0:
+            if self.last > 0 and self._optimistic_best_rate() >= r0:
                 return n
             return 0
         q = self.acceptance(sample=self.drafts < self.explore)
@@ -473,9 +470,19 @@ class LengthPolicy:
         # While drafting, stop only when an optimistic estimate of the
         # acceptance loses too: the estimate is of a few dozen drafts, and
         # stopping on its dips would freeze a low one (no drafts, no news).
-        if self.last > 0 and self._best_drafting(self.acceptance(optimism=self.optimism))[1] >= r0:
+        if self.last > 0 and self._optimistic_best_rate() >= r0:
             return n
         return 0
+
+    def _optimistic_best_rate(self) -> float:
+        """The best drafting rate with every acceptance ``optimism``
+        posterior standard deviations above its mean — of the (n, bound)
+        pairs once :meth:`bounded`, else of the lengths (−1: not known): what
+        stopping, and a generation's decision to draft, weigh against
+        plain decoding."""
+        if self.bounded():
+            return self.best_pair(optimism=self.optimism)[2]
+        return self._best_drafting(self.acceptance(optimism=self.optimism))[1]
 
     def _best_drafting(self, q: list[float] | None = None) -> tuple[int, float]:
         """The n ≥ 1 with the most expected tokens per second, and that rate
