@@ -108,3 +108,19 @@ def test_classes() -> None:
     assert p.at(6).drafts == 1 and p.at(1).drafts == 0 and p.at(8).drafts == 0
     with pytest.raises(ValueError):
         BatchPolicy(0)
+
+
+def test_prefills_reach_every_class_and_the_decision_is_the_current_ones() -> None:
+    """A prefill's time does not depend on the batch it joins: every class
+    hears it, classes made later too. Whether a request drafts at all is the
+    current class's decision: drafting pays at one request (the worked case)
+    and not at eight."""
+    p = BatchPolicy(N_MAX)
+    drive(p)  # both classes measured
+    p.prefill_time(0.22, 100)
+    late = p.at(32)  # a class made after the report
+    assert [c.t_prefill(1000) for c in (p.at(1), p.at(8), late)] == [pytest.approx(2.2)] * 3
+    p.batch(1)
+    assert p.drafting_pays(100, 64)  # n = 8: 63 × (0.160 − 0.216 / 6.13) s ≈ 7.9 s saved > 0.22 s
+    p.batch(8)
+    assert not p.drafting_pays(100, 64), "at eight requests nothing drafted can pay"

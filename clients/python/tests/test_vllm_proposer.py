@@ -168,6 +168,11 @@ def test_no_runner_drafts_whole_contexts(tiny) -> None:  # type: ignore[no-untyp
     ({"min_confidence": 1.5}, {}, "min_confidence"),
     ({}, {"DRAFTD_MIN_CONFIDENCE": "high"}, "min_confidence"),
     ({"adaptive": "maybe"}, {}, "adaptive"),
+    ({"context": 0}, {}, "must be ≥ 1"),
+    ({"context": 2.5}, {}, "context.*whole number"),
+    ({"context": True}, {}, "context.*whole number"),
+    ({}, {"DRAFTD_CONTEXT": "-3"}, "DRAFTD_CONTEXT.*whole number"),
+    ({"shared_cores": "sometimes"}, {}, "shared_cores"),
 ])
 def test_bad_options_are_named(cfg: dict[str, Any], env: dict[str, str], msg: str,
                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,6 +197,9 @@ class Scripted:
         self.verified: list[int] = []
         self.timed: list[int] = []
         self.batches: list[int] = []
+        self.asked: list[tuple[int, int]] = []  # drafting_pays(prompt_tokens, new_tokens) calls
+        self.pays: Any = lambda prompt_tokens, new_tokens: True
+        self.prefills: list[int] = []  # tokens of the prefill_time reports
 
     def batch(self, rows: int) -> None:
         self.batches.append(rows)
@@ -211,6 +219,14 @@ class Scripted:
 
     def verify_time(self, seconds: float, k: int) -> None:
         self.verified.append(k)
+
+    def prefill_time(self, seconds: float, tokens: int) -> None:
+        assert seconds > 0
+        self.prefills.append(tokens)
+
+    def drafting_pays(self, prompt_tokens: int, new_tokens: int) -> bool:
+        self.asked.append((prompt_tokens, new_tokens))
+        return bool(self.pays(prompt_tokens, new_tokens))
 
 
 def test_adaptive_lengths_and_steps_without_a_draft(tiny) -> None:  # type: ignore[no-untyped-def]
@@ -329,3 +345,107 @@ def test_adaptive_bound_goes_with_the_length(fake) -> None:  # type: ignore[no-u
     assert r.step(["a"], [[14]]) == [[100, 101, 102, 103, 104, 105]]
     assert [b["requests"][0].get("min_confidence") for _, b in fake.bodies] == [None]
     p.close()
+
+
+def run_requests(r: Runner, c: draftd.Client, rng: random.Random, steps: int,
+                 want: Any) -> dict[str, list[list[int]]]:
+    """``steps`` steps of every request in ``r.requests`` (each already holds
+    its first output token); each row's draft is checked against
+    ``want(request id, its whole context)`` and verified by ``step``.
+    Returns each request's drafts."""
+    drafts: dict[str, list[list[int]]] = {k: [] for k in r.requests}
+    sampled = {k: q.output[-1:] for k, q in r.requests.items()}
+    for _ in range(steps):
+        rows = list(r.requests)
+        got = r.step(rows, [sampled[k] for k in rows])
+        for k, d in zip(rows, got):
+            q = r.requests[k]
+            assert d == want(k, q.prompt + q.output), f"{k} after {len(q.output)} tokens: draft {d}"
+            drafts[k].append(d)
+            ctx = step(rng, q.prompt + q.output, d)[0] if d else q.prompt + q.output + [rng.randrange(8, 512)]
+            new = ctx[len(q.prompt) + len(q.output):]
+            q.output += new
+            sampled[k] = new
+    return drafts
+
+
+def test_context_window_is_fixed_per_request(tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``context`` = W: a request's drafts are /draft of its context from a
+    start fixed at its first draft (its length then − W, or 0), every step;
+    its session still goes as accepted + bonus (one whole context per
+    request), a window longer than PRIME_TOKENS goes in the background, and
+    a request sent again under the same id gets a window of its own."""
+    monkeypatch.setattr("draftd.vllm.PRIME_TOKENS", 12)
+    W = 16
+    p = DraftdProposer(config(tiny.url, context=W))
+    assert p.context == W
+    r = Runner(p)
+    rng = random.Random(11)
+    r.requests = {"long": Req([rng.randrange(8, 512) for _ in range(40)], 200, [300]),
+                  "short": Req([rng.randrange(8, 512) for _ in range(5)], 200, [301])}
+    starts = {"long": 41 - W, "short": 0}
+    with draftd.Client(tiny.url) as c:
+        primed = r.step(["long", "short"], [[300], [301]])
+        # "long" sends its window (16 > PRIME_TOKENS) in the background: no draft this step
+        assert primed == [[], reference(c, r.requests["short"].prompt + [301], K)], primed
+        p._priming["long"].result(timeout=30)
+        r.requests["short"].output += [302]  # each step adds a token, drafted or not
+        r.requests["long"].output += [305]
+        drafts = run_requests(r, c, rng, 6, lambda k, ctx: reference(c, ctx[starts[k]:], K))
+        assert all(drafts["long"]) and all(drafts["short"])
+        assert (p.stats.full, p.stats.primed, p.stats.resends) == (2, 1, 0), p.stats
+        # the same id, a new request (vLLM's state object): a new session and window
+        r.requests["long"] = Req([rng.randrange(8, 512) for _ in range(20)], 200, [303])
+        del r.requests["short"]
+        r.step(["long"], [[303]])  # its window (16 tokens) primes in the background
+        p._priming["long"].result(timeout=30)
+        r.requests["long"].output += [306]
+        starts["long"] = 21 - W
+        run_requests(r, c, rng, 3, lambda k, ctx: reference(c, ctx[starts[k]:], K))
+    assert p.stats.full == 3 and p.stats.primed == 2 and p.stats.skipped_generations == 0, p.stats
+    p.close()
+
+
+def test_a_request_whose_prefill_would_not_pay_drafts_nothing(tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``adaptive`` with ``shared_cores`` (the default): before a request's
+    first draft the policy is asked whether drafting pays for what draftd
+    would take in (its window) and the tokens still to come; a request it
+    says no to gets no draft for its whole life and never reaches draftd,
+    the others draft as before, and the background sends' times reach the
+    policy as prefills. ``shared_cores=False``: never asked."""
+    monkeypatch.setattr("draftd.vllm.PRIME_TOKENS", 12)
+    p = DraftdProposer(config(tiny.url, adaptive=True, context=24))
+    pol = Scripted([K] * 8)
+    pol.pays = lambda prompt_tokens, new_tokens: prompt_tokens < 20
+    p.tuner = pol  # type: ignore[assignment]
+    r = Runner(p)
+    rng = random.Random(12)
+    r.requests = {"big": Req([rng.randrange(8, 512) for _ in range(60)], 50, [300]),
+                  "mid": Req([rng.randrange(8, 512) for _ in range(14)], 140, [301]),
+                  "small": Req([rng.randrange(8, 512) for _ in range(6)], 130, [302])}
+    with draftd.Client(tiny.url) as c:
+        first = r.step(["big", "mid", "small"], [[300], [301], [302]])
+        assert first[0] == [] and first[1] == [], first  # "big" skipped; "mid" (15 > 12) primes
+        p._priming["mid"].result(timeout=30)
+        for k in ("mid", "small"):
+            r.requests[k].output.append(303)
+        r.requests["big"].output.append(304)
+        run_requests(r, c, rng, 5, lambda k, ctx: [] if k == "big" else reference(c, ctx, K))
+    # what draftd would take in: big's window (24 of 61), mid's 15, small's 7;
+    # the tokens still to come, + 1 (drafting_pays counts the first as the prompt pass's)
+    assert pol.asked == [(24, 50 - 1 + 1), (15, 140 - 1 + 1), (7, 130 - 1 + 1)], pol.asked
+    assert p.stats.skipped_generations == 1 and "big" not in p._sessions, p.stats
+    assert pol.prefills == [15], pol.prefills  # mid's background send; small's went in the step's call
+    assert p.stats.full == 2, p.stats
+    p.close()
+
+    q = DraftdProposer(config(tiny.url, adaptive=True, shared_cores=False))
+    pol = Scripted([K] * 2)
+    pol.pays = lambda prompt_tokens, new_tokens: False
+    q.tuner = pol  # type: ignore[assignment]
+    r = Runner(q)
+    r.requests = {"a": Req([21, 22, 23, 24], 50, [25])}
+    with draftd.Client(tiny.url) as c:
+        assert r.step(["a"], [[25]]) == [reference(c, [21, 22, 23, 24, 25], K)]
+    assert pol.asked == [] and q.stats.skipped_generations == 0
+    q.close()

@@ -39,6 +39,7 @@ class BatchPolicy:
         self.n_max = n_max
         self._kwargs = kwargs
         self.classes: dict[int, LengthPolicy] = {}  # class (floor(log2(batch size))) → its policy
+        self._prefills: list[tuple[float, int]] = []  # (seconds, tokens) reported, for classes made later
         self.current = self.at(1)
 
     @staticmethod
@@ -54,6 +55,8 @@ class BatchPolicy:
         p = self.classes.get(c)
         if p is None:
             p = self.classes[c] = LengthPolicy(self.n_max, **self._kwargs)
+            for seconds, tokens in self._prefills:
+                p.prefill_time(seconds, tokens)
         return p
 
     def batch(self, rows: int) -> None:
@@ -79,3 +82,14 @@ class BatchPolicy:
 
     def verify_time(self, seconds: float, k: int) -> None:
         self.current.verify_time(seconds, k)
+
+    def prefill_time(self, seconds: float, tokens: int) -> None:
+        """LengthPolicy.prefill_time, told to every class (a prefill's cost
+        does not depend on the batch it joins)."""
+        self._prefills = (self._prefills + [(seconds, tokens)])[-16:]
+        for p in self.classes.values():
+            p.prefill_time(seconds, tokens)
+
+    def drafting_pays(self, prompt_tokens: int, new_tokens: int) -> bool:
+        """LengthPolicy.drafting_pays of the current class."""
+        return self.current.drafting_pays(prompt_tokens, new_tokens)

@@ -36,7 +36,30 @@ min_confidence  DRAFTD_MIN_CONFIDENCE   a confidence bound sent with every draft
                                         request, 0 ≤ x ≤ 1 (not sent: the
                                         server's --min-confidence, or with
                                         adaptive the policy's)
+context         DRAFTD_CONTEXT          the most prompt tokens draftd sees per
+                                        request, an int ≥ 1 (all)
+shared_cores    DRAFTD_SHARED_CORES     draftd runs on vLLM's cores: with
+                                        adaptive, a request whose prefill would
+                                        not pay drafts nothing (true)
 =============== ======================= =========================================
+
+``context`` = W: a request's drafts are made from the last W tokens of the
+context its session first sends (its prompt and first token) and every
+token after them — the window's start is fixed for the request's life, so
+its session still sends only accepted+bonus each step. draftd's prefill of a
+long prompt then costs W tokens, not the prompt's length (on cores vLLM
+shares it runs beside vLLM's own prompt pass and delays it), at some
+acceptance (the drafter sees less). Without the model runner (no sessions,
+below) the whole context is sent.
+
+``shared_cores`` with ``adaptive``: before a request's first draft the
+proposer asks the policy (:meth:`draftd.policy.LengthPolicy.drafting_pays`,
+the policy of the step's batch size) whether the time drafting can save
+over the request's remaining tokens exceeds draftd's prefill of what it
+would send (seconds per token measured on the contexts sent in the
+background); when not, the request drafts nothing at all — no prefill, no
+draft — and ``stats.skipped_generations`` counts it. False: draftd has
+cores of its own and its prefill costs vLLM nothing.
 
 The draft length is vLLM's ``num_speculative_tokens`` (K) — with
 ``adaptive``, the length 0 ≤ n ≤ K that :class:`draftd.policy.LengthPolicy`
@@ -160,7 +183,9 @@ class ProposerStats:
     ``handshakes``: reads of ``/v1/info``; ``undrafted``: steps the
     ``adaptive`` policy gave no draft (n = 0); ``catchup``: incremental
     requests that carried the tokens of steps without a draft too (their
-    calls' time is not given to the policy as a draft's)."""
+    calls' time is not given to the policy as a draft's);
+    ``skipped_generations``: requests that drafted nothing because their
+    prefill would not pay (``shared_cores`` with ``adaptive``)."""
 
     steps: int = 0
     calls: int = 0
@@ -182,6 +207,7 @@ class ProposerStats:
     handshakes: int = 0
     catchup: int = 0
     undrafted: int = 0
+    skipped_generations: int = 0
     last_error: str = field(default="", repr=False)
 
 
@@ -233,12 +259,16 @@ def _option(cfg: dict[str, Any], key: str, env: str, default: Any, kind: type) -
         return default
     if kind is bool:
         return _flag(raw, where)
+    if kind is int and (isinstance(raw, (bool, float)) or not str(raw).strip().isdigit()):
+        raise ValueError(f"{where} = {raw!r} is not a whole number")
     try:
         v = kind(raw)
     except (TypeError, ValueError):
         raise ValueError(f"{where} = {raw!r} is not a {kind.__name__}") from None
     if kind is float and not v > 0:
         raise ValueError(f"{where} = {raw!r} must be > 0")
+    if kind is int and v < 1:
+        raise ValueError(f"{where} = {raw!r} must be ≥ 1")
     return v
 
 
@@ -266,7 +296,8 @@ class DraftdProposer:
         cfg = extra.get("draftd", {}) if isinstance(extra, dict) else {}
         if not isinstance(cfg, dict):
             raise ValueError(f'additional_config["draftd"] is {type(cfg).__name__}; want a dict')
-        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff", "adaptive", "min_confidence"}
+        unknown = set(cfg) - {"url", "strategy", "timeout", "backoff", "adaptive", "min_confidence", "context",
+                              "shared_cores"}
         if unknown:
             raise ValueError(f'additional_config["draftd"] has unknown keys {sorted(unknown)}')
         self.url = _option(cfg, "url", "DRAFTD_URL", DEFAULT_URL, str)
@@ -281,7 +312,12 @@ class DraftdProposer:
         # A bound of the caller's is the policy's only one: it chooses the length alone.
         self.tuner = (BatchPolicy(self.k, bounds=BOUNDS if self.min_confidence is None else (self.min_confidence,))
                       if _option(cfg, "adaptive", "DRAFTD_ADAPTIVE", False, bool) else None)
+        self.context: int | None = _option(cfg, "context", "DRAFTD_CONTEXT", None, int)
+        self.shared_cores: bool = _option(cfg, "shared_cores", "DRAFTD_SHARED_CORES", True, bool)
         self._pending: dict[str, _Given] = {}  # request id → the draft it was given
+        self._starts: dict[str, int] = {}  # request id → where its window starts in its context (0: all of it)
+        self._undrafted: set[str] = set()  # requests that draft nothing: their prefill would not pay
+        self._prefilled: list[tuple[int, float]] = []  # (tokens, seconds) of background sends, for the policy
         self.confidence_signal: str | None = None  # /v1/info's: draftd reports draft tokens' confidences
         self.server_bound = 0.0  # /v1/info's min_confidence: a session's bound when it sends none
         self._bound: float | None = None  # this step's min_confidence (None: not sent)
@@ -347,14 +383,19 @@ class DraftdProposer:
             best = self._choose(entered, req_ids, sampled_token_ids)
             if self.confidence_signal and self.min_confidence is None:
                 self._bound = self.tuner.bound
-        plans: list[tuple[int, Session | None, int]] = []
+        plans: list[tuple[int, Session | None, int, int]] = []  # (row, its session, n, its window's start)
         for i in range(rows):
             length = int(num_tokens_no_spec[i])
             want = self._want(i, length, sampled_token_ids[i], states)
             if want >= 1 and best == 0:
                 continue  # the policy drafts nothing this step
             n = min(best, self._kmax, want)
-            if n > 0 and self.info is not None and length >= self.info.max_context:
+            start = 0
+            if n > 0 and req_ids is not None and states is not None:
+                start = self._start(req_ids[i], states[i], length)
+                if req_ids[i] in self._undrafted:
+                    n = 0  # its prefill would not pay: it drafts nothing
+            if n > 0 and self.info is not None and length - start >= self.info.max_context:
                 n = 0  # the drafter's context is full: draftd would answer context_too_long
             if n < 1:
                 self.stats.skipped += 1
@@ -362,10 +403,10 @@ class DraftdProposer:
                     self._forget(req_ids[i])
                 continue
             sess = self._session(req_ids[i], states[i] if states is not None else None) if req_ids is not None else None
-            if sess is not None and req_ids is not None and self._priming_row(req_ids[i], sess, length,
+            if sess is not None and req_ids is not None and self._priming_row(req_ids[i], sess, start, length,
                                                                                token_ids_cpu[i], n):
                 continue
-            plans.append((i, sess, n))
+            plans.append((i, sess, n, start))
         if not plans:
             return self._done(out, req_ids)
         now = time.monotonic()
@@ -380,7 +421,7 @@ class DraftdProposer:
             with self.client.deadline(self.timeout):
                 if self._stale:
                     self._handshake()
-                    plans = [(i, sess, min(n, self._kmax)) for i, sess, n in plans]
+                    plans = [(i, sess, min(n, self._kmax), start) for i, sess, n, start in plans]
                 m = self._items or len(plans)
                 results = [r for j in range(0, len(plans), m)
                            for r in self._call(plans[j: j + m], num_tokens_no_spec, token_ids_cpu)]
@@ -398,7 +439,7 @@ class DraftdProposer:
         self._failures = 0
         vocab = self.target_vocab or (self.info.vocab_size if self.info is not None else None)
         passes = 0  # the draft passes of the call: its longest chain's
-        for (i, _, n), (d, err) in zip(plans, results):
+        for (i, _, n, _), (d, err) in zip(plans, results):
             draft = [] if d is None else list(d.tokens)
             if err is None:
                 passes = max(passes, min(n, len(draft) + 1) if d is not None and d.stop_reason == "confidence" else n)
@@ -443,6 +484,10 @@ class DraftdProposer:
                 if g is not None and sampled[i]:
                     self.tuner.observe(g.length, len(sampled[i]) - 1, confidences=g.confidences, bound=g.bound,
                                        stopped=g.stopped)
+        with self._lock:
+            prefilled, self._prefilled = self._prefilled, []
+        for tokens, seconds in prefilled:
+            self.tuner.prefill_time(seconds, tokens)
         if (self._returned is not None and req_ids == self._returned_ids and len(sampled) > 0
                 and all(len(s) > 0 for s in sampled)):
             self.tuner.verify_time(entered - self._returned, self._returned_len + 1)
@@ -471,21 +516,21 @@ class DraftdProposer:
         conf = d.confidences[: len(draft)] if d.confidences is not None else None
         return _Given(len(draft), bound if d.stop_reason is not None else None, conf, d.stop_reason == "confidence")
 
-    def _call(self, plans: list[tuple[int, Session | None, int]], lengths: Any,
+    def _call(self, plans: list[tuple[int, Session | None, int, int]], lengths: Any,
               tokens: Any) -> list[tuple[Draft | None, APIError | None]]:
-        if any(sess is None for _, sess, _ in plans):
-            reqs = [DraftRequest(tokens=tokens[i, : int(lengths[i])].tolist(), n=n, strategy=self.strategy,
+        if any(sess is None for _, sess, _, _ in plans):
+            reqs = [DraftRequest(tokens=tokens[i, start: int(lengths[i])].tolist(), n=n, strategy=self.strategy,
                                  min_confidence=self._bound, confidences=self.tuner is not None)
-                    for i, _, n in plans]
+                    for i, _, n, start in plans]
             self.stats.full += len(reqs)
             results = self.client.drafts(reqs)
         else:
             steps: list[tuple[Session, Sequence[int]]] = []
-            for i, sess, n in plans:
+            for i, sess, n, start in plans:
                 assert sess is not None
                 sess.n = n
                 sess.min_confidence = self._bound
-                steps.append((sess, tokens[i, : int(lengths[i])].tolist()))
+                steps.append((sess, tokens[i, start: int(lengths[i])].tolist()))
             before = [(s.stats.tokens, s.stats.incremental, s.stats.resent, s.stats.catchup) for s, _ in steps]
             results = self.client.session_drafts(steps)
             for (s, _), (t, inc, res, cu) in zip(steps, before):
@@ -575,6 +620,30 @@ class DraftdProposer:
             return -1
         return max(n, 0)
 
+    def _start(self, req_id: str, state: Any, length: int) -> int:
+        """Where request ``req_id``'s window starts in its context (0: the
+        whole context is draftd's), fixed at its first draft: the last
+        ``context`` tokens of the ``length`` it had then. Then too, with
+        ``adaptive`` and ``shared_cores``, whether it drafts at all: not when
+        the policy says draftd's prefill of the window would cost more than
+        drafting saves over the request's remaining tokens (it joins
+        ``_undrafted``)."""
+        start = self._starts.get(req_id)
+        if start is not None:
+            return start
+        start = self._starts[req_id] = 0 if self.context is None else max(0, length - self.context)
+        if self.tuner is None or not self.shared_cores:
+            return start
+        sp = self._read(state, "sampling_params", None)
+        max_tokens = None if sp is None else self._read(sp, "max_tokens", None, lambda v: None if v is None else int(v))
+        prompt = self._read(state, "num_prompt_tokens", None, int) if max_tokens is not None else None
+        if max_tokens is not None and prompt is not None:
+            left = max_tokens - (length - prompt)  # tokens still to come, each from a step
+            if not self.tuner.drafting_pays(length - start, left + 1):
+                self._undrafted.add(req_id)
+                self.stats.skipped_generations += 1
+        return start
+
     def _read(self, obj: Any, name: str, default: Any, conv: Any = None) -> Any:
         """obj.name (through conv), or default when vLLM's object has no such
         attribute or a value conv cannot take (a vLLM release that renamed
@@ -646,21 +715,22 @@ class DraftdProposer:
             for r in [r for r in self._pending if r not in batch]:
                 del self._pending[r]
 
-    def _priming_row(self, req_id: str, sess: Session, length: int, row: Any, n: int) -> bool:
+    def _priming_row(self, req_id: str, sess: Session, start: int, length: int, row: Any, n: int) -> bool:
         """Whether row's request drafts nothing this step because its whole
-        context is on its way to draftd in the background (or is sent now:
-        a context longer than PRIME_TOKENS that the server does not hold)."""
+        context (from its window's ``start``) is on its way to draftd in the
+        background (or is sent now: a context longer than PRIME_TOKENS that
+        the server does not hold)."""
         f = self._priming.get(req_id)
         if f is not None:
             if not f.done():
                 self.stats.priming_skips += 1
                 return True
             del self._priming[req_id]
-        if sess.context is None and length > PRIME_TOKENS:
+        if sess.context is None and length - start > PRIME_TOKENS:
             if time.monotonic() < self._down_until:  # backing off: no call, in the background either
                 self.stats.priming_skips += 1
                 return True
-            ctx = row[:length].tolist()
+            ctx = row[start:length].tolist()
             sess.n = n
             self._priming[req_id] = self._primer.submit(self._prime, sess, ctx)
             self.stats.priming_skips += 1
@@ -678,16 +748,21 @@ class DraftdProposer:
                 self._failed(e)
         finally:
             sess.client = self.client
+            seconds = time.perf_counter() - t0
             with self._lock:
                 whole = sess.stats.tokens - before
+                if whole and self.tuner is not None:
+                    self._prefilled.append((len(ctx), seconds))  # the policy takes it at the next step
                 self.stats.full += whole
                 self.stats.primed += whole
                 self.stats.resends += whole - (1 if before == 0 and whole > 0 else 0)
                 log.debug("draftd proposer: %d tokens of %s sent in the background in %.2f s", len(ctx), sess.id,
-                          time.perf_counter() - t0)
+                          seconds)
 
     def _forget(self, req_id: str) -> None:
         self._pending.pop(req_id, None)
+        self._starts.pop(req_id, None)
+        self._undrafted.discard(req_id)
         self._owners.pop(req_id, None)
         s = self._sessions.pop(req_id, None)
         f = self._priming.pop(req_id, None)
