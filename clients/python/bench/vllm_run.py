@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--draftd-url")
     ap.add_argument("--strategy")
     ap.add_argument("--adaptive", action="store_true", help="the draftd proposer's adaptive draft length")
+    ap.add_argument("--context", type=int, help="the draftd proposer's context window (the most prompt tokens it sends)")
     ap.add_argument("--lookup-max", type=int, default=4)
     ap.add_argument("--lookup-min", type=int, default=1)
     ap.add_argument("--oracle", type=Path)
@@ -126,6 +127,8 @@ def main() -> None:
         draftd_cfg["strategy"] = a.strategy
     if a.adaptive:
         draftd_cfg["adaptive"] = True
+    if a.context:
+        draftd_cfg["context"] = a.context
 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt

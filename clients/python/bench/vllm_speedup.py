@@ -18,7 +18,11 @@ the vLLM venv). Rows:
                     every core (time-shared: each runs while the other waits)
   …-predraft        draftd serve --predraft-branches 2: the next draft is
                     computed while the target verifies
-  …-adaptive        the proposer's adaptive draft length (≤ K)
+  …-adaptive        the proposer's adaptive draft length (≤ K); with it
+                    (shared_cores, the default) a request whose prefill
+                    would not pay drafts nothing
+  …-ctxC            the proposer's ``context`` = C (--context): draftd sees
+                    a request's last C prompt tokens
   draftd-chain-K-2+2  the configuration docs/serving.md recommends: strategy
                     hybrid (eager proposals), K = --chain-k, draftd serve
                     --confidence-signal chain_prob --min-confidence
@@ -133,6 +137,7 @@ def main() -> None:
     ap.add_argument("--chain-k", type=int, default=16, help="K of the draftd-chain row")
     ap.add_argument("--chain-bound", type=float, default=0.1, help="serve --min-confidence of the draftd-chain row")
     ap.add_argument("--chain-drafter", type=Path, help="the draftd-chain row's drafter GGUF (default: --drafter)")
+    ap.add_argument("--context", type=int, default=256, help="the proposer's context window of the …-ctxC rows")
     a = ap.parse_args()
     if a.prompts.isdigit():
         a.prompts, a.count = "short", int(a.prompts)
@@ -205,6 +210,18 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
                                                    "--adaptive"], 2, None,
                                                   (2, ["--confidence-signal", "chain_prob", "--min-confidence",
                                                        str(a.chain_bound)], None, a.chain_drafter or a.drafter), 1),
+        f"draftd-model-{k}-2+2-adaptive-ctx{a.context}": (["--method", "draftd", "--k", str(k), "--strategy", "model",
+                                                           "--adaptive", "--context", str(a.context)], 2, None,
+                                                          (2, [], None, a.drafter), 1),
+        f"draftd-chain-{a.chain_k}-2+2-ctx{a.context}": (["--method", "draftd", "--k", str(a.chain_k), "--strategy",
+                                                         "hybrid", "--context", str(a.context)], 2, None,
+                                                        (2, ["--confidence-signal", "chain_prob", "--min-confidence",
+                                                             str(a.chain_bound)], None, a.chain_drafter or a.drafter), 1),
+        f"draftd-chain-{a.chain_k}-2+2-adaptive-ctx{a.context}": (
+            ["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid", "--adaptive", "--context",
+             str(a.context)], 2, None,
+            (2, ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound)], None,
+             a.chain_drafter or a.drafter), 1),
         "alone-2-c4": ([], 2, None, None, 4),
         f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None, a.drafter), 4),
     }
@@ -317,6 +334,8 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
                     print(f"vllm_speedup: {name} {i}: {why}{'' if o else ' — NOT a near-tie'}", file=sys.stderr)
         pred, call = "–", "–"
         st = r.get("proposer") or {}
+        if st.get("skipped_generations"):  # requests that drafted nothing: their prefill would not pay
+            tau += f" ({st['skipped_generations']}/{len(r['outputs'])} undrafted)"
         comp = comps.get(str(r.get("threads")), {})
         if st.get("calls"):
             t_call = st["draft_seconds"] / st["calls"]
