@@ -364,6 +364,31 @@ def test_adaptive_skips_a_generation_whose_prefill_would_not_pay(fake) -> None: 
                 assert pol._prefills[-1][0] == min(len(long_prompt), context or len(long_prompt)), pol._prefills
 
 
+def test_adaptive_begins_a_policy_generation_per_generation(fake) -> None:  # type: ignore[no-untyped-def]
+    """With ``adaptive``, each generation begins one of the policy's
+    (LengthPolicy.begin_generation: its own drafts count most): each
+    budget(), and outside one (llama-cpp-python's server) each call whose
+    context does not extend the last call's — not a step that extends it,
+    drafted or not."""
+    prompt = list(range(1000, 1040))
+    with DraftdDraftModel(url(fake), n=3, adaptive=True) as dm:
+        pol = dm._adaptive
+        assert pol is not None and pol.generations == 0
+        with dm.budget(len(prompt), 16):
+            dm.prime(prompt)
+            ctx = prompt + [7]
+            for i in range(4):
+                d = dm(np.asarray(ctx, dtype=np.intc)).tolist()
+                ctx = ctx + d[:1] + [8 + i]
+        assert pol.generations == 1
+        steps = [prompt + [7], prompt + [7, 9], prompt + [7, 9, 10, 11],  # a generation, with and without drafts
+                 [5, 6, 7], [5, 6, 7, 8],  # a new one
+                 [5, 6, 7, 8]]  # the same context again: llama.cpp starting over
+        for ctx in steps:
+            dm(np.asarray(ctx, dtype=np.intc))
+        assert pol.generations == 4, pol.generations
+
+
 def _closed_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -620,3 +620,106 @@ def test_drafting_pays_against_the_prefill() -> None:
         slow.verify_time(0.075, 1)
     slow.prefill_time(0.0022, 1)
     assert not slow.drafting_pays(5, 512)
+
+
+# -- generations of different texts ---------------------------------------------
+
+# Two texts on ICELAKE_Q4's costs: a chat turn the drafter predicts well
+# (n = 3 is 1.28 × plain decoding) and prose it does not (every draft loses).
+# Served in turn, no fixed length beats plain decoding over the mix: only a
+# policy that tells them apart, generation by generation, gains.
+CHAT_IL = Stack(verify=ICELAKE_Q4.verify, draft=ICELAKE_Q4.draft, q=lambda j: 0.9)
+PROSE_IL = Stack(verify=ICELAKE_Q4.verify, draft=ICELAKE_Q4.draft, q=lambda j: 0.5)
+
+
+def drive_generations(policy: Policy, texts: list[Stack], gens: int, tokens: int = 64, seed: int = 1,
+                      jitter: float = 0.05) -> list[tuple[int, float]]:
+    """``gens`` generations of ``tokens`` tokens, each of a text drawn at
+    random (seeded), each begun with ``begin_generation()`` when the policy
+    has it; (tokens, seconds) by text."""
+    rng = random.Random(seed)
+    out = [(0, 0.0)] * len(texts)
+    for _ in range(gens):
+        i = rng.randrange(len(texts))
+        if hasattr(policy, "begin_generation"):
+            policy.begin_generation()
+        run = Run()
+        while run.tokens < tokens:
+            drive(policy, texts[i], 1, seed=rng.randrange(1 << 30), jitter=jitter, run=run)
+        out[i] = (out[i][0] + run.tokens, out[i][1] + run.seconds)
+    return out
+
+
+def test_generation_cases_are_what_they_say() -> None:
+    mix = [2 / (1 / CHAT_IL.rate(n) + 1 / PROSE_IL.rate(n)) for n in range(4)]  # equal tokens of each
+    assert max(range(4), key=lambda n: mix[n]) == 0, mix
+    assert CHAT_IL.best_fixed() == 3 and CHAT_IL.rate(3) > 1.25 * CHAT_IL.rate(0)
+    assert PROSE_IL.best_fixed() == 0
+
+
+def check_generations(make: Callable[[], Policy]) -> None:
+    """Chat and prose generations at random (three seeds): the chat's
+    tokens/s ≥ 90 % of its best fixed length's, the prose's ≥ 88 % of plain
+    decoding's (a generation learns its text from its first drafts, which
+    cost), and over the mix ≥ 1.03 × plain decoding, the best fixed length
+    of the mix."""
+    for seed in (1, 2, 3):
+        (tc, sc), (tp, sp) = drive_generations(make(), [CHAT_IL, PROSE_IL], 40, seed=seed)
+        assert tc / sc >= 0.90 * CHAT_IL.rate(3), f"seed {seed}: chat {tc / sc:.2f} tokens/s; n = 3 {CHAT_IL.rate(3):.2f}"
+        assert tp / sp >= 0.88 * PROSE_IL.rate(0), f"seed {seed}: prose {tp / sp:.2f} tokens/s; plain {PROSE_IL.rate(0):.2f}"
+        both = (tc + tp) / (sc + sp)
+        assert both >= 1.03 * PROSE_IL.rate(0), f"seed {seed}: {both:.2f} tokens/s; plain {PROSE_IL.rate(0):.2f}"
+
+
+@pytest.mark.parametrize("make", [lambda: LengthPolicy(3, generation_weight=0), lambda: Fixed(3), lambda: Fixed(0)],
+                         ids=["blended-counts", "always-3", "never"])
+def test_generation_check_catches(make: Callable[[], Policy]) -> None:
+    """The check fails for a policy whose counts blend the texts (no weight
+    for the generation's own drafts), and for fixed lengths."""
+    with pytest.raises(AssertionError):
+        check_generations(make)
+
+
+def test_generations() -> None:
+    check_generations(lambda: LengthPolicy(3))
+
+
+def test_generations_of_one_text() -> None:
+    """Generations of one text, each begun: the estimate is noisier (a few
+    drafts count most) but the policy still drafts where it pays — ≥ 92 % of
+    the best fixed length on the marginal ICELAKE_Q4 (it pays 10 %), never
+    slower than plain decoding — and not where it cannot (SLOW_DRAFTER:
+    begin_generation probes only when drafting could pay)."""
+    for seed in (1, 2, 3):
+        [(t, s)] = drive_generations(LengthPolicy(3), [ICELAKE_Q4], 30, seed=seed)
+        assert t / s >= 0.92 * ICELAKE_Q4.rate(3) and t / s >= ICELAKE_Q4.rate(0), \
+            f"seed {seed}: {t / s:.2f} tokens/s; n = 3 {ICELAKE_Q4.rate(3):.2f}, plain {ICELAKE_Q4.rate(0):.2f}"
+    p = LengthPolicy(N_MAX)
+    run = drive(p, SLOW_DRAFTER, 600)
+    assert run.after(300)[0] >= 290
+    for _ in range(20):
+        p.begin_generation()
+        assert p.choose() == 0, "a probe at a generation's start where no text can pay"
+        p.verify_time(SLOW_DRAFTER.verify(1), 1)
+
+
+def test_generation_estimate() -> None:
+    """The acceptance of position 1 after 60 drafts of one token, all
+    accepted, then a generation begins and 4 are rejected: the decayed
+    counts (0.97 a draft) plus 8 × the generation's, with the prior's weight
+    2 at 0.5 — and without a generation begun, the decayed counts alone."""
+    def fed(begin: bool) -> LengthPolicy:
+        p = LengthPolicy(1)
+        for _ in range(60):
+            p.observe(1, 1)
+        if begin:
+            p.begin_generation()
+        for _ in range(4):
+            p.observe(1, 0)
+        return p
+
+    d = 0.97
+    hit = d ** 4 * sum(d ** i for i in range(60))
+    tried = hit + sum(d ** i for i in range(4))
+    assert fed(True).acceptance()[0] == pytest.approx((hit + 1) / (tried + 8 * 4 + 2))
+    assert fed(False).acceptance()[0] == pytest.approx((hit + 1) / (tried + 2))

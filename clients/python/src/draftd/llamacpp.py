@@ -186,7 +186,10 @@ class DraftdDraftModel(LlamaDraftModel):
     tokens' confidences (``confidence_signal`` in /v1/info) and
     ``min_confidence`` is None, each draft's confidence bound with it (the
     policy's ``bound``, sent as ``min_confidence``, each answer asked for its
-    confidences); off, every draft asks n. ``client``:
+    confidences); each generation (a :meth:`budget`, else a call whose
+    context does not extend the last call's) begins a generation of the policy
+    (:meth:`draftd.policy.LengthPolicy.begin_generation`: its own drafts'
+    acceptance counts most); off, every draft asks n. ``client``:
     a :class:`draftd.Client` of your own instead of one made from ``url``
     (its timeouts and retries are then yours; it is not closed by
     :meth:`close`). ``n_vocab``: the target's vocabulary size (None: read
@@ -333,6 +336,8 @@ class DraftdDraftModel(LlamaDraftModel):
         self._prompt_len, self._acc, self._pending = prompt_len, acc, None
         self._end = None if max_tokens is None else prompt_len + max_tokens
         pol = self._adaptive
+        if pol is not None:
+            pol.begin_generation()  # before its decision: the stack's estimate, not the last generation's
         sent = prompt_len if self.context is None else min(prompt_len, self.context)
         self._skip = (pol is not None and self.shared_cores and max_tokens is not None
                       and not pol.drafting_pays(sent, max_tokens))
@@ -414,6 +419,10 @@ class DraftdDraftModel(LlamaDraftModel):
         self.calls += 1
         self._join()
         now = time.perf_counter()
+        p = self._pending
+        if (self._adaptive is not None and self._acc is None
+                and (p is None or len(ctx) <= len(p.context) or ctx[: len(p.context)] != p.context)):
+            self._adaptive.begin_generation()  # outside budget() (a server's requests): a context that does not extend the last
         self._resolve(ctx, now)
         room = 0 if self._skip else self.n if self._adaptive is None else self._adaptive.choose()
         room = min(room, self._nmax)
