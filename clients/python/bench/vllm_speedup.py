@@ -340,7 +340,8 @@ def table(res: dict[str, dict[str, Any]], a: argparse.Namespace, k: int) -> str:
         if st.get("calls"):
             t_call = st["draft_seconds"] / st["calls"]
             dm = r.get("draftd_metrics", {})
-            http = (st["draft_seconds"] - dm.get("http_s", 0.0)) / st["calls"]
+            # draftd's request time holds the background sends of whole contexts too: not the calls'
+            http = (st["draft_seconds"] - (dm.get("http_s", 0.0) - st.get("prime_seconds", 0.0))) / st["calls"]
             call = f"{t_call * 1e3:.0f} ({http * 1e3:.1f})"
             nbar = st["draft_tokens"] / max(st["drafts"], 1)
             ver = verify_at(comp, nbar) if comp else None
@@ -375,7 +376,8 @@ def verify_at(comp: dict[str, float], nbar: float) -> float:
 
 def breakdown(res: dict[str, dict[str, Any]], comps: dict[str, dict[str, float]]) -> str:
     """One cycle of each c = 1 draftd row, in ms: the draft (draftd's
-    handler time: parse, queue, forward passes, answer), HTTP (the
+    handler time: parse, queue, forward passes, answer; the background
+    sends of whole contexts, timed by the proposer, left out), HTTP (the
     proposer's call less that: client, JSON, loopback), the target's
     verification (the oracle's T_verify at the row's mean draft length),
     and the rest (vLLM's engine: scheduling, sampling, the proposer's own
@@ -391,7 +393,7 @@ def breakdown(res: dict[str, dict[str, Any]], comps: dict[str, dict[str, float]]
         cycles = r["metrics"]["drafts"] + sum(1 for _ in ids)  # + each request's last step, which had no draft
         cyc = sum(r["seconds"][i] - pre["seconds"][i] for i in ids) / cycles
         calls = st["calls"]
-        draft = dm.get("http_s", 0.0) / calls
+        draft = (dm.get("http_s", 0.0) - st.get("prime_seconds", 0.0)) / calls  # less the background sends
         http = st["draft_seconds"] / calls - draft
         nbar = st["draft_tokens"] / max(st["drafts"], 1)
         ver = verify_at(comp, nbar)

@@ -394,6 +394,7 @@ def test_context_window_is_fixed_per_request(tiny, monkeypatch) -> None:  # type
         drafts = run_requests(r, c, rng, 6, lambda k, ctx: reference(c, ctx[starts[k]:], K))
         assert all(drafts["long"]) and all(drafts["short"])
         assert (p.stats.full, p.stats.primed, p.stats.resends) == (2, 1, 0), p.stats
+        assert p.stats.prime_seconds > 0 and p.stats.draft_seconds > 0, p.stats  # the background send timed apart
         # the same id, a new request (vLLM's state object): a new session and window
         r.requests["long"] = Req([rng.randrange(8, 512) for _ in range(20)], 200, [303])
         del r.requests["short"]

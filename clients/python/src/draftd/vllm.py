@@ -177,7 +177,8 @@ class ProposerStats:
     request whose session had one already (its session lost on the server,
     or a failed call): 0 when every request, preempted or not, sent its
     context once; ``deleted``: sessions deleted; ``draft_seconds``: wall
-    time inside draftd calls; ``rejected``: calls answered a permanent
+    time inside draftd calls (the steps'); ``prime_seconds``: wall time of
+    the background sends (``primed``); ``rejected``: calls answered a permanent
     error (counted in ``misses`` too, no back-off); ``invalid``: drafts
     dropped because they held an id outside the target's vocabulary;
     ``handshakes``: reads of ``/v1/info``; ``undrafted``: steps the
@@ -202,6 +203,7 @@ class ProposerStats:
     priming_skips: int = 0
     deleted: int = 0
     draft_seconds: float = 0.0
+    prime_seconds: float = 0.0
     rejected: int = 0
     invalid: int = 0
     handshakes: int = 0
@@ -751,6 +753,7 @@ class DraftdProposer:
             seconds = time.perf_counter() - t0
             with self._lock:
                 whole = sess.stats.tokens - before
+                self.stats.prime_seconds += seconds
                 if whole and self.tuner is not None:
                     self._prefilled.append((len(ctx), seconds))  # the policy takes it at the next step
                 self.stats.full += whole
