@@ -67,7 +67,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from draftd._testing import metrics as prom
 from draftd._testing.neartie import from_top, gap_for
@@ -77,6 +77,9 @@ from draftd._testing.neartie import near_tie as _near_tie
 # OpenMP runtime must not share a worker's process with llama.cpp's)
 from draftd._testing.realtarget import PROSE, chat_text, long_texts
 from draftd._testing.serve import DRAFTER_FILE, REPO, TARGET_FILE, build_draftd, real_models_dir, start_server
+
+if TYPE_CHECKING:  # draftd.llamacpp imports llama_cpp: a worker imports it once its environment is set
+    from draftd.llamacpp import Acceptance
 
 #: draftd._testing.neartie's gap for llama.cpp (its batched quantized kernels).
 NEAR_TIE_GAP = gap_for("llama.cpp")
@@ -119,39 +122,18 @@ def _llama(path: str, threads: int, logits_all: bool, draft_model: Any = None, n
                  logits_all=logits_all, draft_model=draft_model)
 
 
-def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int], float, float, float, Any]:
-    """Greedy generation as draftd.llamacpp.generate runs it (every
+def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int], float, float, float, Acceptance]:
+    """draftd.llamacpp.generate of at most ``tokens`` tokens (greedy, every
     position's logits only where a draft is verified: llama.cpp alone's
-    prompt pass), with the time it started, of the first token and of the
-    last (and the Acceptance)."""
-    out: list[int] = []
-    t_first = t_last = 0.0
-    dm = llama.draft_model
-    acc = None
-    import contextlib
+    prompt pass), with the time it started, the times the first and the
+    last token became known (its ``on_token``), and the Acceptance (empty
+    without a draft model)."""
+    from draftd.llamacpp import generate
 
-    from draftd.llamacpp import verify_logits_only
-
+    stamps: list[float] = []
     t_start = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        if dm is not None:
-            acc = stack.enter_context(dm.budget(len(ids), tokens))
-            dm.prime(ids)  # as draftd.llamacpp.generate does: draftd prefills while the target does
-        llama.reset()  # no prompt prefix kept from the previous generation: each computes its prompt alike
-        stack.enter_context(verify_logits_only(llama))
-        gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
-        stack.callback(gen.close)
-        for tok in gen:
-            now = time.perf_counter()
-            if not out:
-                t_first = now
-            t_last = now
-            out.append(int(tok))
-            if tok == llama.token_eos() or len(out) >= tokens:
-                break
-        if dm is not None:
-            dm.finish(ids + out)
-    return out, t_start, t_first, t_last, acc
+    g = generate(llama, ids, tokens, on_token=lambda _: stamps.append(time.perf_counter()))
+    return g.tokens, t_start, stamps[0], stamps[-1], g.acceptance
 
 
 def _top2(llama: Any, ids: list[int], out: list[int]) -> list[list[float]]:
