@@ -67,7 +67,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from draftd._testing import metrics as prom
 from draftd._testing.neartie import from_top, gap_for
@@ -77,6 +77,9 @@ from draftd._testing.neartie import near_tie as _near_tie
 # OpenMP runtime must not share a worker's process with llama.cpp's)
 from draftd._testing.realtarget import PROSE, chat_text, long_texts
 from draftd._testing.serve import DRAFTER_FILE, REPO, TARGET_FILE, build_draftd, real_models_dir, start_server
+
+if TYPE_CHECKING:  # draftd.llamacpp imports llama_cpp: a worker imports it once its environment is set
+    from draftd.llamacpp import Acceptance
 
 #: draftd._testing.neartie's gap for llama.cpp (its batched quantized kernels).
 NEAR_TIE_GAP = gap_for("llama.cpp")
@@ -119,39 +122,18 @@ def _llama(path: str, threads: int, logits_all: bool, draft_model: Any = None, n
                  logits_all=logits_all, draft_model=draft_model)
 
 
-def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int], float, float, float, Any]:
-    """Greedy generation as draftd.llamacpp.generate runs it (every
+def _timed_generate(llama: Any, ids: list[int], tokens: int) -> tuple[list[int], float, float, float, Acceptance]:
+    """draftd.llamacpp.generate of at most ``tokens`` tokens (greedy, every
     position's logits only where a draft is verified: llama.cpp alone's
-    prompt pass), with the time it started, of the first token and of the
-    last (and the Acceptance)."""
-    out: list[int] = []
-    t_first = t_last = 0.0
-    dm = llama.draft_model
-    acc = None
-    import contextlib
+    prompt pass), with the time it started, the times the first and the
+    last token became known (its ``on_token``), and the Acceptance (empty
+    without a draft model)."""
+    from draftd.llamacpp import generate
 
-    from draftd.llamacpp import verify_logits_only
-
+    stamps: list[float] = []
     t_start = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        if dm is not None:
-            acc = stack.enter_context(dm.budget(len(ids), tokens))
-            dm.prime(ids)  # as draftd.llamacpp.generate does: draftd prefills while the target does
-        llama.reset()  # no prompt prefix kept from the previous generation: each computes its prompt alike
-        stack.enter_context(verify_logits_only(llama))
-        gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
-        stack.callback(gen.close)
-        for tok in gen:
-            now = time.perf_counter()
-            if not out:
-                t_first = now
-            t_last = now
-            out.append(int(tok))
-            if tok == llama.token_eos() or len(out) >= tokens:
-                break
-        if dm is not None:
-            dm.finish(ids + out)
-    return out, t_start, t_first, t_last, acc
+    g = generate(llama, ids, tokens, on_token=lambda _: stamps.append(time.perf_counter()))
+    return g.tokens, t_start, stamps[0], stamps[-1], g.acceptance
 
 
 def _top2(llama: Any, ids: list[int], out: list[int]) -> list[list[float]]:
@@ -287,6 +269,20 @@ def _metrics(httpx: Any, url: str) -> dict[str, float]:
 
 
 WORKERS = {"plain": worker_plain, "components": worker_components, "draftd": worker_draftd}
+
+
+class DraftdRow(NamedTuple):
+    """One draftd row of a prompt set's table: its draftd serve, its draft model and its name."""
+
+    split: str  # threads T+D of the target and draftd: "1+1" pinned (CPU 0, CPU 1), "2+2" time-shared
+    strategy: str  # draftd serve --strategy
+    predraft: int  # draftd serve --predraft-branches (0: sequential)
+    adaptive: bool  # DraftdDraftModel(adaptive=...)
+    n: int  # DraftdDraftModel(n=...): the longest draft
+    drafter: Path  # the GGUF file draftd serves
+    serve_flags: list[str]  # further draftd serve flags
+    name: str  # the row's configuration column
+    context: int | None  # DraftdDraftModel(context=...)
 
 
 def run_worker(spec: dict[str, Any], cpus: str | None, env: dict[str, str]) -> dict[str, Any]:
@@ -537,40 +533,42 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
     splits = ["2+2"] if a.quick else a.splits.split(",")
     strategies = ["model"] if a.quick else a.strategies.split(",")
     predraft = [0] if a.quick or a.predraft == 0 else [0, a.predraft]
-    # (split, strategy, pre-draft branches, adaptive, n, drafter file, extra serve flags, row name, context)
-    specs: list[tuple[str, str, int, bool, int, Path, list[str], str, int | None]] = []
+    specs: list[DraftdRow] = []
     for split in splits:
         pinned = split == "1+1"
         for strategy in strategies:
             for b, adaptive in [(b, False) for b in predraft] + ([(0, True)] if a.adaptive else []):
                 for w in [None, *a.context]:
-                    specs.append((split, strategy, b, adaptive, a.n, drafter, [],
-                                  f"draftd {strategy}{', adaptive n' if adaptive else ''}, "
-                                  f"{'pre-drafted (B = ' + str(b) + ')' if b else 'sequential'}, "
-                                  f"{split}{' pinned' if pinned else ' time-shared'}"
-                                  + (f", context {w}" if w else ""), w))
+                    specs.append(DraftdRow(
+                        split=split, strategy=strategy, predraft=b, adaptive=adaptive, n=a.n, drafter=drafter,
+                        serve_flags=[], context=w,
+                        name=f"draftd {strategy}{', adaptive n' if adaptive else ''}, "
+                        f"{'pre-drafted (B = ' + str(b) + ')' if b else 'sequential'}, "
+                        f"{split}{' pinned' if pinned else ' time-shared'}" + (f", context {w}" if w else "")))
     if a.chain_n:
         chain = ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound)]
         for adaptive in (False, True) if a.adaptive else (False,):
-            specs.append(("2+2", "hybrid", 0, adaptive, a.chain_n, a.chain_drafter or drafter, chain,
-                          f"draftd recommended (hybrid, {(a.chain_drafter or drafter).name}, chain_prob "
-                          + (f"bound the policy's, n ≤ {a.chain_n}, adaptive" if adaptive
-                             else f"≥ {a.chain_bound}, n ≤ {a.chain_n}") + "), 2+2 time-shared", None))
-    for split, strategy, b, adaptive, n, row_drafter, extra, name, window in specs:
-        tt, dt = (int(x) for x in split.split("+"))
-        pinned = split == "1+1"
+            specs.append(DraftdRow(
+                split="2+2", strategy="hybrid", predraft=0, adaptive=adaptive, n=a.chain_n,
+                drafter=a.chain_drafter or drafter, serve_flags=chain, context=None,
+                name=f"draftd recommended (hybrid, {(a.chain_drafter or drafter).name}, chain_prob "
+                + (f"bound the policy's, n ≤ {a.chain_n}, adaptive" if adaptive
+                   else f"≥ {a.chain_bound}, n ≤ {a.chain_n}") + "), 2+2 time-shared"))
+    for row in specs:
+        tt, dt = (int(x) for x in row.split.split("+"))
+        pinned = row.split == "1+1"
         comp = comps.get(tt) or comps[2]
         verify = {int(k): v for k, v in comp["verify_s"].items()}
-        flags = ["--threads", str(dt), "--kv-cache-bytes", str(1 << 30), "--strategy", strategy, *extra]
-        if b:
-            flags += ["--predraft-branches", str(b)]
-        srv = _start_draftd(draftd_bin, row_drafter, flags, "1" if pinned else None)
+        flags = ["--threads", str(dt), "--kv-cache-bytes", str(1 << 30), "--strategy", row.strategy, *row.serve_flags]
+        if row.predraft:
+            flags += ["--predraft-branches", str(row.predraft)]
+        srv = _start_draftd(draftd_bin, row.drafter, flags, "1" if pinned else None)
         try:
-            iso = {k: _draft_rtt(srv.url, prompts[0][1], k) for k in (1, n)}
-            log(f"load {loadavg()}: {name}")
+            iso = {k: _draft_rtt(srv.url, prompts[0][1], k) for k in (1, row.n)}
+            log(f"load {loadavg()}: {row.name}")
             env = {"OMP_WAIT_POLICY": a.omp_wait} if a.omp_wait else {}
-            r = run_worker({**base, "kind": "draftd", "threads": tt, "url": srv.url, "n": n,
-                            "strategy": strategy, "adaptive": adaptive, "context": window}, "0" if pinned else None, env)
+            r = run_worker({**base, "kind": "draftd", "threads": tt, "url": srv.url, "n": row.n, "strategy": row.strategy,
+                            "adaptive": row.adaptive, "context": row.context}, "0" if pinned else None, env)
         finally:
             srv.stop()
         ss = r["samples"]
@@ -586,8 +584,8 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
         # Isolated components: a draft of d tokens costs R(d) = R(1) + (d-1)·per-token
         # round trip (server part S(d) likewise), verification V(d+1), the engine's
         # sampling sample_s per position it samples.
-        per_tok = (iso[n]["rtt"] - iso[1]["rtt"]) / max(1, n - 1)
-        per_tok_srv = (iso[n]["server"] - iso[1]["server"]) / max(1, n - 1)
+        per_tok = (iso[row.n]["rtt"] - iso[1]["rtt"]) / max(1, row.n - 1)
+        per_tok_srv = (iso[row.n]["server"] - iso[1]["server"]) / max(1, row.n - 1)
         http = statistics.mean(iso[k]["rtt"] - iso[k]["server"] for k in iso)
         R = lambda d: 0.0 if d == 0 else iso[1]["rtt"] + (d - 1) * per_tok  # noqa: E731
         S = lambda d: 0.0 if d == 0 else iso[1]["server"] + (d - 1) * per_tok_srv  # noqa: E731
@@ -604,7 +602,7 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
             # cycles: the steps after the prompt's pass (drafted[1:], accepted[1:])
             for d, acc in zip(smp["drafted"][1:], smp["accepted"][1:]):
                 e = comp["sample_s"] * (acc + 1)
-                if b and pinned:
+                if row.predraft and pinned:
                     pred_s += max(S(d), verify[d + 1]) + (R(d) - S(d)) + e
                 else:
                     pred_s += R(d) + verify[d + 1] + e
@@ -612,17 +610,17 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
         # the first request's server part ≈ its round trip minus the HTTP part
         srv_cycles = srv_s - (first - http * len(ss))
         tau = toks / max(1, cycles)
-        rows.append({"config": name, "tok_s": toks / dec, "tau": tau, "req_tok_s": _req_tok_s(ss),
+        rows.append({"config": row.name, "tok_s": toks / dec, "tau": tau, "req_tok_s": _req_tok_s(ss),
                      "equal": sum(ok for ok, _ in ties), "ties": sum(ok and why != "equal" for ok, why in ties),
                      "n_samples": len(ss),
                      "pred": toks / pred_s / ref_tok_s, "note": f"misses {r['misses']}; load {loadavg()}"})
         breakdown.append({
-            "config": name, "cycles": cycles, "cycle_ms": 1000 * (dec - first) / max(1, cycles),
+            "config": row.name, "cycles": cycles, "cycle_ms": 1000 * (dec - first) / max(1, cycles),
             "first_ms": 1000 * first / len(ss),
             "draft_ms": 1000 * srv_cycles / max(1, cycles), "http_ms": 1000 * (cli_s - srv_cycles) / max(1, cycles),
             "verify_ms": 1000 * ver_s / max(1, cycles), "engine_ms": 1000 * (dec - first - cli_s - ver_s) / max(1, cycles),
             "predraft": {k: sum(smp["predraft"][k] for smp in ss) for k in ("hit", "partial_hit", "miss", "none")},
-            "iso": {"R1_ms": 1000 * iso[1]["rtt"], f"R{n}_ms": 1000 * iso[n]["rtt"], "http_ms": 1000 * http,
+            "iso": {"R1_ms": 1000 * iso[1]["rtt"], f"R{row.n}_ms": 1000 * iso[row.n]["rtt"], "http_ms": 1000 * http,
                     "server_per_token_ms": 1000 * per_tok_srv}})
     loads.append(loadavg())
     md = f"### {pset} prompts ({', '.join(str(len(ids)) for _, ids in prompts)} tokens)\n\n" + render(

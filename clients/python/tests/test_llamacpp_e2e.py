@@ -39,7 +39,7 @@ import os
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,8 @@ def llama() -> Llama:
     return m
 
 
-def _run(llama: Llama, dm: DraftdDraftModel | None, ids: list[int], budget: bool = True) -> tuple[Generation, Any]:
+def _run(llama: Llama, dm: DraftdDraftModel | None, ids: list[int], budget: bool = True, *,
+         stop: list[int] | None = None, on_token: Callable[[int], None] | None = None) -> tuple[Generation, Any]:
     """One greedy generation; also the logits that chose each token.
 
     Every run starts from an empty cache: llama-cpp-python otherwise keeps
@@ -114,7 +115,7 @@ def _run(llama: Llama, dm: DraftdDraftModel | None, ids: list[int], budget: bool
     llama.reset()
     llama.draft_model = dm
     try:
-        g = generate(llama, ids, NEW_TOKENS, budget=budget)
+        g = generate(llama, ids, NEW_TOKENS, budget=budget, stop=stop, on_token=on_token)
     finally:
         llama.draft_model = None
     rows = np.array(llama.scores[len(ids) - 1: len(ids) - 1 + len(g.tokens)], copy=True)
@@ -238,6 +239,65 @@ def test_llamacpp_prompt_pass_computes_the_last_row_alone(llama: Llama, greedy: 
     assert rows.argmax(axis=1).tolist() == g.tokens
     ok, why = near_tie(plain, plain_rows, g.tokens, rows)
     assert ok, f"{sid}: not plain greedy: {why}"
+
+
+def test_on_token_is_called_with_each_token_once_in_order(llama: Llama, greedy: dict[str, Any],
+                                                         drafter: Server) -> None:
+    """generate(on_token=f) calls f with exactly the tokens it returns, in
+    order, once each: a verification step that accepts k draft tokens calls
+    it k + 1 times, after the step's eval and before the next; a stop token
+    inside an accepted draft is the last call, nothing verified past it
+    follows; with no draft model, each token of plain greedy."""
+    sid, (ids, plain, plain_rows) = next(iter(greedy.items()))
+    seen: list[int] = []
+    evals: list[int] = []  # per call of on_token: how many Llama.eval calls came before it
+    count = 0
+    real_eval = llama.eval
+
+    def counted(tokens: Any) -> None:
+        nonlocal count
+        count += 1
+        real_eval(tokens)
+
+    def on_token(t: int) -> None:
+        seen.append(t)
+        evals.append(count)
+
+    llama.eval = counted  # type: ignore[method-assign]  # generate() calls self.eval: the instance's
+    try:
+        with DraftdDraftModel(drafter.url, n=DRAFT_LEN, strategy="model", timeout=60) as dm:
+            count = 0
+            g, rows = _run(llama, dm, ids, on_token=on_token)
+            assert seen == g.tokens, f"{sid}: on_token got {seen}; generate() returned {g.tokens}"
+            ok, why = near_tie(plain, plain_rows, g.tokens, rows)
+            assert ok, f"{sid}: not plain greedy: {why}"
+            acc = g.acceptance
+            assert max(acc.accepted) >= 1 and dm.unresolved == 0, f"no draft token accepted: nothing shown {acc}"
+            # step s (its eval the (s+1)-th) emits its accepted tokens and the target's; the last may be cut
+            made = [a + 1 for a in acc.accepted[:-1]]
+            made.append(len(g.tokens) - sum(made))
+            assert evals == [s + 1 for s, m in enumerate(made) for _ in range(m)], \
+                f"{sid}: evals before each token {evals}; accepted per step {acc.accepted}"
+
+            # Stop at an accepted draft token its step verified more after (the
+            # next token came from the same eval), its first occurrence.
+            first = list(evals)
+            cuts = [i for i in range(len(first) - 1) if first[i] == first[i + 1] and g.tokens[i] not in g.tokens[:i]]
+            assert cuts, f"{sid}: no accepted draft token to stop at: {g.tokens}, {acc.accepted}"
+            i = cuts[0]
+            seen.clear()
+            evals.clear()
+            count = 0
+            cut, _ = _run(llama, dm, ids, stop=[g.tokens[i]], on_token=on_token)
+            assert cut.tokens == g.tokens[: i + 1], f"{sid}: stop {g.tokens[i]} (token {i}): {cut.tokens}"
+            assert seen == cut.tokens, f"{sid}: on_token got {seen}; generate() returned {cut.tokens}"
+            assert evals == first[: i + 1], "the stop token did not come from the step that verified past it"
+
+        seen.clear()
+        alone, _ = _run(llama, None, ids, on_token=on_token)
+        assert seen == alone.tokens == plain
+    finally:
+        del llama.eval
 
 
 def test_adaptive_no_draft_steps(tiny) -> None:  # type: ignore[no-untyped-def]

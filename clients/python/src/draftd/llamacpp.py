@@ -75,7 +75,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -712,7 +712,7 @@ def verify_logits_only(llama: Llama) -> Iterator[None]:
 
 
 def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequence[int] | None = None,
-             budget: bool = True) -> Generation:
+             budget: bool = True, on_token: Callable[[int], None] | None = None) -> Generation:
     """Greedy ``llama.generate`` (``temp=0``, no penalties) of at most
     ``max_tokens`` tokens after ``prompt`` (token ids), the whole prompt
     evaluated (no prefix kept from an earlier generation, so the output does
@@ -723,7 +723,16 @@ def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequ
     draft asks for n, as ``draftd eval`` replays, which changes no output)
     and the result carries the acceptance of every step; with no draft
     model it is plain greedy decoding (``acceptance`` empty). Another kind
-    of draft model raises."""
+    of draft model raises.
+
+    ``on_token``: called with each generated token as it is emitted, once
+    each and in order — exactly the ``tokens`` returned, the stop token
+    included, none verified past it — while the generation runs: a
+    verification step that accepts k draft tokens calls it k + 1 times in a
+    row (after the step's batch is evaluated, no draft or evaluation
+    between them), so a timer sees when each token became known. Its time
+    counts in ``seconds``; an exception it raises ends the generation and
+    propagates (no :class:`Generation`)."""
     dm = llama.draft_model
     if dm is not None and not isinstance(dm, DraftdDraftModel):
         raise TypeError(f"llama.draft_model is a {type(dm).__name__}; want a DraftdDraftModel or None")
@@ -758,8 +767,11 @@ def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequ
         gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
         stack.callback(gen.close)
         for tok in gen:
-            out.append(int(tok))
-            if tok in ends or len(out) >= max_tokens:
+            t = int(tok)
+            out.append(t)
+            if on_token is not None:
+                on_token(t)
+            if t in ends or len(out) >= max_tokens:
                 break
         if dm is not None:
             dm.finish(ids + out)
