@@ -121,6 +121,6 @@ def test_prefills_reach_every_class_and_the_decision_is_the_current_ones() -> No
     late = p.at(32)  # a class made after the report
     assert [c.t_prefill(1000) for c in (p.at(1), p.at(8), late)] == [pytest.approx(2.2)] * 3
     p.batch(1)
-    assert p.drafting_pays(100, 64)  # n = 8: 63 × (0.160 − 0.216 / 6.13) s ≈ 7.9 s saved > 0.22 s
+    assert p.draft_generation(100, 64)  # n = 8: 63 × (0.160 − 0.216 / 6.13) s ≈ 7.9 s saved > 0.22 s
     p.batch(8)
-    assert not p.drafting_pays(100, 64), "at eight requests nothing drafted can pay"
+    assert not p.draft_generation(100, 64), "at eight requests nothing drafted can pay"

@@ -723,3 +723,38 @@ def test_generation_estimate() -> None:
     tried = hit + sum(d ** i for i in range(4))
     assert fed(True).acceptance()[0] == pytest.approx((hit + 1) / (tried + 8 * 4 + 2))
     assert fed(False).acceptance()[0] == pytest.approx((hit + 1) / (tried + 2))
+
+
+def test_skipped_generations_are_probed() -> None:
+    """A stack where no generation's drafting pays: draft_generation skips
+    two in a row, then drafts one as a probe (whose first step drafts), the
+    interval doubling 2, 4, 8, 16 and staying there; a generation that pays
+    resets it."""
+    slow = LengthPolicy(3, decay=1.0)
+    for _ in range(60):
+        slow.observe(3, 0)
+        slow.draft_time(0.300, 3)
+        slow.verify_time(0.100, 4)
+        slow.verify_time(0.075, 1)
+    slow.prefill_time(0.0022, 1)
+    slow.choose(), slow.choose()  # the warm-up's two steps
+    assert slow.choose() == 0, "drafting does not pay: plain decoding"
+    got = []
+    for i in range(70):
+        d = slow.draft_generation(5, 512)
+        got.append(d)
+        if d:
+            assert slow.choose() >= 1, f"generation {i}: a probe generation's first step must draft"
+    want = [False] * 70
+    i = -1
+    for gap in (2, 4, 8, 16, 16, 16):  # skipped before each probe
+        i += gap + 1
+        if i < 70:
+            want[i] = True
+    assert got == want, [j for j, d in enumerate(got) if d]
+    assert slow.generation_probes == sum(want)
+    p = _paying_policy()
+    p.prefill_time(0.0022, 1)
+    assert [p.draft_generation(1317, 64) for _ in range(3)] == [False, False, True]
+    assert p.draft_generation(100, 64) and [p.draft_generation(1317, 64) for _ in range(3)] == [False, False, True], \
+        "a generation that pays resets the interval"

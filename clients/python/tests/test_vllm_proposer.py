@@ -197,7 +197,7 @@ class Scripted:
         self.verified: list[int] = []
         self.timed: list[int] = []
         self.batches: list[int] = []
-        self.asked: list[tuple[int, int]] = []  # drafting_pays(prompt_tokens, new_tokens) calls
+        self.asked: list[tuple[int, int]] = []  # draft_generation(prompt_tokens, new_tokens) calls
         self.pays: Any = lambda prompt_tokens, new_tokens: True
         self.prefills: list[int] = []  # tokens of the prefill_time reports
 
@@ -224,7 +224,7 @@ class Scripted:
         assert seconds > 0
         self.prefills.append(tokens)
 
-    def drafting_pays(self, prompt_tokens: int, new_tokens: int) -> bool:
+    def draft_generation(self, prompt_tokens: int, new_tokens: int) -> bool:
         self.asked.append((prompt_tokens, new_tokens))
         return bool(self.pays(prompt_tokens, new_tokens))
 
@@ -433,7 +433,7 @@ def test_a_request_whose_prefill_would_not_pay_drafts_nothing(tiny, monkeypatch)
         r.requests["big"].output.append(304)
         run_requests(r, c, rng, 5, lambda k, ctx: [] if k == "big" else reference(c, ctx, K))
     # what draftd would take in: big's window (24 of 61), mid's 15, small's 7;
-    # the tokens still to come, + 1 (drafting_pays counts the first as the prompt pass's)
+    # the tokens still to come, + 1 (draft_generation counts the first as the prompt pass's)
     assert pol.asked == [(24, 50 - 1 + 1), (15, 140 - 1 + 1), (7, 130 - 1 + 1)], pol.asked
     assert p.stats.skipped_generations == 1 and "big" not in p._sessions, p.stats
     assert pol.prefills == [15], pol.prefills  # mid's background send; small's went in the step's call

@@ -90,6 +90,6 @@ class BatchPolicy:
         for p in self.classes.values():
             p.prefill_time(seconds, tokens)
 
-    def drafting_pays(self, prompt_tokens: int, new_tokens: int) -> bool:
-        """LengthPolicy.drafting_pays of the current class."""
-        return self.current.drafting_pays(prompt_tokens, new_tokens)
+    def draft_generation(self, prompt_tokens: int, new_tokens: int) -> bool:
+        """LengthPolicy.draft_generation of the current class."""
+        return self.current.draft_generation(prompt_tokens, new_tokens)

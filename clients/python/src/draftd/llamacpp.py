@@ -211,7 +211,7 @@ class DraftdDraftModel(LlamaDraftModel):
     with ``adaptive`` a budgeted generation (:meth:`budget`) drafts at all
     only when the time the policy expects drafting to save over its
     ``max_tokens`` exceeds draftd's measured prefill of its prompt
-    (:meth:`draftd.policy.LengthPolicy.drafting_pays`); a generation that
+    (:meth:`draftd.policy.LengthPolicy.draft_generation`, with probes); a generation that
     would not win it back sends nothing and counts in
     ``skipped_generations``. False: draftd's prefill costs the target
     nothing (cores of its own), every generation drafts.
@@ -340,7 +340,7 @@ class DraftdDraftModel(LlamaDraftModel):
             pol.begin_generation()  # before its decision: the stack's estimate, not the last generation's
         sent = prompt_len if self.context is None else min(prompt_len, self.context)
         self._skip = (pol is not None and self.shared_cores and max_tokens is not None
-                      and not pol.drafting_pays(sent, max_tokens))
+                      and not pol.draft_generation(sent, max_tokens))
         self.skipped_generations += self._skip
         try:
             yield acc

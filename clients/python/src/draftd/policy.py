@@ -59,6 +59,11 @@ with optimistic acceptances as for stopping, exceeds the prefill's time
 expected from the measured ones (seconds per token of the prompts sent
 whole, :meth:`~LengthPolicy.prefill_time`; their wall time beside the
 target's pass, so an over- rather than an under-estimate of the delay).
+A generation it skips gives no evidence, so the decision
+(:meth:`~LengthPolicy.draft_generation`) drafts one such generation as a
+probe after 2 skipped in a row, the interval doubling up to 16 while
+they keep not paying: a stack whose first generation was text the drafter
+does not predict would otherwise never draft again.
 
 **Each generation's own acceptance.** The texts a stack serves differ (a
 chat turn the drafter predicts well, prose it does not), and so does what
@@ -128,7 +133,13 @@ import statistics
 from collections import deque
 from typing import Any
 
-__all__ = ["BOUNDS", "LengthPolicy", "confidence_info"]
+__all__ = ["BOUNDS", "GENERATION_PROBE_EVERY", "GENERATION_PROBE_MAX", "LengthPolicy", "confidence_info"]
+
+#: Generations skipped in a row (their drafting would not pay, see
+#: LengthPolicy.draft_generation) before one drafts as a probe; the interval
+#: doubles up to GENERATION_PROBE_MAX while the probes do not pay.
+GENERATION_PROBE_EVERY = 2
+GENERATION_PROBE_MAX = 16
 
 #: The confidence bounds the policy chooses among (0: no bound). Finer at the
 #: low end: a ``chain_prob`` bound (the product of the chain's probabilities)
@@ -312,6 +323,9 @@ class LengthPolicy:
         self.gen_tried = [0.0] * n_max  # (n_max) tried, of the current generation's drafts alone (not decayed)
         self.gen_hit = [0.0] * n_max  # (n_max) hit, of the current generation's drafts alone
         self.generations = 0  # begin_generation() calls
+        self._gen_skips = 0  # generations not drafted since the last that was (draft_generation)
+        self._gen_interval = GENERATION_PROBE_EVERY  # skipped generations before the next drafts as a probe
+        self.generation_probes = 0  # generations drafted as probes
         self.drafts = 0  # drafts observed
         self._calls: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens drafted, seconds) of recent draft calls
         self._prefills: deque[tuple[int, float]] = deque(maxlen=16)  # (tokens, seconds) of recent prompts sent whole
@@ -410,6 +424,28 @@ class LengthPolicy:
         if rb <= 0:
             return True
         return max(0, new_tokens - 1) * max(0.0, 1 / r0 - 1 / rb) > tp
+
+    def draft_generation(self, prompt_tokens: int, new_tokens: int) -> bool:
+        """The decision for a generation (see :meth:`drafting_pays`, same
+        arguments): whether it drafts at all. A generation whose drafting
+        would not pay is still drafted, as a probe, after
+        ``GENERATION_PROBE_EVERY`` such generations in a row, the interval
+        doubling up to ``GENERATION_PROBE_MAX`` while they keep not paying
+        (reset by one that pays): a skipped generation gives the policy no
+        evidence, and a stack that skipped every generation after a bad one
+        would never hear of text drafting pays for. A probe's first step
+        drafts (a step probe)."""
+        if self.drafting_pays(prompt_tokens, new_tokens):
+            self._gen_skips, self._gen_interval = 0, GENERATION_PROBE_EVERY
+            return True
+        self._gen_skips += 1
+        if self._gen_skips <= self._gen_interval:
+            return False
+        self._gen_skips = 0
+        self._gen_interval = min(2 * self._gen_interval, GENERATION_PROBE_MAX)
+        self.generation_probes += 1
+        self._since_probe = max(self._since_probe, self._interval)
+        return True
 
     def verify_time(self, seconds: float, k: int) -> None:
         """The target took ``seconds`` from the adapter's answer of a draft of

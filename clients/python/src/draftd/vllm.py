@@ -53,12 +53,14 @@ acceptance (the drafter sees less). Without the model runner (no sessions,
 below) the whole context is sent.
 
 ``shared_cores`` with ``adaptive``: before a request's first draft the
-proposer asks the policy (:meth:`draftd.policy.LengthPolicy.drafting_pays`,
+proposer asks the policy (:meth:`draftd.policy.LengthPolicy.draft_generation`,
 the policy of the step's batch size) whether the time drafting can save
 over the request's remaining tokens exceeds draftd's prefill of what it
 would send (seconds per token measured on the contexts sent in the
 background); when not, the request drafts nothing at all — no prefill, no
-draft — and ``stats.skipped_generations`` counts it. False: draftd has
+draft — and ``stats.skipped_generations`` counts it (after two such
+requests in a row the next drafts as a probe, the interval doubling up to
+16: a skipped request gives the policy no evidence). False: draftd has
 cores of its own and its prefill costs vLLM nothing.
 
 The draft length is vLLM's ``num_speculative_tokens`` (K) — with
@@ -641,7 +643,7 @@ class DraftdProposer:
         prompt = self._read(state, "num_prompt_tokens", None, int) if max_tokens is not None else None
         if max_tokens is not None and prompt is not None:
             left = max_tokens - (length - prompt)  # tokens still to come, each from a step
-            if not self.tuner.drafting_pays(length - start, left + 1):
+            if not self.tuner.draft_generation(length - start, left + 1):
                 self._undrafted.add(req_id)
                 self.stats.skipped_generations += 1
         return start
