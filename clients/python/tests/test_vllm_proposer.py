@@ -200,6 +200,7 @@ class Scripted:
         self.asked: list[tuple[int, int]] = []  # draft_generation(prompt_tokens, new_tokens) calls
         self.pays: Any = lambda prompt_tokens, new_tokens: True
         self.prefills: list[int] = []  # tokens of the prefill_time reports
+        self.begun = 0  # begin_generation() calls
 
     def batch(self, rows: int) -> None:
         self.batches.append(rows)
@@ -223,6 +224,9 @@ class Scripted:
     def prefill_time(self, seconds: float, tokens: int) -> None:
         assert seconds > 0
         self.prefills.append(tokens)
+
+    def begin_generation(self) -> None:
+        self.begun += 1
 
     def draft_generation(self, prompt_tokens: int, new_tokens: int) -> bool:
         self.asked.append((prompt_tokens, new_tokens))
