@@ -12,9 +12,9 @@ a fresh ``draftd serve`` (nothing cached from another row), the rows
 interleaved over --rounds rounds (the order rotated each round), since the
 machine is shared and its speed drifts. Reported per row: output tokens/s of
 each round (decode: first generated token to last, as
-llamacpp_sidebyside.py counts it), their median and spread, × alone (the
+llamacpp_speedup.py counts it), their median and spread, × alone (the
 same round's), τ, the mean draft length, the policy's length histogram, and
-outputs equal to plain greedy (llamacpp_sidebyside.near_tie's rule).
+outputs equal to plain greedy (llamacpp_speedup.near_tie's rule).
 
   ~/.cache/draftd/venv/bin/python clients/python/bench/llamacpp_policy.py --rounds 3 --out /tmp/policy
 

@@ -99,7 +99,7 @@ def prompt_texts(per_kind: int) -> list[tuple[str, str]]:
     chat = [(f"chat-{i}", chat_text(q)) for i, q in enumerate(chat_q)]
     prose = [(f"prose-{i}", p) for i, p in enumerate(PROSE)]
     if per_kind > min(len(code), len(chat), len(prose)):
-        raise SystemExit(f"--per-kind {per_kind}: at most {min(len(code), len(prose))}")
+        raise SystemExit(f"--per-kind {per_kind}: at most {min(len(code), len(chat), len(prose))}")
     out = []
     for i in range(per_kind):
         out += [code[i], chat[i], prose[i]]

@@ -78,7 +78,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import numpy as np
@@ -762,7 +762,7 @@ def generate(llama: Llama, prompt: Sequence[int], max_tokens: int, *, stop: Sequ
         # evaluate only the rest, its last position alone when the prompt is
         # the same — logits that differ from a batched pass in their last
         # bits, which can flip a near-tie (docs/serving.md, llama.cpp).
-        llama.reset()
+        cast(Any, llama).reset()  # untyped in llama-cpp-python 0.3.x
         stack.enter_context(verify_logits_only(llama))
         gen = llama.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True)
         stack.callback(gen.close)

@@ -156,8 +156,10 @@ def confidence_info(raw: dict[str, Any]) -> tuple[str | None, float]:
     in [0, 1])."""
     signal = raw.get("confidence_signal")
     default = raw.get("min_confidence")
-    ok = isinstance(default, (int, float)) and not isinstance(default, bool) and 0 <= default <= 1
-    return (signal if isinstance(signal, str) and signal else None), (float(default) if ok else 0.0)
+    bound = 0.0
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and 0 <= default <= 1:
+        bound = float(default)
+    return (signal if isinstance(signal, str) and signal else None), bound
 
 
 class _Bounds:

@@ -125,6 +125,7 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from .client import Client
@@ -443,7 +444,7 @@ class DraftdProposer:
         self._failures = 0
         vocab = self.target_vocab or (self.info.vocab_size if self.info is not None else None)
         passes = 0  # the draft passes of the call: its longest chain's
-        for (i, _, n, _), (d, err) in zip(plans, results):
+        for (i, _sess, n, _start), (d, err) in zip(plans, results):
             draft = [] if d is None else list(d.tokens)
             if err is None:
                 passes = max(passes, min(n, len(draft) + 1) if d is not None and d.stop_reason == "confidence" else n)
@@ -683,7 +684,7 @@ class DraftdProposer:
         if self._runner is not None or self._runner_searched:
             return self._runner
         self._runner_searched = True
-        f = sys._getframe(1)
+        f: FrameType | None = sys._getframe(1)
         while f is not None:
             cand = f.f_locals.get("self")
             if cand is not None and hasattr(cand, "input_batch") and hasattr(cand, "requests"):

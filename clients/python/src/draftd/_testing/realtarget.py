@@ -9,7 +9,7 @@ only; the tests are in clients/python/tests."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from draftd._testing.neartie import from_rows, from_top, gap_for, near_tie
 from draftd._testing.serve import REPO
@@ -72,7 +72,7 @@ def load_target(path: Path, threads: int | None = None) -> tuple[Any, Any]:
         torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    model.eval()
+    cast(Any, model).eval()  # untyped in transformers
     # Plain greedy: no sampling settings or penalties from the file's
     # generation config (there are none in a GGUF, but say so).
     model.generation_config.do_sample = False
