@@ -614,10 +614,8 @@ class DraftdProposer:
                     stops.add(eos)
                 if stops.intersection(sampled):
                     return -1
-                max_tokens = self._read(sp, "max_tokens", None, lambda v: None if v is None else int(v))
-                prompt = self._read(st, "num_prompt_tokens", None, int) if max_tokens is not None else None
-                if max_tokens is not None and prompt is not None:
-                    left = max_tokens - (length - prompt)
+                left = self._left(st, sp, length)
+                if left is not None:
                     if left <= 0:
                         return -1
                     n = min(n, left - 1)
@@ -640,14 +638,20 @@ class DraftdProposer:
         if self.tuner is None or not self.shared_cores:
             return start
         sp = self._read(state, "sampling_params", None)
-        max_tokens = None if sp is None else self._read(sp, "max_tokens", None, lambda v: None if v is None else int(v))
-        prompt = self._read(state, "num_prompt_tokens", None, int) if max_tokens is not None else None
-        if max_tokens is not None and prompt is not None:
-            left = max_tokens - (length - prompt)  # tokens still to come, each from a step
+        left = None if sp is None else self._left(state, sp, length)
+        if left is not None:
             if not self.tuner.draft_generation(length - start, left + 1):
                 self._undrafted.add(req_id)
                 self.stats.skipped_generations += 1
         return start
+
+    def _left(self, state: Any, sp: Any, length: int) -> int | None:
+        """The tokens request ``state`` (its sampling params ``sp``) may
+        still generate at context ``length``, each from a step: its
+        max_tokens less those made (None: either is unreadable)."""
+        max_tokens = self._read(sp, "max_tokens", None, lambda v: None if v is None else int(v))
+        prompt = self._read(state, "num_prompt_tokens", None, int) if max_tokens is not None else None
+        return None if max_tokens is None or prompt is None else max_tokens - (length - prompt)
 
     def _read(self, obj: Any, name: str, default: Any, conv: Any = None) -> Any:
         """obj.name (through conv), or default when vLLM's object has no such
