@@ -112,6 +112,28 @@ func BenchmarkDraftPass(b *testing.B) {
 		}
 	})
 
+	// Every matrix of the step in the step's order (one activation
+	// quantization for Q, K, V and one for gate, up, as Forward) and the
+	// head, nothing else: the step less this is what the rest of a step
+	// (attention, norms, the serial per-token work) costs in place.
+	xs := make([]float32, max(m.Hidden, m.Intermediate, m.QDim()))
+	for i := range xs {
+		xs[i] = float32(r.NormFloat64())
+	}
+	q, k, v := make([]float32, m.QDim()), make([]float32, m.KVHeads*m.HeadDim), make([]float32, m.KVHeads*m.HeadDim)
+	ys, gate, up := make([]float32, m.Hidden), make([]float32, m.Intermediate), make([]float32, m.Intermediate)
+	stepIDs := make([]int, 1)
+	run("matmuls", streamed, func() {
+		for li := range m.Layer {
+			l := &m.Layer[li]
+			kernels.MatMuls(m.pool, [][]float32{q, k, v}, []*kernels.Matrix{l.Q, l.K, l.V}, xs[:m.Hidden], 1)
+			kernels.MatMul(m.pool, ys, l.O, xs[:m.QDim()], 1)
+			kernels.MatMuls(m.pool, [][]float32{gate, up}, []*kernels.Matrix{l.Gate, l.Up}, xs[:m.Hidden], 1)
+			kernels.MatMul(m.pool, ys, l.Down, xs[:m.Intermediate], 1)
+		}
+		kernels.MatMulArgmax(m.pool, stepIDs, m.Output, xs[:m.Hidden], 1)
+	})
+
 	// Layer matrices by type (and with DRAFTD_BENCH_ROLES=1 by type and
 	// role), each with an input of its width.
 	split := os.Getenv("DRAFTD_BENCH_ROLES") != ""
