@@ -28,7 +28,7 @@ the vLLM venv). Rows:
                     --confidence-signal chain_prob --min-confidence
                     --chain-bound on --chain-drafter (the chain stops where
                     the drafter's probability of the whole chain falls
-                    below the bound); …-adaptive: the proposer's policy
+                    below the bound) and --chain-serve's flags; …-adaptive: the proposer's policy
                     chooses each step's length ≤ K and bound
 
 and the components of the predicted speed-up (docs/serving.md#the-predicted-speed-up):
@@ -67,6 +67,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -137,6 +138,9 @@ def main() -> None:
     ap.add_argument("--chain-k", type=int, default=16, help="K of the draftd-chain row")
     ap.add_argument("--chain-bound", type=float, default=0.1, help="serve --min-confidence of the draftd-chain row")
     ap.add_argument("--chain-drafter", type=Path, help="the draftd-chain row's drafter GGUF (default: --drafter)")
+    ap.add_argument("--chain-serve", default="",
+                    help="more draftd serve flags of the draftd-chain rows, e.g. "
+                         "'--draft-vocab 32768 --draft-vocab-file vocab.json'")
     ap.add_argument("--context", type=int, default=256, help="the proposer's context window of the …-ctxC rows")
     a = ap.parse_args()
     if a.prompts.isdigit():
@@ -180,6 +184,9 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
     k = a.k
     # the context vLLM must hold: the longest prompt and its output, a draft past it
     max_len = max(2048, 1 << (longest + a.tokens + 2 * max(k, a.chain_k)).bit_length())
+    # the draftd serve flags of the chain rows: the bound, then --chain-serve's
+    chain_serve = ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound),
+                   *shlex.split(a.chain_serve)]
     # name → (vLLM args, vLLM threads, vLLM cores, draftd (threads, flags, cores, drafter file) or None, concurrency)
     rows: dict[str, tuple[list[str], int, str | None, tuple[int, list[str], str | None, Path] | None, int]] = {
         "prefill": (["--max-tokens", "1"], 2, None, None, 1),
@@ -204,23 +211,20 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
         f"draftd-model-{k}-2+2-predraft": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None,
                                             (2, ["--predraft-branches", "2"], None, a.drafter), 1),
         f"draftd-chain-{a.chain_k}-2+2": (["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid"], 2, None,
-                                         (2, ["--confidence-signal", "chain_prob", "--min-confidence",
-                                              str(a.chain_bound)], None, a.chain_drafter or a.drafter), 1),
+                                         (2, chain_serve, None, a.chain_drafter or a.drafter), 1),
         f"draftd-chain-{a.chain_k}-2+2-adaptive": (["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid",
                                                    "--adaptive"], 2, None,
-                                                  (2, ["--confidence-signal", "chain_prob", "--min-confidence",
-                                                       str(a.chain_bound)], None, a.chain_drafter or a.drafter), 1),
+                                                  (2, chain_serve, None, a.chain_drafter or a.drafter), 1),
         f"draftd-model-{k}-2+2-adaptive-ctx{a.context}": (["--method", "draftd", "--k", str(k), "--strategy", "model",
                                                            "--adaptive", "--context", str(a.context)], 2, None,
                                                           (2, [], None, a.drafter), 1),
         f"draftd-chain-{a.chain_k}-2+2-ctx{a.context}": (["--method", "draftd", "--k", str(a.chain_k), "--strategy",
                                                          "hybrid", "--context", str(a.context)], 2, None,
-                                                        (2, ["--confidence-signal", "chain_prob", "--min-confidence",
-                                                             str(a.chain_bound)], None, a.chain_drafter or a.drafter), 1),
+                                                        (2, chain_serve, None, a.chain_drafter or a.drafter), 1),
         f"draftd-chain-{a.chain_k}-2+2-adaptive-ctx{a.context}": (
             ["--method", "draftd", "--k", str(a.chain_k), "--strategy", "hybrid", "--adaptive", "--context",
              str(a.context)], 2, None,
-            (2, ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound)], None,
+            (2, chain_serve, None,
              a.chain_drafter or a.drafter), 1),
         "alone-2-c4": ([], 2, None, None, 4),
         f"draftd-model-{k}-2+2-c4": (["--method", "draftd", "--k", str(k), "--strategy", "model"], 2, None, (2, [], None, a.drafter), 4),
