@@ -13,11 +13,12 @@ Rows (each on the same prompts, --tokens tokens each):
   budgeted drafts): sequential, and with pre-drafted branches (draftd serve
   --predraft-branches B: the next draft made while the target verifies), at
   each thread split: 1+1 (the target pinned to CPU 0, draftd to CPU 1) and
-  2+2 (both on both CPUs, time-shared);
+  2+2 (both on both CPUs, time-shared); the drafter file is --drafter's;
 - the recommended configuration (docs/serving.md): hybrid, draftd serve
   --confidence-signal chain_prob --min-confidence --chain-bound on
   --chain-drafter, n ≤ --chain-n, 2+2 (with --adaptive also with the policy's
   own length and bound); --chain-n 0 leaves these rows out.
+--serve adds draftd serve flags to every draftd row (e.g. a trimmed head).
 Columns: output tokens/s (decode: from the first generated token to the last,
 the prompt's pass left out alike for every row), speed-up over llama.cpp alone
 at 2 threads, τ (tokens per target verification step), outputs equal to plain
@@ -60,6 +61,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -400,6 +402,9 @@ def main() -> int:
                     "hybrid, --confidence-signal chain_prob, --min-confidence --chain-bound; 0: no such rows)")
     ap.add_argument("--chain-bound", type=float, default=0.05, help="serve --min-confidence of the recommended row")
     ap.add_argument("--chain-drafter", type=Path, help="the recommended rows' drafter GGUF (default: the real 0.5B file)")
+    ap.add_argument("--drafter", type=Path, help="the other draftd rows' drafter GGUF (default: the real 0.5B file)")
+    ap.add_argument("--serve", default="", help="more draftd serve flags of every draftd row, e.g. "
+                    "'--draft-vocab 65536 --draft-vocab-file vocab.json'")
     ap.add_argument("--omp-wait", default="", help="OMP_WAIT_POLICY of the draftd rows ('' leaves it unset: PASSIVE "
                     "made the target's batched eval ~40 %% slower, its threads sleeping at every barrier)")
     ap.add_argument("--quick", action="store_true", help="one prompt of each kind, only alone (2), llama.cpp's draft "
@@ -540,13 +545,13 @@ def run_set(a: Any, pset: str, texts: list[tuple[str, str]], out: Path, target: 
             for b, adaptive in [(b, False) for b in predraft] + ([(0, True)] if a.adaptive else []):
                 for w in [None, *a.context]:
                     specs.append(DraftdRow(
-                        split=split, strategy=strategy, predraft=b, adaptive=adaptive, n=a.n, drafter=drafter,
-                        serve_flags=[], context=w,
+                        split=split, strategy=strategy, predraft=b, adaptive=adaptive, n=a.n,
+                        drafter=a.drafter or drafter, serve_flags=shlex.split(a.serve), context=w,
                         name=f"draftd {strategy}{', adaptive n' if adaptive else ''}, "
                         f"{'pre-drafted (B = ' + str(b) + ')' if b else 'sequential'}, "
                         f"{split}{' pinned' if pinned else ' time-shared'}" + (f", context {w}" if w else "")))
     if a.chain_n:
-        chain = ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound)]
+        chain = ["--confidence-signal", "chain_prob", "--min-confidence", str(a.chain_bound), *shlex.split(a.serve)]
         for adaptive in (False, True) if a.adaptive else (False,):
             specs.append(DraftdRow(
                 split="2+2", strategy="hybrid", predraft=0, adaptive=adaptive, n=a.chain_n,
