@@ -20,7 +20,8 @@ Configurations: alone; draftd ``model`` with a fixed draft length --n; with
 --adaptive also the adaptive policy (n ≤ --n: drafting stops where it does
 not pay, and a whole generation drafts nothing when its expected saving
 would not cover draftd's prefill of its prompt; ``shared_cores``); each
-draftd configuration also with ``context=W`` for each W of --context.
+draftd configuration also with ``context=W`` for each W of --context. --drafter
+and --serve choose every draftd server's drafter file and further flags.
 
 Columns: the requests' total seconds, whole-request speed-up over alone (the
 sum of alone's seconds over the sum of the configuration's, and the median
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -66,6 +68,9 @@ def main() -> int:
     ap.add_argument("--adaptive", action="store_true", help="also the adaptive policy")
     ap.add_argument("--context", default="", type=lambda v: [int(x) for x in v.split(",") if x],
                     help="also each draftd configuration with context=W for each W of this comma-separated list")
+    ap.add_argument("--drafter", type=Path, help="the draftd servers' drafter GGUF (default: the real 0.5B file)")
+    ap.add_argument("--serve", default="", help="more draftd serve flags, e.g. "
+                    "'--draft-vocab 65536 --draft-vocab-file vocab.json'")
     ap.add_argument("--out", type=Path, required=True, help="directory for table.md and results.json")
     a = ap.parse_args()
     if a.n < 1 or a.tokens < 2 or a.reps < 1 or a.per_kind < 1 or any(w < 1 for w in a.context):
@@ -84,8 +89,8 @@ def main() -> int:
     def server() -> str:
         """A draftd of its own for each configuration: none finds a prompt
         another one's request left in the prefix cache."""
-        srv = start_server(draftd_bin, a.models / DRAFTER_FILE, "--threads", "2", "--kv-cache-bytes",
-                           str(1 << 30), "--strategy", "model")
+        srv = start_server(draftd_bin, a.drafter or a.models / DRAFTER_FILE, "--threads", "2", "--kv-cache-bytes",
+                           str(1 << 30), "--strategy", "model", *shlex.split(a.serve))
         servers.append(srv)
         srv.wait_healthy(300)
         return str(srv.url)
