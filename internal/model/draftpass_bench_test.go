@@ -123,12 +123,14 @@ func BenchmarkDraftPass(b *testing.B) {
 	q, k, v := make([]float32, m.QDim()), make([]float32, m.KVHeads*m.HeadDim), make([]float32, m.KVHeads*m.HeadDim)
 	ys, gate, up := make([]float32, m.Hidden), make([]float32, m.Intermediate), make([]float32, m.Intermediate)
 	stepIDs := make([]int, 1)
+	qkvY, guY := [3][]float32{q, k, v}, [2][]float32{gate, up}
 	run("matmuls", streamed, func() {
 		for li := range m.Layer {
 			l := &m.Layer[li]
-			kernels.MatMuls(m.pool, [][]float32{q, k, v}, []*kernels.Matrix{l.Q, l.K, l.V}, xs[:m.Hidden], 1)
+			qkvW, guW := [3]*kernels.Matrix{l.Q, l.K, l.V}, [2]*kernels.Matrix{l.Gate, l.Up}
+			kernels.MatMuls(m.pool, qkvY[:], qkvW[:], xs[:m.Hidden], 1)
 			kernels.MatMul(m.pool, ys, l.O, xs[:m.QDim()], 1)
-			kernels.MatMuls(m.pool, [][]float32{gate, up}, []*kernels.Matrix{l.Gate, l.Up}, xs[:m.Hidden], 1)
+			kernels.MatMuls(m.pool, guY[:], guW[:], xs[:m.Hidden], 1)
 			kernels.MatMul(m.pool, ys, l.Down, xs[:m.Intermediate], 1)
 		}
 		kernels.MatMulArgmax(m.pool, stepIDs, m.Output, xs[:m.Hidden], 1)

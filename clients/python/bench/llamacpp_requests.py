@@ -53,7 +53,7 @@ from draftd._testing.serve import DRAFTER_FILE, TARGET_FILE, build_draftd, real_
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from llamacpp_speedup import long_prompt_texts, loadavg, prompt_texts  # noqa: E402
+from llamacpp_speedup import add_draftd_flags, long_prompt_texts, loadavg, prompt_texts  # noqa: E402
 
 
 def main() -> int:
@@ -68,9 +68,7 @@ def main() -> int:
     ap.add_argument("--adaptive", action="store_true", help="also the adaptive policy")
     ap.add_argument("--context", default="", type=lambda v: [int(x) for x in v.split(",") if x],
                     help="also each draftd configuration with context=W for each W of this comma-separated list")
-    ap.add_argument("--drafter", type=Path, help="the draftd servers' drafter GGUF (default: the real 0.5B file)")
-    ap.add_argument("--serve", default="", help="more draftd serve flags, e.g. "
-                    "'--draft-vocab 65536 --draft-vocab-file vocab.json'")
+    add_draftd_flags(ap, "the draftd servers' drafter GGUF (default: the real 0.5B file)")
     ap.add_argument("--out", type=Path, required=True, help="directory for table.md and results.json")
     a = ap.parse_args()
     if a.n < 1 or a.tokens < 2 or a.reps < 1 or a.per_kind < 1 or any(w < 1 for w in a.context):

@@ -87,6 +87,15 @@ if TYPE_CHECKING:  # draftd.llamacpp imports llama_cpp: a worker imports it once
 NEAR_TIE_GAP = gap_for("llama.cpp")
 
 
+def add_draftd_flags(ap: argparse.ArgumentParser, drafter_help: str) -> None:
+    """--drafter (a drafter GGUF, default None: the real 0.5B file) and
+    --serve (more ``draftd serve`` flags, one shell-quoted string: split
+    them with shlex) of the llama.cpp benches."""
+    ap.add_argument("--drafter", type=Path, help=drafter_help)
+    ap.add_argument("--serve", default="", help="more draftd serve flags of every draftd server, e.g. "
+                    "'--draft-vocab 65536 --draft-vocab-file vocab.json'")
+
+
 def prompt_texts(per_kind: int) -> list[tuple[str, str]]:
     """(id, text) of per_kind prompts of each kind: code to complete (the
     start of a Go standard-library file and of a Python file of this
@@ -402,9 +411,7 @@ def main() -> int:
                     "hybrid, --confidence-signal chain_prob, --min-confidence --chain-bound; 0: no such rows)")
     ap.add_argument("--chain-bound", type=float, default=0.05, help="serve --min-confidence of the recommended row")
     ap.add_argument("--chain-drafter", type=Path, help="the recommended rows' drafter GGUF (default: the real 0.5B file)")
-    ap.add_argument("--drafter", type=Path, help="the other draftd rows' drafter GGUF (default: the real 0.5B file)")
-    ap.add_argument("--serve", default="", help="more draftd serve flags of every draftd row, e.g. "
-                    "'--draft-vocab 65536 --draft-vocab-file vocab.json'")
+    add_draftd_flags(ap, "the draftd rows' drafter GGUF but the recommended ones' (default: the real 0.5B file)")
     ap.add_argument("--omp-wait", default="", help="OMP_WAIT_POLICY of the draftd rows ('' leaves it unset: PASSIVE "
                     "made the target's batched eval ~40 %% slower, its threads sleeping at every barrier)")
     ap.add_argument("--quick", action="store_true", help="one prompt of each kind, only alone (2), llama.cpp's draft "
