@@ -250,7 +250,10 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
             server = Draftd(binary, dd[3], dd[0], dd[1], dd[2])
             vargs = [*vargs, "--draftd-url", server.url]
             before = metrics(server.url)
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind",
+        # vLLM imports the proposer from this checkout, whatever checkout the venv's editable install names
+        # (scripts/vllmenv run from another clone, or a clone since deleted).
+        pypath = os.pathsep.join(p for p in (str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, PYTHONPATH=pypath, OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind",
                    VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
                    KMP_BLOCKTIME="0", OMP_WAIT_POLICY="PASSIVE")
         cmd = [a.python, str(HERE / "vllm_run.py"), "--model", str(a.target), "--prompts", str(prompts), "--out",
