@@ -78,6 +78,7 @@ from draftd._testing import metrics as prom
 from draftd._testing.neartie import gap_for
 from draftd._testing.realtarget import vllm_near_tie
 from draftd._testing.serve import build_draftd, start_server
+from draftd._testing.vllmserve import engine_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -250,12 +251,9 @@ def run_set(a: argparse.Namespace, pset: str, out_dir: Path, binary: Path, longe
             server = Draftd(binary, dd[3], dd[0], dd[1], dd[2])
             vargs = [*vargs, "--draftd-url", server.url]
             before = metrics(server.url)
-        # vLLM imports the proposer from this checkout, whatever checkout the venv's editable install names
-        # (scripts/vllmenv run from another clone, or a clone since deleted).
-        pypath = os.pathsep.join(p for p in (str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")) if p)
-        env = dict(os.environ, PYTHONPATH=pypath, OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind",
-                   VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
-                   KMP_BLOCKTIME="0", OMP_WAIT_POLICY="PASSIVE")
+        env = engine_env(OMP_NUM_THREADS=str(threads), VLLM_CPU_OMP_THREADS_BIND="nobind",
+                         VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
+                         KMP_BLOCKTIME="0", OMP_WAIT_POLICY="PASSIVE")
         cmd = [a.python, str(HERE / "vllm_run.py"), "--model", str(a.target), "--prompts", str(prompts), "--out",
                str(out), "--dtype", a.dtype, "--concurrency", str(conc), "--ignore-eos", "--logprobs", "--max-model-len", str(max_len), *vargs]
         if cores:

@@ -31,7 +31,6 @@ the strictness switch (DRAFTD_STRICT).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ import draftd
 from draftd._testing.neartie import gap_for
 from draftd._testing.realtarget import vllm_near_tie as near_tie
 from draftd._testing.serve import REPO, Server
-from draftd._testing.vllmserve import dtype, hf_dir, vllm_python  # noqa: F401 (vllm_python: test_vllm_lifecycle's)
+from draftd._testing.vllmserve import dtype, engine_env, hf_dir, vllm_python  # noqa: F401 (vllm_python: test_vllm_lifecycle's)
 
 pytestmark = pytest.mark.realmodel
 
@@ -52,8 +51,8 @@ NEW_TOKENS, K = 32, 4
 
 
 def vllm_run(out: Path, *args: str) -> dict[str, Any]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_LOGGING_LEVEL="WARNING",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    env = engine_env(OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_LOGGING_LEVEL="WARNING",
+                     VLLM_ENABLE_V1_MULTIPROCESSING="0")
     log = out.with_suffix(".log")
     with log.open("w") as f:
         rc = subprocess.run([str(vllm_python()), str(BENCH / "vllm_run.py"), "--out", str(out), *args],
@@ -116,3 +115,14 @@ def test_vllm_with_draftd_is_greedy_and_acceptance_is_evals(prompts: Path, draft
     assert st["misses"] == 0 and st["item_errors"] == 0, st
     assert st["full"] == n, f"whole contexts sent {st['full']}; want one per request ({n})"
     assert st["incremental"] == st["drafts"] - n, st
+
+
+def test_vllm_processes_import_this_checkouts_proposer() -> None:
+    """A vLLM process started with engine_env imports draftd from this
+    checkout, whatever checkout the vLLM venv's editable install names (after
+    CI's doc-commands step: a clone since deleted, and every draftd row of
+    bench/vllm_speedup.py failed with "No module named 'draftd'")."""
+    r = subprocess.run([str(vllm_python()), "-c", "import draftd.vllm, draftd; print(draftd.__file__)"],
+                       env=engine_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert Path(r.stdout.strip()).resolve() == (REPO / "clients/python/src/draftd/__init__.py").resolve(), r.stdout

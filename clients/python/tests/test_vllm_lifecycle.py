@@ -246,14 +246,15 @@ def test_with_vllms_own_runner_state(tiny, tmp_path) -> None:  # type: ignore[no
     session; every request sent its context once; every attribute the
     proposer reads exists under the name it reads."""
     import json
-    import os
     import subprocess
     from pathlib import Path
 
     from test_vllm_e2e import vllm_python
 
+    from draftd._testing.vllmserve import engine_env
+
     out = tmp_path / "check.json"
-    env = dict(os.environ, PYTHONPATH=str(Path(draftd.__file__).parents[1]))
+    env = engine_env()
     r = subprocess.run([str(vllm_python()), str(Path(__file__).with_name("vllm_runner_check.py")), tiny.url, str(out)],
                        env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]

